@@ -1,0 +1,201 @@
+// Package api holds cellbox's public wire types: the JSON bodies of the REST API v1.
+//
+// It is the contract shared by the server, the Go SDK (client/) and the guest protocol.
+// It imports only the standard library and holds no behaviour beyond small helpers.
+package api
+
+import "time"
+
+// Execution and command statuses. A failure of user code is a status, never an HTTP error.
+const (
+	StatusOK          = "ok"
+	StatusError       = "error"
+	StatusTimeout     = "timeout"
+	StatusInterrupted = "interrupted"
+	StatusOOM         = "oom"
+	StatusCrashed     = "crashed"
+)
+
+// Output types, following Jupyter's nbformat v4 output model.
+const (
+	OutputStream        = "stream"
+	OutputDisplayData   = "display_data"
+	OutputExecuteResult = "execute_result"
+	OutputError         = "error"
+)
+
+// File change kinds reported after an execution.
+const (
+	ChangeCreated  = "created"
+	ChangeModified = "modified"
+	ChangeDeleted  = "deleted"
+)
+
+// WorkspaceDir is where the workspace appears inside every sandbox.
+const WorkspaceDir = "/mnt/data"
+
+// Limits bound one session's sandbox. Zero means "the server's default"; a value above the
+// server's maximum is refused with invalid_argument.
+type Limits struct {
+	MemoryMB int     `json:"memory_mb,omitempty"`
+	CPUs     float64 `json:"cpus,omitempty"`
+	Pids     int     `json:"pids,omitempty"`
+	DiskMB   int     `json:"disk_mb,omitempty"`
+}
+
+// CreateSessionRequest is the body of POST /v1/sessions.
+type CreateSessionRequest struct {
+	Language     string            `json:"language,omitempty"` // "python" (default)
+	Env          map[string]string `json:"env,omitempty"`
+	Limits       *Limits           `json:"limits,omitempty"`
+	IdleTimeoutS int               `json:"idle_timeout_s,omitempty"`
+}
+
+// Session describes a live session.
+type Session struct {
+	ID             string    `json:"id"`
+	Language       string    `json:"language"`
+	State          string    `json:"state"` // "idle" or "busy"
+	Limits         Limits    `json:"limits"`
+	IdleTimeoutS   int       `json:"idle_timeout_s"`
+	ExecutionCount int       `json:"execution_count"`
+	CreatedAt      time.Time `json:"created_at"`
+	LastActiveAt   time.Time `json:"last_active_at"`
+}
+
+// SessionList is the body of GET /v1/sessions.
+type SessionList struct {
+	Sessions []Session `json:"sessions"`
+}
+
+// ExecuteRequest is the body of POST /v1/sessions/{id}/execute.
+type ExecuteRequest struct {
+	Code     string  `json:"code"`
+	TimeoutS float64 `json:"timeout_s,omitempty"`
+}
+
+// Output is one output of an execution, in Jupyter's output model.
+//
+// stream: Name ("stdout"/"stderr") and Text. display_data and execute_result: Data, a MIME
+// bundle whose values are strings (image/png is base64) except JSON types, which are JSON
+// values. error: EName, EValue, Traceback.
+type Output struct {
+	Type           string         `json:"type"`
+	Name           string         `json:"name,omitempty"`
+	Text           string         `json:"text,omitempty"`
+	Data           map[string]any `json:"data,omitempty"`
+	Metadata       map[string]any `json:"metadata,omitempty"`
+	ExecutionCount int            `json:"execution_count,omitempty"`
+	EName          string         `json:"ename,omitempty"`
+	EValue         string         `json:"evalue,omitempty"`
+	Traceback      []string       `json:"traceback,omitempty"`
+}
+
+// FileChange is a workspace file an execution or command created, modified or deleted.
+type FileChange struct {
+	Path   string `json:"path"` // absolute, under /mnt/data
+	Size   int64  `json:"size"`
+	Change string `json:"change"`
+}
+
+// ExecuteResult is the result of running code in a session.
+type ExecuteResult struct {
+	Status         string       `json:"status"`
+	ExecutionCount int          `json:"execution_count"`
+	Outputs        []Output     `json:"outputs"`
+	Files          []FileChange `json:"files"`
+	Truncated      bool         `json:"truncated"`
+	DurationMS     int64        `json:"duration_ms"`
+	// Message explains a status other than ok or error, for a person or a model,
+	// e.g. "the kernel ran out of memory (limit 1024 MiB) and was restarted; files are kept".
+	Message string `json:"message,omitempty"`
+}
+
+// CommandRequest is the body of POST /v1/sessions/{id}/commands.
+type CommandRequest struct {
+	Cmd      []string          `json:"cmd"`
+	Stdin    string            `json:"stdin,omitempty"`
+	Env      map[string]string `json:"env,omitempty"`
+	Cwd      string            `json:"cwd,omitempty"` // relative to /mnt/data
+	TimeoutS float64           `json:"timeout_s,omitempty"`
+}
+
+// CommandResult is the result of running a program in a session.
+// Status is ok when the program exited 0, error for another exit code (or a program that
+// could not be started, with ExitCode -1 and the reason in Message), timeout when it was
+// killed at its deadline, oom when the memory limit killed it.
+type CommandResult struct {
+	Status     string       `json:"status"`
+	ExitCode   int          `json:"exit_code"`
+	Stdout     string       `json:"stdout"`
+	Stderr     string       `json:"stderr"`
+	Files      []FileChange `json:"files"`
+	Truncated  bool         `json:"truncated"`
+	DurationMS int64        `json:"duration_ms"`
+	Message    string       `json:"message,omitempty"`
+}
+
+// FileInfo describes one workspace entry.
+type FileInfo struct {
+	Path    string    `json:"path"` // absolute, under /mnt/data
+	Name    string    `json:"name"`
+	Type    string    `json:"type"` // "file", "dir", "symlink" or "other"
+	Size    int64     `json:"size"`
+	ModTime time.Time `json:"mod_time"`
+}
+
+// FileList is the body of GET /v1/sessions/{id}/files?path=dir.
+type FileList struct {
+	Path  string     `json:"path"`
+	Files []FileInfo `json:"files"`
+}
+
+// InputFile is a file to place in the workspace of a one-shot execution.
+// Exactly one of Content (text) and ContentBase64 is used.
+type InputFile struct {
+	Path          string `json:"path"`
+	Content       string `json:"content,omitempty"`
+	ContentBase64 string `json:"content_base64,omitempty"`
+}
+
+// OneShotRequest is the body of POST /v1/execute: a fresh sandbox, discarded afterwards.
+type OneShotRequest struct {
+	Language string            `json:"language,omitempty"`
+	Code     string            `json:"code"`
+	Files    []InputFile       `json:"files,omitempty"`
+	Env      map[string]string `json:"env,omitempty"`
+	Limits   *Limits           `json:"limits,omitempty"`
+	TimeoutS float64           `json:"timeout_s,omitempty"`
+}
+
+// Error codes of the service's error shape.
+const (
+	CodeInvalidArgument    = "invalid_argument"
+	CodeNotFound           = "not_found"
+	CodeResourceExhausted  = "resource_exhausted"
+	CodeUnavailable        = "unavailable"
+	CodeFailedPrecondition = "failed_precondition"
+	CodeTooLarge           = "too_large"
+	CodeInternal           = "internal"
+	CodeCanceled           = "canceled"
+)
+
+// ErrorBody is the body of every HTTP 4xx/5xx response.
+type ErrorBody struct {
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail is the stable error shape: a code from the list above and a message written
+// for a person or a model.
+type ErrorDetail struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// Health is the body of GET /healthz.
+type Health struct {
+	Status   string `json:"status"`
+	Backend  string `json:"backend"`
+	Sessions int    `json:"sessions"`
+	Pool     int    `json:"pool"`
+}

@@ -1,0 +1,399 @@
+package guestproto
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/hashicorp/yamux"
+
+	"github.com/cellbox/cellbox/api"
+	"github.com/cellbox/cellbox/internal/errdefs"
+)
+
+// ErrGuestGone means the guest stopped answering: the sandbox died or the connection broke.
+var ErrGuestGone = fmt.Errorf("sandbox guest is gone: %w", errdefs.ErrUnavailable)
+
+// maxErrorMessage caps an error message the guest sends before it reaches a user.
+const maxErrorMessage = 2048
+
+// Client is the server's side of the protocol over one sandbox's byte stream.
+// It is safe for concurrent use; each call is its own stream.
+type Client struct {
+	sess  *yamux.Session
+	hello Hello
+	// MaxExecutionBytes caps what one Execute or Command may read from the guest in all,
+	// whatever the guest claims its own caps are.
+	MaxExecutionBytes int64
+	// Slack is added to an execution's timeout before the client stops waiting for a guest
+	// that does not answer.
+	Slack time.Duration
+}
+
+// YamuxConfig is the multiplexer configuration both sides use.
+func YamuxConfig() *yamux.Config {
+	cfg := yamux.DefaultConfig()
+	cfg.EnableKeepAlive = false // a dead guest closes its stdout; no pings needed
+	cfg.LogOutput = io.Discard
+	cfg.MaxStreamWindowSize = 1 << 20
+	cfg.AcceptBacklog = 64
+	return cfg
+}
+
+// Dial starts the multiplexer over conn and checks the guest's protocol version.
+// conn is closed by Close.
+func Dial(ctx context.Context, conn io.ReadWriteCloser) (*Client, error) {
+	sess, err := yamux.Client(conn, YamuxConfig())
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("start guest multiplexer: %w", err)
+	}
+	// The guest never gets to open streams toward the server: refuse them as they come,
+	// so a hostile guest cannot pile up buffers here.
+	go func() {
+		for {
+			s, err := sess.AcceptStream()
+			if err != nil {
+				return
+			}
+			s.Close()
+		}
+	}()
+	c := &Client{sess: sess, MaxExecutionBytes: 128 << 20, Slack: 30 * time.Second}
+	var m Message
+	if err := c.roundTrip(ctx, Request{Op: OpHello, Version: Version}, &m); err != nil {
+		sess.Close()
+		return nil, fmt.Errorf("guest hello: %w", err)
+	}
+	if m.Hello == nil {
+		sess.Close()
+		return nil, fmt.Errorf("guest hello: no hello in answer: %w", errdefs.ErrUnavailable)
+	}
+	if m.Hello.Version != Version {
+		sess.Close()
+		return nil, fmt.Errorf("guest speaks protocol version %d, server needs %d: %w",
+			m.Hello.Version, Version, errdefs.ErrUnavailable)
+	}
+	c.hello = *m.Hello
+	return c, nil
+}
+
+// Hello returns what the guest said when it was dialed.
+func (c *Client) Hello() Hello { return c.hello }
+
+// Close ends the multiplexer and closes the underlying connection.
+func (c *Client) Close() error { return c.sess.Close() }
+
+// Done is closed when the connection to the guest is gone.
+func (c *Client) Done() <-chan struct{} { return c.sess.CloseChan() }
+
+// call opens a stream and writes req. The stream's deadline follows ctx.
+func (c *Client) call(ctx context.Context, req Request) (*yamux.Stream, *bufio.Reader, func(), error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, nil, err
+	}
+	s, err := c.sess.OpenStream()
+	if err != nil {
+		return nil, nil, nil, ErrGuestGone
+	}
+	stop := context.AfterFunc(ctx, func() { s.SetDeadline(time.Unix(1, 0)) })
+	done := func() { stop(); s.Close() }
+	if err := WriteJSON(s, req); err != nil {
+		done()
+		return nil, nil, nil, c.streamErr(ctx, err)
+	}
+	return s, bufio.NewReaderSize(s, 64<<10), done, nil
+}
+
+// streamErr turns a stream failure into the error the caller should see.
+func (c *Client) streamErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if errors.Is(err, ErrMessageTooLarge) {
+		return fmt.Errorf("guest sent an oversized message: %w", errdefs.ErrUnavailable)
+	}
+	if c.sess.IsClosed() || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return ErrGuestGone
+	}
+	return fmt.Errorf("guest stream: %w: %w", err, errdefs.ErrUnavailable)
+}
+
+// final reads messages until the final one, passing outputs to onOutput (nil: none
+// expected), and returns the final message. It stops after budget bytes.
+func (c *Client) final(ctx context.Context, br *bufio.Reader, budget int64, onOutput func(api.Output)) (*Message, error) {
+	for {
+		line, err := ReadLine(br, MaxMessageSize)
+		if err != nil {
+			return nil, c.streamErr(ctx, err)
+		}
+		budget -= int64(len(line))
+		if budget < 0 {
+			return nil, fmt.Errorf("guest sent more than %d bytes for one call: %w", c.MaxExecutionBytes, errdefs.ErrUnavailable)
+		}
+		var m Message
+		if err := json.Unmarshal(line, &m); err != nil {
+			return nil, fmt.Errorf("decode guest message: %w: %w", err, errdefs.ErrUnavailable)
+		}
+		if m.Output != nil {
+			if onOutput == nil {
+				return nil, fmt.Errorf("guest sent an output where none belongs: %w", errdefs.ErrUnavailable)
+			}
+			onOutput(*m.Output)
+			continue
+		}
+		if m.Error != nil {
+			msg := m.Error.Message
+			if len(msg) > maxErrorMessage {
+				msg = msg[:maxErrorMessage] + "..."
+			}
+			return nil, errdefs.New(m.Error.Code, msg)
+		}
+		return &m, nil
+	}
+}
+
+// roundTrip sends req and decodes the final message into m.
+func (c *Client) roundTrip(ctx context.Context, req Request, m *Message) error {
+	_, br, done, err := c.call(ctx, req)
+	if err != nil {
+		return err
+	}
+	defer done()
+	got, err := c.final(ctx, br, MaxMessageSize, nil)
+	if err != nil {
+		return err
+	}
+	*m = *got
+	return nil
+}
+
+// Configure sends the sandbox's configuration and starts its kernel; it returns when the
+// kernel is ready (pre-imports done).
+func (c *Client) Configure(ctx context.Context, cfg Config) error {
+	var m Message
+	if err := c.roundTrip(ctx, Request{Op: OpConfigure, Config: &cfg}, &m); err != nil {
+		return fmt.Errorf("configure guest: %w", err)
+	}
+	if !m.OK {
+		return fmt.Errorf("configure guest: unexpected answer: %w", errdefs.ErrUnavailable)
+	}
+	return nil
+}
+
+// Execute runs code in the kernel. Outputs are passed to onOutput as they arrive (from the
+// calling goroutine) and also collected in the result. If ctx ends first, the cell is
+// interrupted and Execute still waits for its result, so the kernel is idle on return.
+// req.TimeoutS must be set: it bounds how long the client waits for a silent guest.
+func (c *Client) Execute(ctx context.Context, req api.ExecuteRequest, onOutput func(api.Output)) (*api.ExecuteResult, error) {
+	wait := time.Duration(req.TimeoutS*float64(time.Second)) + c.Slack
+	// The stream outlives ctx: cancelling means interrupt, not abandon.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait)
+	defer cancel()
+	stopInterrupt := context.AfterFunc(ctx, func() {
+		ictx, icancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer icancel()
+		c.Interrupt(ictx)
+	})
+	defer stopInterrupt()
+	_, br, done, err := c.call(sctx, Request{Op: OpExecute, Execute: &req})
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	var outputs []api.Output
+	m, err := c.final(sctx, br, c.MaxExecutionBytes, func(o api.Output) {
+		outputs = append(outputs, o)
+		if onOutput != nil {
+			onOutput(o)
+		}
+	})
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return nil, fmt.Errorf("guest gave no result within %s: %w", wait, errdefs.ErrUnavailable)
+		}
+		return nil, err
+	}
+	if m.Result == nil {
+		return nil, fmt.Errorf("guest answered execute without a result: %w", errdefs.ErrUnavailable)
+	}
+	r := m.Result
+	if !validStatus(r.Status) {
+		return nil, fmt.Errorf("guest reported unknown status %q: %w", r.Status, errdefs.ErrUnavailable)
+	}
+	r.Outputs = outputs
+	if r.Outputs == nil {
+		r.Outputs = []api.Output{}
+	}
+	if r.Files == nil {
+		r.Files = []api.FileChange{}
+	}
+	return r, nil
+}
+
+func validStatus(s string) bool {
+	switch s {
+	case api.StatusOK, api.StatusError, api.StatusTimeout, api.StatusInterrupted, api.StatusOOM, api.StatusCrashed:
+		return true
+	}
+	return false
+}
+
+// Interrupt stops the running cell, if any. The cell's Execute returns with status
+// interrupted (or crashed, if the kernel had to be killed).
+func (c *Client) Interrupt(ctx context.Context) error {
+	var m Message
+	return c.roundTrip(ctx, Request{Op: OpInterrupt}, &m)
+}
+
+// Restart replaces the kernel with a fresh one; workspace files stay.
+func (c *Client) Restart(ctx context.Context) error {
+	var m Message
+	return c.roundTrip(ctx, Request{Op: OpRestart}, &m)
+}
+
+// Command runs a program in the sandbox. req.TimeoutS must be set.
+func (c *Client) Command(ctx context.Context, req api.CommandRequest) (*api.CommandResult, error) {
+	wait := time.Duration(req.TimeoutS*float64(time.Second)) + c.Slack
+	sctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	_, br, done, err := c.call(sctx, Request{Op: OpCommand, Command: &req})
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	m, err := c.final(sctx, br, c.MaxExecutionBytes, nil)
+	if err != nil {
+		return nil, err
+	}
+	if m.CommandResult == nil || !validStatus(m.CommandResult.Status) {
+		return nil, fmt.Errorf("guest answered command without a valid result: %w", errdefs.ErrUnavailable)
+	}
+	if m.CommandResult.Files == nil {
+		m.CommandResult.Files = []api.FileChange{}
+	}
+	return m.CommandResult, nil
+}
+
+// PutFile writes r to a workspace path, creating parent folders, replacing a file there.
+// The body travels in ChunkWriter framing; the file appears only if all of it arrived.
+// An error reading r is returned as it is (e.g. a body over the server's size cap).
+func (c *Client) PutFile(ctx context.Context, path string, r io.Reader) (*api.FileInfo, error) {
+	s, br, done, err := c.call(ctx, Request{Op: OpPutFile, Path: path})
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	cw := ChunkWriter{W: s}
+	if _, err := io.Copy(cw, readOnly{r}); err != nil {
+		// Leaving without the end chunk makes the guest discard what it got.
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		var rerr readErr
+		if errors.As(err, &rerr) {
+			return nil, rerr.err
+		}
+		// The guest may have answered already (a bad path, a full disk): prefer its reason.
+		if _, ferr := c.final(ctx, br, MaxMessageSize, nil); ferr != nil && !errors.Is(ferr, ErrGuestGone) {
+			return nil, ferr
+		}
+		return nil, c.streamErr(ctx, err)
+	}
+	if err := cw.Close(); err != nil {
+		return nil, c.streamErr(ctx, err)
+	}
+	m, err := c.final(ctx, br, MaxMessageSize, nil)
+	if err != nil {
+		return nil, err
+	}
+	if m.File == nil {
+		return nil, fmt.Errorf("guest answered upload without file info: %w", errdefs.ErrUnavailable)
+	}
+	return m.File, nil
+}
+
+// readOnly marks errors of the source reader so PutFile can tell them from stream errors.
+type readOnly struct{ r io.Reader }
+
+type readErr struct{ err error }
+
+func (e readErr) Error() string { return e.err.Error() }
+
+func (r readOnly) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	if err != nil && err != io.EOF {
+		err = readErr{err}
+	}
+	return n, err
+}
+
+// GetFile opens a workspace file for reading. The caller must close the reader; it yields
+// exactly info.Size bytes or fails with io.ErrUnexpectedEOF.
+func (c *Client) GetFile(ctx context.Context, path string) (*api.FileInfo, io.ReadCloser, error) {
+	_, br, done, err := c.call(ctx, Request{Op: OpGetFile, Path: path})
+	if err != nil {
+		return nil, nil, err
+	}
+	m, err := c.final(ctx, br, MaxMessageSize, nil)
+	if err != nil {
+		done()
+		return nil, nil, err
+	}
+	if m.File == nil || m.File.Size < 0 {
+		done()
+		return nil, nil, fmt.Errorf("guest answered download without file info: %w", errdefs.ErrUnavailable)
+	}
+	return m.File, &sizedReader{r: br, left: m.File.Size, done: done}, nil
+}
+
+type sizedReader struct {
+	r    io.Reader
+	left int64
+	done func()
+}
+
+func (s *sizedReader) Read(p []byte) (int, error) {
+	if s.left <= 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > s.left {
+		p = p[:s.left]
+	}
+	n, err := s.r.Read(p)
+	s.left -= int64(n)
+	if err == io.EOF && s.left > 0 {
+		err = io.ErrUnexpectedEOF
+	}
+	if err == nil && s.left == 0 {
+		err = io.EOF
+	}
+	return n, err
+}
+
+func (s *sizedReader) Close() error { s.done(); return nil }
+
+// ListFiles lists a workspace folder ("" or "." is the workspace itself).
+func (c *Client) ListFiles(ctx context.Context, path string) (*api.FileList, error) {
+	var m Message
+	if err := c.roundTrip(ctx, Request{Op: OpListFiles, Path: path}, &m); err != nil {
+		return nil, err
+	}
+	if m.Listing == nil {
+		return nil, fmt.Errorf("guest answered list without a listing: %w", errdefs.ErrUnavailable)
+	}
+	if m.Listing.Files == nil {
+		m.Listing.Files = []api.FileInfo{}
+	}
+	return m.Listing, nil
+}
+
+// DeleteFile removes a workspace file, or an empty folder.
+func (c *Client) DeleteFile(ctx context.Context, path string) error {
+	var m Message
+	return c.roundTrip(ctx, Request{Op: OpDeleteFile, Path: path}, &m)
+}

@@ -1,0 +1,103 @@
+// Package guestproto is the versioned protocol between the cellbox server and the guest, the
+// daemon that runs as process 1 inside every sandbox. It is the only package both sides import.
+//
+// Transport: the guest's stdin/stdout, multiplexed with hashicorp/yamux. The server is the
+// yamux client and opens one stream per call; the guest accepts them. On each stream the
+// server writes one Request as a JSON line, then, for OpPutFile only, the file's bytes in
+// ChunkWriter framing (an upload without its end chunk is discarded). The guest answers with Message JSON lines: zero or more Output messages
+// and exactly one final message (Result, CommandResult, File, Listing, Hello, OK or Error).
+// For OpGetFile the final File message is followed by exactly File.Size raw bytes.
+//
+// The server treats everything the guest says as untrusted: user code runs beside the guest
+// with the same uid and may replace it. Lines are capped at MaxMessageSize, and the client
+// checks what it decodes.
+//
+// Not for: the public REST types (package api) or how a sandbox is started (package sandbox).
+package guestproto
+
+import "github.com/cellbox/cellbox/api"
+
+// Version is bumped on any change of behaviour. The server refuses a guest of another version.
+const Version = 1
+
+// MaxMessageSize caps one JSON line in either direction (a PNG output is one line).
+const MaxMessageSize = 32 << 20
+
+// Ops.
+const (
+	OpHello      = "hello"
+	OpConfigure  = "configure"
+	OpExecute    = "execute"
+	OpInterrupt  = "interrupt"
+	OpRestart    = "restart"
+	OpCommand    = "command"
+	OpPutFile    = "put_file"
+	OpGetFile    = "get_file"
+	OpListFiles  = "list_files"
+	OpDeleteFile = "delete_file"
+)
+
+// Request is the first line the server writes on a stream.
+type Request struct {
+	Op string `json:"op"`
+	// Hello: the server's protocol version.
+	Version int `json:"version,omitempty"`
+	// Configure.
+	Config *Config `json:"config,omitempty"`
+	// Execute.
+	Execute *api.ExecuteRequest `json:"execute,omitempty"`
+	// Command.
+	Command *api.CommandRequest `json:"command,omitempty"`
+	// PutFile, GetFile, ListFiles, DeleteFile: a workspace path as the API user gave it
+	// (relative, or absolute under /mnt/data); the guest resolves it safely.
+	Path string `json:"path,omitempty"`
+}
+
+// Config is sent once after Hello and before anything else. It starts the kernel.
+type Config struct {
+	// Python is the interpreter for the kernel, e.g. "/usr/bin/python3".
+	Python string `json:"python"`
+	// Preimport is Python code run once when the kernel starts (not counted as a cell),
+	// e.g. "import numpy, pandas, matplotlib".
+	Preimport string `json:"preimport,omitempty"`
+	// Env is added to the environment of the kernel and of commands.
+	Env map[string]string `json:"env,omitempty"`
+	// MaxOutputBytes caps the text (streams, text/plain, tracebacks) of one execution or
+	// one command stream; past it output is dropped and Truncated set.
+	MaxOutputBytes int `json:"max_output_bytes"`
+	// MaxRichBytes caps the non-text outputs (images, HTML, ...) of one execution.
+	MaxRichBytes int `json:"max_rich_bytes"`
+	// DefaultTimeoutS applies to an execution or command that names none.
+	DefaultTimeoutS float64 `json:"default_timeout_s"`
+	// InterruptGraceS is how long an interrupted cell has to stop before the kernel is
+	// killed and restarted.
+	InterruptGraceS float64 `json:"interrupt_grace_s"`
+	// MemoryMB is the sandbox's memory limit, for messages only (0: unknown).
+	MemoryMB int `json:"memory_mb,omitempty"`
+}
+
+// Message is one line the guest writes. Exactly one field is set.
+type Message struct {
+	Output        *api.Output        `json:"output,omitempty"`
+	Result        *api.ExecuteResult `json:"result,omitempty"`
+	CommandResult *api.CommandResult `json:"command_result,omitempty"`
+	File          *api.FileInfo      `json:"file,omitempty"`
+	Listing       *api.FileList      `json:"listing,omitempty"`
+	Hello         *Hello             `json:"hello,omitempty"`
+	OK            bool               `json:"ok,omitempty"`
+	Error         *Error             `json:"error,omitempty"`
+}
+
+// Hello is the guest's answer to OpHello.
+type Hello struct {
+	Version int    `json:"version"`
+	PID     int    `json:"pid"`
+	UID     int    `json:"uid"`
+	Root    string `json:"workspace"` // the workspace folder as the guest sees it
+}
+
+// Error is a failure of the requested operation, classified with an api.Code* value.
+type Error struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
