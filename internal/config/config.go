@@ -1,0 +1,258 @@
+// Package config is cellbox's one Config: every setting of the server and the CLI, its
+// default, and how it is loaded — a JSON file, then CELLBOX_* environment variables, then
+// flags, each overriding the one before — and checked (Validate).
+//
+// Not for: per-request values (those are api types, capped by these settings).
+package config
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+)
+
+// Config holds every setting. Field comments name the flag.
+type Config struct {
+	Addr      string // --addr
+	Backend   string // --backend: runc | local-unsafe
+	Runtime   string // --runtime: OCI runtime binary for the runc backend (runc, crun, runsc)
+	StateDir  string // --state-dir
+	Python    string // --python: interpreter inside the sandbox
+	Preimport string // --preimport: Python run when a kernel starts
+	PoolSize  int    // --pool-size
+
+	MaxSessions int // --max-sessions
+
+	MemoryMB    int     // --memory-mb: default per session
+	CPUs        float64 // --cpus
+	Pids        int     // --pids
+	DiskMB      int     // --disk-mb
+	TmpMB       int     // --tmp-mb
+	MaxMemoryMB int     // --max-memory-mb: the most a request may ask for
+	MaxCPUs     float64 // --max-cpus
+	MaxPids     int     // --max-pids
+	MaxDiskMB   int     // --max-disk-mb
+
+	ExecTimeout    time.Duration // --exec-timeout: default for one execution
+	MaxExecTimeout time.Duration // --max-exec-timeout
+	InterruptGrace time.Duration // --interrupt-grace: then the kernel is killed and restarted
+	IdleTimeout    time.Duration // --idle-timeout
+	MaxIdleTimeout time.Duration // --max-idle-timeout
+	Retention      time.Duration // --retention: how long a workspace is kept after its session
+
+	MaxOutputBytes int   // --max-output-bytes: text per execution
+	MaxRichBytes   int   // --max-rich-bytes: images, HTML... per execution
+	MaxUploadBytes int64 // --max-upload-bytes: one file upload
+	MaxBodyBytes   int64 // --max-body-bytes: a JSON request body
+
+	Quota    string // --quota: auto | loop | none
+	LogLevel string // --log-level: debug | info | warn | error
+}
+
+// Default returns the defaults of DESIGN.md.
+func Default() Config {
+	return Config{
+		Addr:           "127.0.0.1:8080",
+		Backend:        "runc",
+		Runtime:        "runc",
+		StateDir:       defaultStateDir(),
+		Python:         "/usr/bin/python3",
+		Preimport:      "import numpy, pandas, matplotlib, matplotlib.pyplot",
+		PoolSize:       2,
+		MaxSessions:    100,
+		MemoryMB:       1024,
+		CPUs:           1,
+		Pids:           256,
+		DiskMB:         1024,
+		TmpMB:          256,
+		MaxMemoryMB:    8192,
+		MaxCPUs:        float64(runtime.NumCPU()),
+		MaxPids:        4096,
+		MaxDiskMB:      16384,
+		ExecTimeout:    60 * time.Second,
+		MaxExecTimeout: 30 * time.Minute,
+		InterruptGrace: 3 * time.Second,
+		IdleTimeout:    20 * time.Minute,
+		MaxIdleTimeout: 24 * time.Hour,
+		Retention:      24 * time.Hour,
+		MaxOutputBytes: 1 << 20,
+		MaxRichBytes:   16 << 20,
+		MaxUploadBytes: 1 << 30,
+		MaxBodyBytes:   8 << 20,
+		Quota:          "auto",
+		LogLevel:       "info",
+	}
+}
+
+func defaultStateDir() string {
+	if os.Geteuid() == 0 {
+		return "/var/lib/cellbox"
+	}
+	if d, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(d, "cellbox")
+	}
+	return filepath.Join(os.TempDir(), "cellbox")
+}
+
+// Flags binds every setting to a flag of fs. Call Load after fs is defined and before
+// fs.Parse, so the file and the environment become the flags' defaults.
+func (c *Config) Flags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Addr, "addr", c.Addr, "address to listen on (host:port)")
+	fs.StringVar(&c.Backend, "backend", c.Backend, "sandbox backend: runc | local-unsafe (no isolation, development only)")
+	fs.StringVar(&c.Runtime, "runtime", c.Runtime, "OCI runtime binary for the runc backend: runc, crun or runsc")
+	fs.StringVar(&c.StateDir, "state-dir", c.StateDir, "folder for workspaces and sandbox state")
+	fs.StringVar(&c.Python, "python", c.Python, "Python interpreter inside the sandbox")
+	fs.StringVar(&c.Preimport, "preimport", c.Preimport, "Python run when a kernel starts (warm imports)")
+	fs.IntVar(&c.PoolSize, "pool-size", c.PoolSize, "sandboxes kept warm, ready for new sessions")
+	fs.IntVar(&c.MaxSessions, "max-sessions", c.MaxSessions, "concurrent sessions; past it, resource_exhausted")
+	fs.IntVar(&c.MemoryMB, "memory-mb", c.MemoryMB, "default memory limit per session (MiB)")
+	fs.Float64Var(&c.CPUs, "cpus", c.CPUs, "default CPU limit per session (cores)")
+	fs.IntVar(&c.Pids, "pids", c.Pids, "default process limit per session")
+	fs.IntVar(&c.DiskMB, "disk-mb", c.DiskMB, "default workspace disk quota per session (MiB)")
+	fs.IntVar(&c.TmpMB, "tmp-mb", c.TmpMB, "size of each sandbox's /tmp (MiB)")
+	fs.IntVar(&c.MaxMemoryMB, "max-memory-mb", c.MaxMemoryMB, "most memory a session may ask for (MiB)")
+	fs.Float64Var(&c.MaxCPUs, "max-cpus", c.MaxCPUs, "most CPUs a session may ask for")
+	fs.IntVar(&c.MaxPids, "max-pids", c.MaxPids, "most processes a session may ask for")
+	fs.IntVar(&c.MaxDiskMB, "max-disk-mb", c.MaxDiskMB, "most workspace disk a session may ask for (MiB)")
+	fs.DurationVar(&c.ExecTimeout, "exec-timeout", c.ExecTimeout, "default wall time of one execution")
+	fs.DurationVar(&c.MaxExecTimeout, "max-exec-timeout", c.MaxExecTimeout, "longest timeout a request may ask for")
+	fs.DurationVar(&c.InterruptGrace, "interrupt-grace", c.InterruptGrace, "time an interrupted cell has before its kernel is restarted")
+	fs.DurationVar(&c.IdleTimeout, "idle-timeout", c.IdleTimeout, "a session idle this long is ended")
+	fs.DurationVar(&c.MaxIdleTimeout, "max-idle-timeout", c.MaxIdleTimeout, "longest idle timeout a request may ask for")
+	fs.DurationVar(&c.Retention, "retention", c.Retention, "how long a workspace is kept after its session ends")
+	fs.IntVar(&c.MaxOutputBytes, "max-output-bytes", c.MaxOutputBytes, "text output kept per execution; the rest is cut")
+	fs.IntVar(&c.MaxRichBytes, "max-rich-bytes", c.MaxRichBytes, "rich output (images, HTML) kept per execution")
+	fs.Int64Var(&c.MaxUploadBytes, "max-upload-bytes", c.MaxUploadBytes, "largest file upload")
+	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest JSON request body")
+	fs.StringVar(&c.Quota, "quota", c.Quota, "workspace disk quotas: auto | loop (ext4 image per workspace) | none")
+	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug | info | warn | error")
+}
+
+// Load applies, in order, the JSON file named by --config (or CELLBOX_CONFIG) and the
+// CELLBOX_* environment (CELLBOX_STATE_DIR for --state-dir, ...) to the flags of fs, then
+// parses args. Keys of the file are flag names: {"state-dir": "/srv/cellbox", "pool-size": 4}.
+func Load(fs *flag.FlagSet, args []string) error {
+	path := os.Getenv("CELLBOX_CONFIG")
+	for i, a := range args {
+		switch {
+		case a == "--config" || a == "-config":
+			if i+1 < len(args) {
+				path = args[i+1]
+			}
+		case strings.HasPrefix(a, "--config="), strings.HasPrefix(a, "-config="):
+			path = a[strings.Index(a, "=")+1:]
+		}
+	}
+	fs.String("config", path, "JSON file of settings (keys are flag names)")
+	if path != "" {
+		if err := loadFile(fs, path); err != nil {
+			return err
+		}
+	}
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		env := "CELLBOX_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := os.LookupEnv(env); ok && f.Name != "config" {
+			if err := fs.Set(f.Name, v); err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q: %w", env, v, err))
+			}
+		}
+	})
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	return fs.Parse(args)
+}
+
+func loadFile(fs *flag.FlagSet, path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("read config file: %w", err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		return fmt.Errorf("config file %s: %w", path, err)
+	}
+	for k, v := range m {
+		if fs.Lookup(k) == nil || k == "config" {
+			return fmt.Errorf("config file %s: unknown setting %q", path, k)
+		}
+		s := fmt.Sprint(v)
+		if f, ok := v.(float64); ok {
+			s = fmt.Sprintf("%v", f)
+			if f == float64(int64(f)) {
+				s = fmt.Sprintf("%d", int64(f))
+			}
+		}
+		if err := fs.Set(k, s); err != nil {
+			return fmt.Errorf("config file %s: %s: %w", path, k, err)
+		}
+	}
+	return nil
+}
+
+// Validate checks the settings and says what is wrong with each bad one.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	switch c.Backend {
+	case "runc", "local-unsafe":
+	default:
+		bad("--backend %q: choose runc or local-unsafe", c.Backend)
+	}
+	switch c.Quota {
+	case "auto", "loop", "none":
+	default:
+		bad("--quota %q: choose auto, loop or none", c.Quota)
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("--log-level %q: choose debug, info, warn or error", c.LogLevel)
+	}
+	if c.StateDir == "" {
+		bad("--state-dir is empty")
+	}
+	if c.PoolSize < 0 || c.PoolSize > 1000 {
+		bad("--pool-size %d: must be 0..1000", c.PoolSize)
+	}
+	if c.MaxSessions < 1 {
+		bad("--max-sessions %d: must be at least 1", c.MaxSessions)
+	}
+	pos := func(name string, v, max float64) {
+		if v <= 0 {
+			bad("--%s must be positive", name)
+		} else if max > 0 && v > max {
+			bad("--%s %v is above --max-%s %v", name, v, name, max)
+		}
+	}
+	pos("memory-mb", float64(c.MemoryMB), float64(c.MaxMemoryMB))
+	pos("cpus", c.CPUs, c.MaxCPUs)
+	pos("pids", float64(c.Pids), float64(c.MaxPids))
+	pos("disk-mb", float64(c.DiskMB), float64(c.MaxDiskMB))
+	pos("tmp-mb", float64(c.TmpMB), 0)
+	if c.MemoryMB > 0 && c.MemoryMB < 64 {
+		bad("--memory-mb %d: a Python kernel needs at least 64", c.MemoryMB)
+	}
+	pos("exec-timeout", c.ExecTimeout.Seconds(), c.MaxExecTimeout.Seconds())
+	pos("idle-timeout", c.IdleTimeout.Seconds(), c.MaxIdleTimeout.Seconds())
+	if c.InterruptGrace <= 0 {
+		bad("--interrupt-grace must be positive")
+	}
+	if c.Retention < 0 {
+		bad("--retention must not be negative")
+	}
+	if c.MaxOutputBytes < 1024 {
+		bad("--max-output-bytes %d: must be at least 1024", c.MaxOutputBytes)
+	}
+	if c.MaxRichBytes < 0 || c.MaxUploadBytes <= 0 || c.MaxBodyBytes < 1024 {
+		bad("--max-rich-bytes, --max-upload-bytes and --max-body-bytes must be positive (body at least 1024)")
+	}
+	return errors.Join(errs...)
+}

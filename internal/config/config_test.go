@@ -1,0 +1,78 @@
+package config
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func load(t *testing.T, args ...string) (Config, error) {
+	t.Helper()
+	c := Default()
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.SetOutput(new(strings.Builder))
+	c.Flags(fs)
+	err := Load(fs, args)
+	return c, err
+}
+
+func TestLoadOrder(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "c.json")
+	os.WriteFile(file, []byte(`{"pool-size": 5, "memory-mb": 512, "idle-timeout": "5m", "addr": "127.0.0.1:1"}`), 0o644)
+	t.Setenv("CELLBOX_MEMORY_MB", "768")
+	t.Setenv("CELLBOX_ADDR", "127.0.0.1:2")
+	c, err := load(t, "--config", file, "--addr", "127.0.0.1:3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.PoolSize != 5 || c.MemoryMB != 768 || c.Addr != "127.0.0.1:3" || c.IdleTimeout != 5*time.Minute {
+		t.Errorf("file < env < flags not respected: %+v", c)
+	}
+	if err := c.Validate(); err != nil {
+		t.Errorf("valid config refused: %v", err)
+	}
+}
+
+func TestLoadErrors(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.json")
+	os.WriteFile(bad, []byte(`{"pool-sise": 5}`), 0o644)
+	if _, err := load(t, "--config", bad); err == nil || !strings.Contains(err.Error(), "pool-sise") {
+		t.Errorf("unknown key: %v", err)
+	}
+	t.Setenv("CELLBOX_POOL_SIZE", "many")
+	if _, err := load(t); err == nil || !strings.Contains(err.Error(), "CELLBOX_POOL_SIZE") {
+		t.Errorf("bad env: %v", err)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		mod  func(*Config)
+		want string
+	}{
+		{"backend", func(c *Config) { c.Backend = "vm" }, "--backend"},
+		{"memory above max", func(c *Config) { c.MemoryMB = c.MaxMemoryMB + 1 }, "--memory-mb"},
+		{"tiny memory", func(c *Config) { c.MemoryMB = 10 }, "at least 64"},
+		{"negative pool", func(c *Config) { c.PoolSize = -1 }, "--pool-size"},
+		{"zero timeout", func(c *Config) { c.ExecTimeout = 0 }, "--exec-timeout"},
+		{"quota", func(c *Config) { c.Quota = "xfs" }, "--quota"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := Default()
+			tt.mod(&c)
+			if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Validate() = %v, want mention of %s", err, tt.want)
+			}
+		})
+	}
+	c := Default()
+	if err := c.Validate(); err != nil {
+		t.Errorf("defaults invalid: %v", err)
+	}
+}
