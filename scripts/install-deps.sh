@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# install-deps.sh [--test]: installs what cellbox needs to run on Debian or Ubuntu, and with
+# --test what its tests need too. Idempotent: quiet when everything is there, and it touches
+# apt (update, install) only when something is missing. Go itself is not installed here.
+set -euo pipefail
+
+me=install-deps
+say() { printf '%s: %s\n' "$me" "$*" >&2; }
+
+with_test=0
+for arg in "$@"; do
+	case $arg in
+	--test) with_test=1 ;;
+	-h | --help)
+		echo "usage: $0 [--test]   (--test: also what the tests need)"
+		exit 0
+		;;
+	*)
+		say "unknown argument $arg (usage: $0 [--test])"
+		exit 2
+		;;
+	esac
+done
+
+# What cellbox runs on: OCI runtimes, ext4 images for workspace quotas, the Python kernel's
+# packages (from Debian; no pip), fonts for matplotlib, and the tools sandboxes are set up with.
+pkgs=(runc crun e2fsprogs mount python3 python3-ipython python3-numpy python3-pandas
+	python3-matplotlib python3-matplotlib-inline python3-scipy fonts-dejavu-core
+	iproute2 procps ca-certificates)
+# What the tests need: make and git; gcc and libc6-dev for cgo (go test -race); Node.js and
+# npm for the MCP client tests.
+test_pkgs=(make git gcc libc6-dev)
+
+if [[ ! -r /etc/os-release ]] || ! grep -qiE '^(ID|ID_LIKE)=.*(debian|ubuntu)' /etc/os-release ||
+	! command -v apt-get >/dev/null || ! command -v dpkg-query >/dev/null; then
+	say "this script knows Debian and Ubuntu only. Install these with your package manager:"
+	say "  ${pkgs[*]}"
+	((with_test)) && say "  and for the tests: ${test_pkgs[*]} nodejs npm"
+	say "(names are Debian's; e.g. python3-ipython is IPython for the system's python3)"
+	exit 1
+fi
+
+missing=()
+for p in "${pkgs[@]}"; do
+	[[ $(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null) == installed ]] || missing+=("$p")
+done
+if ((with_test)); then
+	for p in "${test_pkgs[@]}"; do
+		[[ $(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null) == installed ]] || missing+=("$p")
+	done
+	# Node.js may come from elsewhere (NodeSource's nodejs carries its own npm, and
+	# conflicts with Debian's npm): go by the commands, not the packages.
+	command -v node >/dev/null || missing+=(nodejs)
+	command -v npm >/dev/null || missing+=(npm)
+fi
+((${#missing[@]} == 0)) && exit 0
+
+sudo=()
+if ((EUID != 0)); then
+	if command -v sudo >/dev/null; then
+		sudo=(sudo)
+	else
+		say "missing: ${missing[*]}"
+		say "run this script as root, or install sudo, to install them"
+		exit 1
+	fi
+fi
+
+log=$(mktemp "${TMPDIR:-/tmp}/install-deps.XXXXXX")
+trap 'rm -f "$log"' EXIT
+apt() {
+	if ! "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -q -y "$@" >"$log" 2>&1 </dev/null; then
+		say "apt-get $1 failed:"
+		tail -n 30 "$log" >&2
+		exit 1
+	fi
+}
+say "updating the package lists"
+apt update
+say "installing: ${missing[*]}"
+apt install --no-install-recommends "${missing[@]}"
