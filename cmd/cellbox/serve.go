@@ -1,0 +1,55 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/cellbox/cellbox/internal/config"
+	"github.com/cellbox/cellbox/internal/server"
+)
+
+func init() {
+	register("serve", "run the cellbox server (REST API, metrics)", serveMain)
+}
+
+func serveMain(args []string) int {
+	cfg := config.Default()
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	cfg.Flags(fs)
+	if err := config.Load(fs, args); err != nil {
+		if err == flag.ErrHelp {
+			return 0
+		}
+		fmt.Fprintln(os.Stderr, "cellbox serve:", err)
+		return 2
+	}
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintln(os.Stderr, "cellbox serve: bad settings:\n", err)
+		return 2
+	}
+	log := server.NewLogger(cfg.LogLevel)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	s, err := server.Start(ctx, cfg, server.Options{Logger: log})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "cellbox serve:", err)
+		return 1
+	}
+	log.Info("cellbox serving", "url", s.URL, "backend", cfg.Backend, "state_dir", cfg.StateDir, "pool_size", cfg.PoolSize)
+	<-ctx.Done()
+	stop()
+	log.Info("shutting down: interrupting running cells, stopping sandboxes; workspaces are kept")
+	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.Shutdown(sctx); err != nil {
+		log.Error("shutdown", "err", err)
+		return 1
+	}
+	log.Info("stopped")
+	return 0
+}

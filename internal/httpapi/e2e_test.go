@@ -1,0 +1,531 @@
+package httpapi_test
+
+// End-to-end tests of the REST contract on the runc backend: a real server (in process),
+// real runc sandboxes, the real guest binary, real IPython.
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cellbox/cellbox/api"
+	"github.com/cellbox/cellbox/internal/config"
+	"github.com/cellbox/cellbox/internal/server"
+	"github.com/cellbox/cellbox/internal/testbin"
+)
+
+var (
+	sharedOnce sync.Once
+	sharedSrv  *server.Server
+	sharedErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if sharedSrv != nil {
+		ctx, cancel := contextWithTimeout(60 * time.Second)
+		sharedSrv.Shutdown(ctx)
+		cancel()
+	}
+	os.Exit(code)
+}
+
+// needRunc skips when this machine cannot run the runc backend. `make test` installs
+// everything it needs and runs as root, so in CI nothing is skipped.
+func needRunc(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for the runc backend (make test runs as root)")
+	}
+	if _, err := exec.LookPath("runc"); err != nil {
+		t.Skip("needs runc (make test installs it)")
+	}
+	if err := exec.Command("/usr/bin/python3", "-c", "import IPython, pandas, matplotlib").Run(); err != nil {
+		t.Skip("needs Debian's python3-ipython, python3-pandas and python3-matplotlib (make test installs them)")
+	}
+}
+
+// testConfig is a server config for tests, with its own state dir.
+func testConfig(t testing.TB, dir string) config.Config {
+	cfg := config.Default()
+	cfg.Addr = "127.0.0.1:0"
+	cfg.StateDir = dir
+	cfg.PoolSize = 2
+	cfg.LogLevel = "warn"
+	cfg.InterruptGrace = 2 * time.Second
+	return cfg
+}
+
+// shared returns the URL of one server shared by the tests of this package.
+func shared(t *testing.T) string {
+	t.Helper()
+	needRunc(t)
+	guest := testbin.Cellbox(t)
+	sharedOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "cellbox-e2e-")
+		if err != nil {
+			sharedErr = err
+			return
+		}
+		ctx, cancel := contextWithTimeout(2 * time.Minute)
+		defer cancel()
+		sharedSrv, sharedErr = server.Start(ctx, testConfig(t, dir), server.Options{GuestBinary: guest})
+	})
+	if sharedErr != nil {
+		t.Fatalf("start server: %v", sharedErr)
+	}
+	return sharedSrv.URL
+}
+
+type client struct {
+	t   *testing.T
+	url string
+}
+
+func newClient(t *testing.T) *client { return &client{t: t, url: shared(t)} }
+
+// do sends a request and decodes a JSON answer into out (if not nil); it returns the status.
+func (c *client) do(method, path string, body any, out any) int {
+	c.t.Helper()
+	var r io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		r = strings.NewReader(b)
+	case []byte:
+		r = bytes.NewReader(b)
+	default:
+		j, _ := json.Marshal(b)
+		r = bytes.NewReader(j)
+	}
+	req, err := http.NewRequest(method, c.url+path, r)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		c.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	if out != nil && len(data) > 0 {
+		if err := json.Unmarshal(data, out); err != nil {
+			c.t.Fatalf("%s %s: status %d, body not JSON: %v: %s", method, path, resp.StatusCode, err, data)
+		}
+	}
+	return resp.StatusCode
+}
+
+func (c *client) session(req api.CreateSessionRequest) string {
+	c.t.Helper()
+	var s api.Session
+	if st := c.do("POST", "/v1/sessions", req, &s); st != http.StatusCreated {
+		c.t.Fatalf("create session: status %d", st)
+	}
+	c.t.Cleanup(func() { c.do("DELETE", "/v1/sessions/"+s.ID, nil, nil) })
+	return s.ID
+}
+
+func (c *client) exec(id, code string, timeout float64) api.ExecuteResult {
+	c.t.Helper()
+	var res api.ExecuteResult
+	if st := c.do("POST", "/v1/sessions/"+id+"/execute", api.ExecuteRequest{Code: code, TimeoutS: timeout}, &res); st != http.StatusOK {
+		c.t.Fatalf("execute %q: status %d", code, st)
+	}
+	return res
+}
+
+func stdout(r api.ExecuteResult) string {
+	var b strings.Builder
+	for _, o := range r.Outputs {
+		if o.Type == api.OutputStream && o.Name == "stdout" {
+			b.WriteString(o.Text)
+		}
+	}
+	return b.String()
+}
+
+func result(r api.ExecuteResult) string {
+	for _, o := range r.Outputs {
+		if o.Type == api.OutputExecuteResult {
+			s, _ := o.Data["text/plain"].(string)
+			return s
+		}
+	}
+	return ""
+}
+
+func wantStatus(t *testing.T, r api.ExecuteResult, status string) {
+	t.Helper()
+	if r.Status != status {
+		t.Fatalf("status %q (%s), want %q; outputs: %+v", r.Status, r.Message, status, r.Outputs)
+	}
+}
+
+func TestStateStreamsErrors(t *testing.T) {
+	c := newClient(t)
+	id := c.session(api.CreateSessionRequest{})
+	r := c.exec(id, "x = 41\nimport sys\nprint('out'); print('err', file=sys.stderr)", 0)
+	wantStatus(t, r, api.StatusOK)
+	if stdout(r) != "out\n" {
+		t.Errorf("stdout %q", stdout(r))
+	}
+	var gotErr bool
+	for _, o := range r.Outputs {
+		gotErr = gotErr || (o.Type == api.OutputStream && o.Name == "stderr" && o.Text == "err\n")
+	}
+	if !gotErr {
+		t.Errorf("no stderr output in %+v", r.Outputs)
+	}
+	r2 := c.exec(id, "x + 1", 0)
+	if result(r2) != "42" || r2.ExecutionCount != r.ExecutionCount+1 {
+		t.Errorf("second cell: result %q count %d (first %d)", result(r2), r2.ExecutionCount, r.ExecutionCount)
+	}
+	r3 := c.exec(id, "1/0", 0)
+	wantStatus(t, r3, api.StatusError)
+	last := r3.Outputs[len(r3.Outputs)-1]
+	if last.Type != api.OutputError || last.EName != "ZeroDivisionError" || len(last.Traceback) == 0 {
+		t.Errorf("error output %+v", last)
+	}
+	if strings.Contains(strings.Join(last.Traceback, ""), "\x1b[") {
+		t.Errorf("traceback has terminal colour codes: %q", last.Traceback)
+	}
+}
+
+func TestPlotAndDataFrame(t *testing.T) {
+	c := newClient(t)
+	id := c.session(api.CreateSessionRequest{})
+	r := c.exec(id, "import matplotlib.pyplot as plt\nplt.plot([1,2,3],[3,1,2])\nplt.title('t')\nplt.show()", 0)
+	wantStatus(t, r, api.StatusOK)
+	var png []byte
+	for _, o := range r.Outputs {
+		if s, ok := o.Data["image/png"].(string); ok && o.Type == api.OutputDisplayData {
+			png, _ = base64.StdEncoding.DecodeString(s)
+		}
+	}
+	if !bytes.HasPrefix(png, []byte("\x89PNG\r\n\x1a\n")) {
+		t.Fatalf("no PNG display_data in %d outputs", len(r.Outputs))
+	}
+	r = c.exec(id, "import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': ['x', 'y']})", 0)
+	wantStatus(t, r, api.StatusOK)
+	var html string
+	for _, o := range r.Outputs {
+		if o.Type == api.OutputExecuteResult {
+			html, _ = o.Data["text/html"].(string)
+		}
+	}
+	if !strings.Contains(html, "<table") {
+		t.Fatalf("DataFrame result has no HTML table: %+v", r.Outputs)
+	}
+}
+
+func TestFilesUploadArtifactsDownload(t *testing.T) {
+	c := newClient(t)
+	id := c.session(api.CreateSessionRequest{})
+	csv, err := os.ReadFile(sharedData(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info api.FileInfo
+	if st := c.do("PUT", "/v1/sessions/"+id+"/files/data/accidents.csv", csv, &info); st != http.StatusCreated {
+		t.Fatalf("upload: status %d", st)
+	}
+	if info.Size != int64(len(csv)) || info.Path != "/mnt/data/data/accidents.csv" {
+		t.Errorf("upload info %+v", info)
+	}
+	r := c.exec(id, "import pandas as pd\ndf = pd.read_csv('/mnt/data/data/accidents.csv')\n"+
+		"df.head(3).to_csv('/mnt/data/head.csv', index=False)\nprint(len(df))", 0)
+	wantStatus(t, r, api.StatusOK)
+	lines := strings.Count(string(csv), "\n") - 1
+	if strings.TrimSpace(stdout(r)) != fmt.Sprint(lines) {
+		t.Errorf("rows %q, want %d", stdout(r), lines)
+	}
+	if len(r.Files) != 1 || r.Files[0].Path != "/mnt/data/head.csv" || r.Files[0].Change != api.ChangeCreated {
+		t.Errorf("files %+v, want head.csv created", r.Files)
+	}
+	resp, err := http.Get(c.url + "/v1/sessions/" + id + "/files/head.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || strings.Count(string(got), "\n") != 4 || resp.Header.Get("X-Content-Type-Options") != "nosniff" {
+		t.Errorf("download: status %d, %d lines, headers %v", resp.StatusCode, strings.Count(string(got), "\n"), resp.Header)
+	}
+	var list api.FileList
+	c.do("GET", "/v1/sessions/"+id+"/files?path=data", nil, &list)
+	if len(list.Files) != 1 || list.Files[0].Name != "accidents.csv" {
+		t.Errorf("list data/: %+v", list)
+	}
+	if st := c.do("DELETE", "/v1/sessions/"+id+"/files/head.csv", nil, nil); st != http.StatusNoContent {
+		t.Errorf("delete: status %d", st)
+	}
+	var e api.ErrorBody
+	if st := c.do("GET", "/v1/sessions/"+id+"/files/head.csv", nil, &e); st != http.StatusNotFound || e.Error.Code != api.CodeNotFound {
+		t.Errorf("after delete: status %d, %+v", st, e)
+	}
+	// Nothing but what the user made: no IPython history, no caches.
+	c.do("GET", "/v1/sessions/"+id+"/files", nil, &list)
+	if len(list.Files) != 1 || list.Files[0].Name != "data" {
+		t.Errorf("workspace holds %+v, want only data/", list.Files)
+	}
+}
+
+func sharedData(t *testing.T) string {
+	p := filepath.Join("..", "..", "..", "shared", "data", "traffic_accidents.csv")
+	if _, err := os.Stat(p); err != nil {
+		t.Skipf("shared data set not found at %s", p)
+	}
+	return p
+}
+
+func TestInterruptAndRestart(t *testing.T) {
+	c := newClient(t)
+	id := c.session(api.CreateSessionRequest{})
+	c.exec(id, "kept = 'yes'", 0)
+	done := make(chan api.ExecuteResult)
+	go func() {
+		var r api.ExecuteResult
+		c.do("POST", "/v1/sessions/"+id+"/execute", api.ExecuteRequest{Code: "import time\nwhile True: time.sleep(0.05)"}, &r)
+		done <- r
+	}()
+	waitBusy(t, c, id)
+	if st := c.do("POST", "/v1/sessions/"+id+"/interrupt", nil, nil); st != 200 {
+		t.Fatalf("interrupt: status %d", st)
+	}
+	r := <-done
+	wantStatus(t, r, api.StatusInterrupted)
+	if result(c.exec(id, "kept", 0)) != "'yes'" {
+		t.Fatal("state lost after interrupt")
+	}
+	if st := c.do("POST", "/v1/sessions/"+id+"/restart", nil, nil); st != 200 {
+		t.Fatalf("restart: status %d", st)
+	}
+	r = c.exec(id, "kept", 0)
+	if r.Status != api.StatusError || r.Outputs[len(r.Outputs)-1].EName != "NameError" {
+		t.Fatalf("after restart: %+v", r)
+	}
+}
+
+// waitBusy waits until the session reports a running execution.
+func waitBusy(t *testing.T, c *client, id string) {
+	t.Helper()
+	for i := 0; i < 200; i++ {
+		var s api.Session
+		c.do("GET", "/v1/sessions/"+id, nil, &s)
+		if s.State == "busy" {
+			time.Sleep(200 * time.Millisecond) // let the cell itself start
+			return
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	t.Fatal("session never became busy")
+}
+
+// TestSSEWhileRunning proves outputs stream before the cell ends: the cell prints, then
+// waits for a file that the test uploads only after it has read that print from the stream.
+func TestSSEWhileRunning(t *testing.T) {
+	c := newClient(t)
+	id := c.session(api.CreateSessionRequest{})
+	code := "import os, time\nprint('first', flush=True)\n" +
+		"while not os.path.exists('/mnt/data/go'): time.sleep(0.02)\nprint('second')"
+	body, _ := json.Marshal(api.ExecuteRequest{Code: code, TimeoutS: 30})
+	req, _ := http.NewRequest("POST", c.url+"/v1/sessions/"+id+"/execute", bytes.NewReader(body))
+	req.Header.Set("Accept", "text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+		t.Fatalf("content type %q", ct)
+	}
+	events := readSSE(t, resp.Body)
+	ev := <-events
+	var o api.Output
+	if ev.name != "output" || json.Unmarshal([]byte(ev.data), &o) != nil || o.Text != "first\n" {
+		t.Fatalf("first event %+v", ev)
+	}
+	if st := c.do("PUT", "/v1/sessions/"+id+"/files/go", "", nil); st != http.StatusCreated {
+		t.Fatalf("upload go: %d", st)
+	}
+	var names []string
+	var res api.ExecuteResult
+	for ev := range events {
+		names = append(names, ev.name)
+		if ev.name == "result" {
+			json.Unmarshal([]byte(ev.data), &res)
+		}
+	}
+	if len(names) != 2 || names[0] != "output" || names[1] != "result" {
+		t.Fatalf("events after first: %v", names)
+	}
+	wantStatus(t, res, api.StatusOK)
+	if stdout(res) != "first\nsecond\n" {
+		t.Errorf("result stdout %q", stdout(res))
+	}
+}
+
+type sseEvent struct{ name, data string }
+
+func readSSE(t *testing.T, r io.Reader) <-chan sseEvent {
+	ch := make(chan sseEvent)
+	go func() {
+		defer close(ch)
+		sc := bufio.NewScanner(r)
+		sc.Buffer(make([]byte, 1<<20), 64<<20)
+		var ev sseEvent
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case strings.HasPrefix(line, "event: "):
+				ev.name = line[len("event: "):]
+			case strings.HasPrefix(line, "data: "):
+				ev.data = line[len("data: "):]
+			case line == "" && ev.name != "":
+				ch <- ev
+				ev = sseEvent{}
+			}
+		}
+	}()
+	return ch
+}
+
+func TestOneShot(t *testing.T) {
+	c := newClient(t)
+	var r api.ExecuteResult
+	st := c.do("POST", "/v1/execute", api.OneShotRequest{
+		Code:  "print(1+1)\nprint(open('/mnt/data/in.txt').read())",
+		Files: []api.InputFile{{Path: "in.txt", Content: "hello"}},
+	}, &r)
+	if st != 200 {
+		t.Fatalf("status %d", st)
+	}
+	wantStatus(t, r, api.StatusOK)
+	if stdout(r) != "2\nhello\n" {
+		t.Errorf("stdout %q", stdout(r))
+	}
+}
+
+func TestCommands(t *testing.T) {
+	c := newClient(t)
+	id := c.session(api.CreateSessionRequest{})
+	var r api.CommandResult
+	c.do("POST", "/v1/sessions/"+id+"/commands", api.CommandRequest{Cmd: []string{"bash", "-c", "cat; echo err >&2; echo made > f.txt; exit 3"}, Stdin: "in\n"}, &r)
+	if r.Status != api.StatusError || r.ExitCode != 3 || r.Stdout != "in\n" || r.Stderr != "err\n" {
+		t.Errorf("command result %+v", r)
+	}
+	if len(r.Files) != 1 || r.Files[0].Path != "/mnt/data/f.txt" {
+		t.Errorf("files %+v", r.Files)
+	}
+	c.do("POST", "/v1/sessions/"+id+"/commands", api.CommandRequest{Cmd: []string{"sleep", "30"}, TimeoutS: 1}, &r)
+	if r.Status != api.StatusTimeout {
+		t.Errorf("sleep 30 with timeout 1: %+v", r)
+	}
+}
+
+func TestBadRequests(t *testing.T) {
+	c := newClient(t)
+	tests := []struct {
+		name, method, path, body string
+		status                   int
+		code                     string
+	}{
+		{"bad json", "POST", "/v1/sessions", "{", 400, api.CodeInvalidArgument},
+		{"unknown field", "POST", "/v1/sessions", `{"langauge":"python"}`, 400, api.CodeInvalidArgument},
+		{"wrong type", "POST", "/v1/sessions", `{"limits":{"memory_mb":"lots"}}`, 400, api.CodeInvalidArgument},
+		{"bad language", "POST", "/v1/sessions", `{"language":"cobol"}`, 400, api.CodeInvalidArgument},
+		{"limit above max", "POST", "/v1/sessions", `{"limits":{"memory_mb":999999}}`, 400, api.CodeInvalidArgument},
+		{"unknown session", "GET", "/v1/sessions/nope", "", 404, api.CodeNotFound},
+		{"execute unknown", "POST", "/v1/sessions/nope/execute", `{"code":"1"}`, 404, api.CodeNotFound},
+		{"execute empty body", "POST", "/v1/sessions/nope/execute", ``, 400, api.CodeInvalidArgument},
+		{"no route", "GET", "/v2/x", "", 404, api.CodeNotFound},
+		{"bad method", "PATCH", "/v1/sessions", "", 405, api.CodeInvalidArgument},
+		{"one-shot bad file path", "POST", "/v1/execute", `{"code":"1","files":[{"path":"../x","content":"a"}]}`, 400, api.CodeInvalidArgument},
+		{"huge body", "POST", "/v1/execute", `{"code":"` + strings.Repeat("x", 9<<20) + `"}`, 413, api.CodeTooLarge},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var e api.ErrorBody
+			st := c.do(tt.method, tt.path, tt.body, &e)
+			if st != tt.status || e.Error.Code != tt.code || e.Error.Message == "" {
+				t.Errorf("status %d, error %+v; want %d %s", st, e, tt.status, tt.code)
+			}
+		})
+	}
+}
+
+func TestOpenAPIMatchesRoutes(t *testing.T) {
+	c := newClient(t)
+	var doc struct {
+		Paths map[string]map[string]any `json:"paths"`
+	}
+	if st := c.do("GET", "/v1/openapi.json", nil, &doc); st != 200 {
+		t.Fatalf("status %d", st)
+	}
+	// Every documented operation is routed (a 404 here would be the mux's "no route").
+	for p, ops := range doc.Paths {
+		for method := range ops {
+			if method == "parameters" {
+				continue
+			}
+			path := strings.NewReplacer("{id}", "nope", "{path}", "f.txt").Replace(p)
+			req, _ := http.NewRequest(strings.ToUpper(method), c.url+path, strings.NewReader("{}"))
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var e api.ErrorBody
+			json.NewDecoder(resp.Body).Decode(&e)
+			resp.Body.Close()
+			if st := resp.StatusCode; st == 405 || (st == 404 && strings.HasPrefix(e.Error.Message, "no route")) {
+				t.Errorf("%s %s is documented but not routed (status %d)", method, p, resp.StatusCode)
+			}
+		}
+	}
+	for _, p := range []string{"/v1/sessions", "/v1/sessions/{id}/execute", "/v1/sessions/{id}/files/{path}", "/v1/execute", "/healthz", "/metrics"} {
+		if _, ok := doc.Paths[p]; !ok {
+			t.Errorf("%s is routed but not documented", p)
+		}
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	c := newClient(t)
+	id := c.session(api.CreateSessionRequest{})
+	c.exec(id, "1", 0)
+	resp, err := http.Get(c.url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, m := range []string{"cellbox_sessions ", "cellbox_pool_size ", `cellbox_executions_total{kind="execute",status="ok"}`, "cellbox_execution_duration_seconds_bucket"} {
+		if !bytes.Contains(b, []byte(m)) {
+			t.Errorf("metrics lack %s", m)
+		}
+	}
+}
+
+func hostIP(t *testing.T) string {
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		if ip, ok := a.(*net.IPNet); ok && !ip.IP.IsLoopback() && ip.IP.To4() != nil {
+			return ip.IP.String()
+		}
+	}
+	t.Skip("no non-loopback IPv4 address on this host")
+	return ""
+}

@@ -1,0 +1,250 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"path"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cellbox/cellbox/api"
+	"github.com/cellbox/cellbox/internal/errdefs"
+)
+
+func (s *server) createSession(w http.ResponseWriter, r *http.Request) {
+	var req api.CreateSessionRequest
+	if err := s.decodeOptional(w, r, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	sess, err := s.m.Create(r.Context(), req)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, sess)
+}
+
+func (s *server) listSessions(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, api.SessionList{Sessions: s.m.List()})
+}
+
+func (s *server) getSession(w http.ResponseWriter, r *http.Request) {
+	sess, err := s.m.Get(r.PathValue("id"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sess)
+}
+
+func (s *server) deleteSession(w http.ResponseWriter, r *http.Request) {
+	if err := s.m.Delete(r.Context(), r.PathValue("id")); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *server) interrupt(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if err := s.m.Interrupt(r.Context(), id); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.getSession(w, r)
+}
+
+func (s *server) restart(w http.ResponseWriter, r *http.Request) {
+	if err := s.m.Restart(r.Context(), r.PathValue("id")); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.getSession(w, r)
+}
+
+func (s *server) execute(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	var req api.ExecuteRequest
+	if err := s.decode(w, r, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if _, err := s.m.Get(id); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.run(w, r, func(onOutput func(api.Output)) (*api.ExecuteResult, error) {
+		return s.m.Execute(r.Context(), id, req, onOutput)
+	})
+}
+
+func (s *server) oneShot(w http.ResponseWriter, r *http.Request) {
+	var req api.OneShotRequest
+	if err := s.decode(w, r, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.run(w, r, func(onOutput func(api.Output)) (*api.ExecuteResult, error) {
+		return s.m.OneShot(r.Context(), req, onOutput)
+	})
+}
+
+// run answers an execution as one JSON result, or as Server-Sent Events when the client
+// accepts text/event-stream: an "output" event per output as it happens, then one "result"
+// (or "error") event, then the end of the response.
+func (s *server) run(w http.ResponseWriter, r *http.Request, exec func(onOutput func(api.Output)) (*api.ExecuteResult, error)) {
+	if !strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
+		res, err := exec(nil)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, res)
+		return
+	}
+	ev := startSSE(w)
+	defer ev.stop()
+	res, err := exec(func(o api.Output) { ev.send("output", o) })
+	if err != nil {
+		ev.send("error", api.ErrorBody{Error: s.errorDetail(r, err)})
+		return
+	}
+	ev.send("result", res)
+}
+
+// sseKeepalive is how often a comment line keeps an idle event stream open through proxies.
+const sseKeepalive = 15 * time.Second
+
+type sseWriter struct {
+	mu   sync.Mutex
+	w    http.ResponseWriter
+	rc   *http.ResponseController
+	done chan struct{}
+}
+
+func startSSE(w http.ResponseWriter) *sseWriter {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	e := &sseWriter{w: w, rc: http.NewResponseController(w), done: make(chan struct{})}
+	e.rc.Flush()
+	go func() {
+		t := time.NewTicker(sseKeepalive)
+		defer t.Stop()
+		for {
+			select {
+			case <-e.done:
+				return
+			case <-t.C:
+				e.mu.Lock()
+				io.WriteString(e.w, ": keepalive\n\n")
+				e.rc.Flush()
+				e.mu.Unlock()
+			}
+		}
+	}()
+	return e
+}
+
+// send writes one event; errors (a gone client) are ignored: the request's context ends
+// and the execution is interrupted.
+func (e *sseWriter) send(event string, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	fmt.Fprintf(e.w, "event: %s\ndata: %s\n\n", event, b)
+	e.rc.Flush()
+}
+
+func (e *sseWriter) stop() { close(e.done) }
+
+func (s *server) command(w http.ResponseWriter, r *http.Request) {
+	var req api.CommandRequest
+	if err := s.decode(w, r, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	res, err := s.m.Command(r.Context(), r.PathValue("id"), req)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+func (s *server) listFiles(w http.ResponseWriter, r *http.Request) {
+	list, err := s.m.ListFiles(r.Context(), r.PathValue("id"), r.URL.Query().Get("path"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, list)
+}
+
+func (s *server) putFile(w http.ResponseWriter, r *http.Request) {
+	if r.ContentLength > s.opts.MaxUploadBytes {
+		s.writeError(w, r, fmt.Errorf("file is %d bytes; this server takes at most %d: %w", r.ContentLength, s.opts.MaxUploadBytes, errdefs.ErrTooLarge))
+		return
+	}
+	body := http.MaxBytesReader(w, r.Body, s.opts.MaxUploadBytes)
+	info, err := s.m.PutFile(r.Context(), r.PathValue("id"), r.PathValue("path"), body)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, info)
+}
+
+func (s *server) getFile(w http.ResponseWriter, r *http.Request) {
+	info, rc, err := s.m.GetFile(r.Context(), r.PathValue("id"), r.PathValue("path"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	defer rc.Close()
+	h := w.Header()
+	ctype := mime.TypeByExtension(path.Ext(info.Name))
+	if ctype == "" {
+		ctype = "application/octet-stream"
+	}
+	h.Set("Content-Type", ctype)
+	h.Set("Content-Length", strconv.FormatInt(info.Size, 10))
+	// Files are written by untrusted code: never let a browser run them on our origin.
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Content-Security-Policy", "sandbox")
+	disp := mime.FormatMediaType("attachment", map[string]string{"filename": info.Name})
+	if disp == "" {
+		disp = "attachment"
+	}
+	h.Set("Content-Disposition", disp)
+	h.Set("Last-Modified", info.ModTime.UTC().Format(http.TimeFormat))
+	w.WriteHeader(http.StatusOK)
+	if r.Method == http.MethodHead {
+		return
+	}
+	if _, err := io.Copy(w, rc); err != nil {
+		// Headers are gone; the short body tells the client. Abort the connection so a
+		// truncated file is never taken for a whole one.
+		s.log.Warn("download interrupted", "session_id", r.PathValue("id"), "err", err)
+		panic(http.ErrAbortHandler)
+	}
+}
+
+func (s *server) deleteFile(w http.ResponseWriter, r *http.Request) {
+	if err := s.m.DeleteFile(r.Context(), r.PathValue("id"), r.PathValue("path")); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}

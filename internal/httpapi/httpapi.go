@@ -1,0 +1,215 @@
+// Package httpapi serves cellbox's REST API v1 (JSON, with Server-Sent Events for
+// executions), its OpenAPI document, /healthz and /metrics over a session.Manager.
+//
+// Errors become HTTP statuses in exactly one place (writeError). Not for: MCP, or anything
+// that decides what a session does (package session).
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/cellbox/cellbox/api"
+	"github.com/cellbox/cellbox/internal/errdefs"
+	"github.com/cellbox/cellbox/internal/session"
+)
+
+// Options configures the handler.
+type Options struct {
+	MaxBodyBytes   int64 // a JSON request body
+	MaxUploadBytes int64 // one uploaded file
+	Logger         *slog.Logger
+	Gatherer       prometheus.Gatherer // for /metrics; nil: none
+}
+
+type server struct {
+	m    *session.Manager
+	opts Options
+	log  *slog.Logger
+}
+
+// New returns the API's handler.
+func New(m *session.Manager, opts Options) http.Handler {
+	s := &server{m: m, opts: opts, log: opts.Logger}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/sessions", s.createSession)
+	mux.HandleFunc("GET /v1/sessions", s.listSessions)
+	mux.HandleFunc("GET /v1/sessions/{id}", s.getSession)
+	mux.HandleFunc("DELETE /v1/sessions/{id}", s.deleteSession)
+	mux.HandleFunc("POST /v1/sessions/{id}/execute", s.execute)
+	mux.HandleFunc("POST /v1/sessions/{id}/interrupt", s.interrupt)
+	mux.HandleFunc("POST /v1/sessions/{id}/restart", s.restart)
+	mux.HandleFunc("POST /v1/sessions/{id}/commands", s.command)
+	mux.HandleFunc("GET /v1/sessions/{id}/files", s.listFiles)
+	mux.HandleFunc("PUT /v1/sessions/{id}/files/{path...}", s.putFile)
+	mux.HandleFunc("GET /v1/sessions/{id}/files/{path...}", s.getFile)
+	mux.HandleFunc("DELETE /v1/sessions/{id}/files/{path...}", s.deleteFile)
+	mux.HandleFunc("POST /v1/execute", s.oneShot)
+	mux.HandleFunc("GET /v1/openapi.json", serveOpenAPI)
+	mux.HandleFunc("GET /healthz", s.health)
+	if opts.Gatherer != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{}))
+	}
+	return s.wrap(mux)
+}
+
+// wrap adds request logging and turns the mux's plain-text 404 and 405 into the error shape.
+func (s *server) wrap(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		_, pattern := mux.Handler(r)
+		rw := &statusWriter{ResponseWriter: w}
+		if pattern == "" {
+			// Tell 405 from 404 the way the mux would, but with the error shape.
+			code, msg := http.StatusNotFound, fmt.Sprintf("no route %s %s: see GET /v1/openapi.json", r.Method, r.URL.Path)
+			for _, m := range []string{"GET", "POST", "PUT", "DELETE"} {
+				probe := r.Clone(r.Context())
+				probe.Method = m
+				if _, p := mux.Handler(probe); p != "" && m != r.Method {
+					code, msg = http.StatusMethodNotAllowed, fmt.Sprintf("method %s is not allowed on %s", r.Method, r.URL.Path)
+					break
+				}
+			}
+			writeJSON(rw, code, api.ErrorBody{Error: api.ErrorDetail{Code: codeForStatus(code), Message: msg}})
+		} else {
+			mux.ServeHTTP(rw, r)
+		}
+		s.log.Debug("http request", "method", r.Method, "path", r.URL.Path, "status", rw.status, "duration_ms", time.Since(start).Milliseconds())
+	})
+}
+
+func codeForStatus(status int) string {
+	if status == http.StatusMethodNotAllowed {
+		return api.CodeInvalidArgument
+	}
+	return api.CodeNotFound
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// httpStatus maps the error vocabulary to HTTP, in one place.
+func httpStatus(code string) int {
+	switch code {
+	case api.CodeInvalidArgument:
+		return http.StatusBadRequest
+	case api.CodeNotFound:
+		return http.StatusNotFound
+	case api.CodeResourceExhausted:
+		return http.StatusTooManyRequests
+	case api.CodeTooLarge:
+		return http.StatusRequestEntityTooLarge
+	case api.CodeFailedPrecondition:
+		return http.StatusConflict
+	case api.CodeUnavailable:
+		return http.StatusServiceUnavailable
+	case api.CodeCanceled:
+		return 499
+	}
+	return http.StatusInternalServerError
+}
+
+// errorDetail classifies err; an unclassified error is logged and not shown in detail.
+func (s *server) errorDetail(r *http.Request, err error) api.ErrorDetail {
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		err = fmt.Errorf("request body is larger than this server's limit of %d bytes: %w", mbe.Limit, errdefs.ErrTooLarge)
+	}
+	if r.Context().Err() != nil && errors.Is(err, r.Context().Err()) {
+		err = fmt.Errorf("request canceled: %w", errdefs.ErrCanceled)
+	}
+	code := errdefs.Code(err)
+	msg := err.Error()
+	if code == api.CodeInternal {
+		s.log.Error("internal error", "method", r.Method, "path", r.URL.Path, "err", err)
+		msg = "internal error; the server log has the details"
+	}
+	return api.ErrorDetail{Code: code, Message: msg}
+}
+
+func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	d := s.errorDetail(r, err)
+	writeJSON(w, httpStatus(d.Code), api.ErrorBody{Error: d})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		b = []byte(`{"error":{"code":"internal","message":"encode response"}}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
+}
+
+// decode reads a JSON body of at most MaxBodyBytes into v, refusing unknown fields so a
+// typo is an error rather than a silently ignored setting.
+func (s *server) decode(w http.ResponseWriter, r *http.Request, v any) error {
+	r.Body = http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes)
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return err
+		}
+		if errors.Is(err, io.EOF) {
+			return errEmptyBody
+		}
+		return fmt.Errorf("request body is not valid JSON for this call: %s: %w", err.Error(), errdefs.ErrInvalidArgument)
+	}
+	if dec.More() {
+		return fmt.Errorf("request body has data after the JSON object: %w", errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+var errEmptyBody = fmt.Errorf("request body is empty; send a JSON object: %w", errdefs.ErrInvalidArgument)
+
+// decodeOptional is decode for calls whose body may be empty.
+func (s *server) decodeOptional(w http.ResponseWriter, r *http.Request, v any) error {
+	if err := s.decode(w, r, v); err != nil && err != errEmptyBody {
+		return err
+	}
+	return nil
+}
+
+func (s *server) health(w http.ResponseWriter, r *http.Request) {
+	n, pool := s.m.Stats()
+	writeJSON(w, http.StatusOK, api.Health{Status: "ok", Backend: s.m.Backend(), Sessions: n, Pool: pool})
+}

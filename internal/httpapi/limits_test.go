@@ -1,0 +1,211 @@
+package httpapi_test
+
+// Limits and isolation, attacked through the public API as a model's code would.
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cellbox/cellbox/api"
+)
+
+func contextWithTimeout(d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), d)
+}
+
+func TestTimeoutKeepsState(t *testing.T) {
+	c := newClient(t)
+	id := c.session(api.CreateSessionRequest{})
+	c.exec(id, "x = 5", 0)
+	r := c.exec(id, "while True: pass", 2)
+	wantStatus(t, r, api.StatusTimeout)
+	if r.DurationMS > 10_000 {
+		t.Errorf("timeout of 2 s took %d ms", r.DurationMS)
+	}
+	if result(c.exec(id, "x", 0)) != "5" {
+		t.Fatal("variables lost after a timeout")
+	}
+}
+
+func TestMemoryLimit(t *testing.T) {
+	c := newClient(t)
+	id := c.session(api.CreateSessionRequest{Limits: &api.Limits{MemoryMB: 256}})
+	c.exec(id, "open('/mnt/data/kept.txt', 'w').write('k')", 0)
+	r := c.exec(id, "b = b'x' * (600 * 1024 * 1024)", 30)
+	wantStatus(t, r, api.StatusOOM)
+	if !strings.Contains(r.Message, "memory") {
+		t.Errorf("oom message %q", r.Message)
+	}
+	r = c.exec(id, "print(open('/mnt/data/kept.txt').read(), 1 + 1)", 0)
+	wantStatus(t, r, api.StatusOK)
+	if stdout(r) != "k 2\n" {
+		t.Errorf("after oom: %q", stdout(r))
+	}
+}
+
+func TestForkBombStopsAtPidsLimit(t *testing.T) {
+	c := newClient(t)
+	id := c.session(api.CreateSessionRequest{Limits: &api.Limits{Pids: 64}})
+	r := c.exec(id, `import os, time
+n = 0
+try:
+    while True:
+        if os.fork() == 0:
+            time.sleep(60)
+            os._exit(0)
+        n += 1
+except OSError as e:
+    print("stopped", n, type(e).__name__)
+`, 20)
+	wantStatus(t, r, api.StatusOK)
+	var n int
+	var ename string
+	if _, err := fmt.Sscanf(stdout(r), "stopped %d %s", &n, &ename); err != nil || n >= 64 {
+		t.Fatalf("fork loop: %q", stdout(r))
+	}
+	var cr api.CommandResult
+	c.do("POST", "/v1/sessions/"+id+"/commands", api.CommandRequest{Cmd: []string{"bash", "-c", ":(){ :|:& };:"}, TimeoutS: 3}, &cr)
+	if cr.Status == api.StatusOK {
+		t.Errorf("bash fork bomb: %+v", cr)
+	}
+	// The server and other sessions are fine.
+	if st := c.do("GET", "/healthz", nil, nil); st != 200 {
+		t.Fatalf("healthz %d", st)
+	}
+	other := c.session(api.CreateSessionRequest{})
+	if result(c.exec(other, "6*7", 0)) != "42" {
+		t.Fatal("another session does not run")
+	}
+}
+
+func TestDiskQuota(t *testing.T) {
+	c := newClient(t)
+	id := c.session(api.CreateSessionRequest{Limits: &api.Limits{DiskMB: 32}})
+	r := c.exec(id, "with open('/mnt/data/big', 'wb') as f:\n    for _ in range(64): f.write(b'\\0' * (1 << 20))", 30)
+	wantStatus(t, r, api.StatusError)
+	last := r.Outputs[len(r.Outputs)-1]
+	if last.EName != "OSError" || !strings.Contains(last.EValue, "No space left") {
+		t.Errorf("writing past the quota: %+v", last)
+	}
+}
+
+func TestOutputCap(t *testing.T) {
+	c := newClient(t)
+	id := c.session(api.CreateSessionRequest{})
+	r := c.exec(id, "print('x' * 20_000_000)\nprint('after')", 30)
+	wantStatus(t, r, api.StatusOK)
+	n := 0
+	for _, o := range r.Outputs {
+		n += len(o.Text)
+	}
+	if !r.Truncated || n > 1<<20+4096 {
+		t.Errorf("truncated %v, %d bytes of text", r.Truncated, n)
+	}
+	if result(c.exec(id, "2+2", 0)) != "4" {
+		t.Error("session unusable after a 20 MB print")
+	}
+}
+
+func TestIsolation(t *testing.T) {
+	c := newClient(t)
+	id := c.session(api.CreateSessionRequest{})
+	host := hostIP(t)
+	_, port, _ := net.SplitHostPort(strings.TrimPrefix(c.url, "http://"))
+	ln, err := net.Listen("tcp", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, lport, _ := net.SplitHostPort(ln.Addr().String())
+	code := fmt.Sprintf(`import os, socket
+def reach(h, p):
+    try:
+        socket.create_connection((h, int(p)), timeout=2).close()
+        return "reached"
+    except OSError as e:
+        return type(e).__name__
+print("net", sorted(os.listdir('/sys/class/net')))
+print("server", reach('127.0.0.1', %q), reach(%q, %q))
+print("listener", reach(%q, %q))
+print("uid", os.getuid())
+try:
+    open('/etc/shadow').read(); print("shadow read")
+except OSError as e:
+    print("shadow", type(e).__name__)
+for p in ['/usr/evil', '/evil']:
+    try:
+        open(p, 'w'); print("wrote", p)
+    except OSError as e:
+        print("write", p, e.errno)
+print("home", sorted(os.listdir('/')))
+`, port, host, port, host, lport)
+	r := c.exec(id, code, 30)
+	wantStatus(t, r, api.StatusOK)
+	out := stdout(r)
+	for _, want := range []string{"net ['lo']\n", "server ConnectionRefusedError", "uid 1000\n", "shadow FileNotFoundError\n", "write /usr/evil 30\n", "write /evil 30\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "reached") || strings.Contains(out, "root") {
+		t.Errorf("sandbox reached the host or saw /root:\n%s", out)
+	}
+}
+
+// TestFileAPIAttacks: paths with .., absolute paths and symlinks made inside the sandbox
+// must never make the server read or write a host file.
+func TestFileAPIAttacks(t *testing.T) {
+	c := newClient(t)
+	id := c.session(api.CreateSessionRequest{})
+	secretDir := t.TempDir()
+	secret := filepath.Join(secretDir, "secret.txt")
+	os.WriteFile(secret, []byte("host secret"), 0o644)
+	r := c.exec(id, fmt.Sprintf(`import os
+os.symlink(%q, '/mnt/data/link')
+os.symlink(%q, '/mnt/data/dirlink')
+os.symlink('/', '/mnt/data/root')
+os.symlink('/etc/passwd', '/mnt/data/passwd')`, secret, secretDir), 0)
+	wantStatus(t, r, api.StatusOK)
+	refused := func(st int) bool { return st == http.StatusBadRequest || st == http.StatusNotFound }
+	for _, p := range []string{
+		"..%2F..%2Fetc%2Fpasswd", "%2E%2E/x", "a/%2e%2e/%2e%2e/x", "%2Fetc%2Fpasswd",
+		"link", "dirlink/secret.txt", "root/etc/hostname", "passwd",
+	} {
+		t.Run(p, func(t *testing.T) {
+			var e api.ErrorBody
+			if st := c.do("GET", "/v1/sessions/"+id+"/files/"+p, nil, &e); !refused(st) {
+				t.Errorf("GET %s: status %d", p, st)
+			}
+			if p == "link" || p == "passwd" {
+				return // the name itself is in the workspace: PUT and DELETE act on the link, below
+			}
+			if st := c.do("PUT", "/v1/sessions/"+id+"/files/"+p, "pwned", &e); !refused(st) {
+				t.Errorf("PUT %s: status %d", p, st)
+			}
+			if st := c.do("DELETE", "/v1/sessions/"+id+"/files/"+p, nil, &e); !refused(st) {
+				t.Errorf("DELETE %s: status %d", p, st)
+			}
+		})
+	}
+	// Writing to or deleting a symlink's own name replaces or removes the link, never its target.
+	c.do("PUT", "/v1/sessions/"+id+"/files/passwd", "pwned", nil)
+	c.do("DELETE", "/v1/sessions/"+id+"/files/link", nil, nil)
+	r = c.exec(id, "print(open('/etc/passwd').read().startswith('root:') or 'user' in open('/etc/passwd').read())", 0)
+	if stdout(r) != "True\n" {
+		t.Errorf("the sandbox's /etc/passwd changed: %q", stdout(r))
+	}
+	if b, _ := os.ReadFile(secret); string(b) != "host secret" {
+		t.Fatalf("host file changed: %q", b)
+	}
+	var e api.ErrorBody
+	if st := c.do("GET", "/v1/sessions/"+id+"/files?path=root", nil, &e); st != http.StatusBadRequest {
+		t.Errorf("list through symlink: %d %+v", st, e)
+	}
+}

@@ -1,0 +1,159 @@
+// Package server wires one cellbox server together: config → sandbox backend → workspace
+// store → session manager → HTTP handler and listener. The serve and run commands and the
+// end-to-end tests all start a server through it.
+//
+// Not for: any behaviour of its own; each part lives in its package.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/cellbox/cellbox/internal/config"
+	"github.com/cellbox/cellbox/internal/httpapi"
+	"github.com/cellbox/cellbox/internal/sandbox"
+	"github.com/cellbox/cellbox/internal/sandbox/local"
+	"github.com/cellbox/cellbox/internal/sandbox/runc"
+	"github.com/cellbox/cellbox/internal/session"
+	"github.com/cellbox/cellbox/internal/workspace"
+)
+
+// Server is a running cellbox server.
+type Server struct {
+	Manager *session.Manager
+	// URL is where the REST API listens, e.g. http://127.0.0.1:8080.
+	URL  string
+	http *http.Server
+}
+
+// Options are what the config does not say.
+type Options struct {
+	// GuestBinary is the cellbox binary the sandboxes run as their guest; default: this
+	// program's own binary.
+	GuestBinary string
+	Logger      *slog.Logger
+	// Quiet drops the local-unsafe warning on stderr (the log still has it).
+	Quiet bool
+}
+
+// NewLogger returns the text logger on stderr at the given level name.
+func NewLogger(level string) *slog.Logger {
+	var l slog.Level
+	l.UnmarshalText([]byte(level))
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+}
+
+// NewBackend builds the configured sandbox backend.
+func NewBackend(cfg config.Config, opts Options) (sandbox.Backend, error) {
+	log := opts.Logger
+	exe := opts.GuestBinary
+	if exe == "" {
+		var err error
+		if exe, err = os.Executable(); err != nil {
+			return nil, fmt.Errorf("find the cellbox binary: %w", err)
+		}
+	}
+	exe, err := filepath.EvalSymlinks(exe)
+	if err != nil {
+		return nil, fmt.Errorf("find the cellbox binary: %w", err)
+	}
+	switch cfg.Backend {
+	case "runc":
+		return runc.New(runc.Config{
+			Runtime:     cfg.Runtime,
+			StateDir:    filepath.Join(cfg.StateDir, "runc"),
+			GuestBinary: exe,
+			MPLCache:    fontCache(cfg, log),
+			Logger:      log,
+		})
+	case "local-unsafe":
+		if !opts.Quiet {
+			fmt.Fprintln(os.Stderr, "cellbox: WARNING: backend local-unsafe isolates NOTHING: code runs as this user, with this machine's files and network. Use it for development only.")
+		}
+		return local.New(local.Config{GuestBinary: exe, Logger: log})
+	}
+	return nil, fmt.Errorf("unknown backend %q", cfg.Backend)
+}
+
+// fontCache builds matplotlib's font cache once (see session.PrepareFontCache).
+func fontCache(cfg config.Config, log *slog.Logger) string {
+	dir, err := session.PrepareFontCache(context.Background(), cfg.Python, filepath.Join(cfg.StateDir, "mplcache"))
+	if err != nil {
+		log.Warn("could not build matplotlib's font cache; each sandbox will build its own", "err", err)
+		return ""
+	}
+	return dir
+}
+
+// Start wires config → backend → workspaces → manager → HTTP and starts listening on
+// cfg.Addr (port 0 picks a free one; see URL).
+func Start(ctx context.Context, cfg config.Config, opts Options) (*Server, error) {
+	log := opts.Logger
+	if log == nil {
+		log = NewLogger(cfg.LogLevel)
+		opts.Logger = log
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
+		return nil, fmt.Errorf("state dir: %w", err)
+	}
+	backend, err := NewBackend(cfg, opts)
+	if err != nil {
+		return nil, err
+	}
+	quota := cfg.Quota
+	if cfg.Backend == "local-unsafe" && quota == "auto" {
+		quota = "none" // a loop mount needs root, which local-unsafe is meant to do without
+	}
+	store, err := workspace.NewStore(workspace.StoreConfig{Dir: filepath.Join(cfg.StateDir, "workspaces"), Logger: log, Quota: quota})
+	if err != nil {
+		return nil, err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m, err := session.New(ctx, cfg, backend, store, log, reg)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		m.Shutdown(ctx)
+		return nil, fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+	}
+	h := httpapi.New(m, httpapi.Options{
+		MaxBodyBytes:   cfg.MaxBodyBytes,
+		MaxUploadBytes: cfg.MaxUploadBytes,
+		Logger:         log,
+		Gatherer:       reg,
+	})
+	s := &Server{
+		Manager: m,
+		http:    &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second},
+		URL:     "http://" + ln.Addr().String(),
+	}
+	go func() {
+		if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("http server", "err", err)
+		}
+	}()
+	return s, nil
+}
+
+// Shutdown interrupts running cells, stops every sandbox and closes the listener;
+// workspaces are kept.
+func (s *Server) Shutdown(ctx context.Context) error {
+	// Stop taking requests, but let running ones end: the manager interrupts their cells.
+	done := make(chan error, 1)
+	go func() { done <- s.http.Shutdown(ctx) }()
+	err := s.Manager.Shutdown(ctx)
+	return errors.Join(err, <-done)
+}

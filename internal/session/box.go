@@ -1,0 +1,108 @@
+package session
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"time"
+
+	"github.com/cellbox/cellbox/api"
+	"github.com/cellbox/cellbox/internal/guestproto"
+	"github.com/cellbox/cellbox/internal/sandbox"
+)
+
+// box is a started sandbox whose guest has been dialed and configured: a ready kernel.
+type box struct {
+	id     string // also the workspace id
+	ws     string // the workspace's host folder
+	sb     sandbox.Sandbox
+	guest  *guestproto.Client
+	limits api.Limits
+	env    map[string]string
+}
+
+func newID() string {
+	var b [12]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand never fails on Linux
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// startBox creates a workspace (unless ws names an existing one), a sandbox, dials its
+// guest and starts its kernel. On failure everything it made is undone.
+func (m *Manager) startBox(ctx context.Context, id string, limits api.Limits, env map[string]string, ws string) (_ *box, err error) {
+	start := time.Now()
+	reuse := ws != ""
+	if !reuse {
+		if ws, err = m.store.Create(ctx, id, limits.DiskMB); err != nil {
+			return nil, fmt.Errorf("create workspace: %w", err)
+		}
+	}
+	defer func() {
+		if err != nil && !reuse {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			m.store.Remove(cctx, id)
+		}
+	}()
+	sb, err := m.backend.Create(ctx, sandbox.Spec{
+		ID:        id,
+		Workspace: ws,
+		Limits: sandbox.Limits{
+			MemoryMB: limits.MemoryMB,
+			CPUs:     limits.CPUs,
+			Pids:     limits.Pids,
+			TmpMB:    m.cfg.TmpMB,
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("start sandbox: %w", err)
+	}
+	stop := func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		sb.Stop(cctx)
+	}
+	g, err := guestproto.Dial(ctx, sb.Conn())
+	if err != nil {
+		stop()
+		return nil, err
+	}
+	err = g.Configure(ctx, guestproto.Config{
+		Python:          m.cfg.Python,
+		Preimport:       m.cfg.Preimport,
+		Env:             env,
+		MaxOutputBytes:  m.cfg.MaxOutputBytes,
+		MaxRichBytes:    m.cfg.MaxRichBytes,
+		DefaultTimeoutS: m.cfg.ExecTimeout.Seconds(),
+		InterruptGraceS: m.cfg.InterruptGrace.Seconds(),
+		MemoryMB:        limits.MemoryMB,
+	})
+	if err != nil {
+		g.Close()
+		stop()
+		return nil, err
+	}
+	m.metrics.sandboxStart.Observe(time.Since(start).Seconds())
+	return &box{id: id, ws: ws, sb: sb, guest: g, limits: limits, env: env}, nil
+}
+
+// stop ends the sandbox; the workspace stays where it is.
+func (b *box) stop(ctx context.Context) error {
+	b.guest.Close()
+	return b.sb.Stop(ctx)
+}
+
+// alive reports whether the sandbox and its guest still run.
+func (b *box) alive() bool {
+	select {
+	case <-b.sb.Done():
+		return false
+	case <-b.guest.Done():
+		return false
+	default:
+		return true
+	}
+}

@@ -1,0 +1,666 @@
+// Package session runs cellbox's sessions: it creates them (from a warm pool of ready
+// sandboxes when it can), looks them up, serializes their executions, ends idle ones,
+// cleans up after a crash and shuts down without leaving anything running.
+//
+// It speaks to sandboxes only through sandbox.Backend and the guest protocol client, and to
+// workspaces only through workspace.Store. Not for: HTTP (package httpapi) or the LLM loop.
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cellbox/cellbox/api"
+	"github.com/cellbox/cellbox/internal/config"
+	"github.com/cellbox/cellbox/internal/errdefs"
+	"github.com/cellbox/cellbox/internal/guestproto"
+	"github.com/cellbox/cellbox/internal/sandbox"
+	"github.com/cellbox/cellbox/internal/workspace"
+)
+
+// Manager owns every session and the warm pool.
+type Manager struct {
+	cfg     config.Config
+	backend sandbox.Backend
+	store   *workspace.Store
+	log     *slog.Logger
+	metrics *metrics
+
+	mu       sync.Mutex
+	sessions map[string]*Session
+	starting int // slots reserved by sessions and one-shots being set up or running
+	pool     []*box
+	closed   bool
+
+	poolWake chan struct{}
+	stopBg   context.CancelFunc
+	bg       sync.WaitGroup
+}
+
+// Session is one live session. Its exported view is api.Session (Manager.Get).
+type Session struct {
+	id       string
+	language string
+	idle     time.Duration
+	created  time.Time
+	turn     chan struct{} // holds one token while an execution or command runs
+
+	mu         sync.Mutex
+	box        *box
+	lastActive time.Time
+	busy       bool
+	execCount  int
+	closed     bool
+}
+
+// New starts a Manager: it cleans up sandboxes a crashed earlier run left, then fills the
+// warm pool and reaps idle sessions in the background until Shutdown.
+func New(ctx context.Context, cfg config.Config, backend sandbox.Backend, store *workspace.Store, log *slog.Logger, reg prometheus.Registerer) (*Manager, error) {
+	if err := backend.Cleanup(ctx); err != nil {
+		return nil, fmt.Errorf("clean up sandboxes of an earlier run: %w", err)
+	}
+	m := &Manager{
+		cfg:      cfg,
+		backend:  backend,
+		store:    store,
+		log:      log,
+		sessions: map[string]*Session{},
+		poolWake: make(chan struct{}, 1),
+	}
+	m.metrics = newMetrics(reg, m)
+	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	m.stopBg = cancel
+	m.bg.Add(2)
+	go m.fillPool(bg)
+	go m.reap(bg)
+	m.wakePool()
+	return m, nil
+}
+
+// Backend is the name of the sandbox backend in use.
+func (m *Manager) Backend() string { return m.backend.Name() }
+
+// Stats returns the number of live sessions and of warm sandboxes.
+func (m *Manager) Stats() (sessions, pool int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.sessions), len(m.pool)
+}
+
+// defaults are the limits a session gets when it asks for nothing.
+func (m *Manager) defaults() api.Limits {
+	return api.Limits{MemoryMB: m.cfg.MemoryMB, CPUs: m.cfg.CPUs, Pids: m.cfg.Pids, DiskMB: m.cfg.DiskMB}
+}
+
+// limits resolves requested limits against the defaults and the server's maxima.
+func (m *Manager) limits(req *api.Limits) (api.Limits, error) {
+	l := m.defaults()
+	if req == nil {
+		return l, nil
+	}
+	var errs []error
+	set := func(name string, v, max float64, dst func()) {
+		switch {
+		case v < 0:
+			errs = append(errs, fmt.Errorf("limits.%s must not be negative", name))
+		case v > max:
+			errs = append(errs, fmt.Errorf("limits.%s %v is above this server's maximum %v", name, v, max))
+		case v > 0:
+			dst()
+		}
+	}
+	set("memory_mb", float64(req.MemoryMB), float64(m.cfg.MaxMemoryMB), func() { l.MemoryMB = req.MemoryMB })
+	set("cpus", req.CPUs, m.cfg.MaxCPUs, func() { l.CPUs = req.CPUs })
+	set("pids", float64(req.Pids), float64(m.cfg.MaxPids), func() { l.Pids = req.Pids })
+	set("disk_mb", float64(req.DiskMB), float64(m.cfg.MaxDiskMB), func() { l.DiskMB = req.DiskMB })
+	if req.MemoryMB > 0 && req.MemoryMB < 64 {
+		errs = append(errs, errors.New("limits.memory_mb must be at least 64: a Python kernel needs it"))
+	}
+	if req.Pids > 0 && req.Pids < 16 {
+		errs = append(errs, errors.New("limits.pids must be at least 16"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return l, fmt.Errorf("%w: %w", err, errdefs.ErrInvalidArgument)
+	}
+	return l, nil
+}
+
+const (
+	maxEnvVars  = 256
+	maxEnvBytes = 64 << 10
+)
+
+func checkEnv(env map[string]string) error {
+	if len(env) > maxEnvVars {
+		return fmt.Errorf("env has %d variables; at most %d: %w", len(env), maxEnvVars, errdefs.ErrInvalidArgument)
+	}
+	n := 0
+	for k, v := range env {
+		n += len(k) + len(v)
+		if !validEnvName(k) {
+			return fmt.Errorf("env name %q is not valid: use letters, digits and _, not starting with a digit: %w", k, errdefs.ErrInvalidArgument)
+		}
+		for _, c := range v {
+			if c == 0 {
+				return fmt.Errorf("env %s contains a NUL byte: %w", k, errdefs.ErrInvalidArgument)
+			}
+		}
+	}
+	if n > maxEnvBytes {
+		return fmt.Errorf("env is %d bytes; at most %d: %w", n, maxEnvBytes, errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+func validEnvName(k string) bool {
+	if k == "" || len(k) > 256 {
+		return false
+	}
+	for i, c := range k {
+		switch {
+		case c == '_', c >= 'A' && c <= 'Z', c >= 'a' && c <= 'z':
+		case c >= '0' && c <= '9' && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func checkLanguage(lang string) (string, error) {
+	switch lang {
+	case "", "python", "python3":
+		return "python", nil
+	}
+	return "", fmt.Errorf("language %q is not supported; use \"python\": %w", lang, errdefs.ErrInvalidArgument)
+}
+
+// reserve takes a slot under the session limit.
+func (m *Manager) reserve() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return fmt.Errorf("the server is shutting down: %w", errdefs.ErrUnavailable)
+	}
+	if len(m.sessions)+m.starting >= m.cfg.MaxSessions {
+		return fmt.Errorf("this server runs its maximum of %d sessions; end one (DELETE /v1/sessions/{id}) or retry later: %w",
+			m.cfg.MaxSessions, errdefs.ErrResourceExhausted)
+	}
+	m.starting++
+	return nil
+}
+
+func (m *Manager) unreserve() {
+	m.mu.Lock()
+	m.starting--
+	m.mu.Unlock()
+}
+
+// obtain returns a ready box: from the warm pool when the request asks for nothing special,
+// else a new one.
+func (m *Manager) obtain(ctx context.Context, limits api.Limits, env map[string]string) (*box, error) {
+	if limits == m.defaults() && len(env) == 0 {
+		if b := m.takePool(); b != nil {
+			m.metrics.poolHits.Inc()
+			return b, nil
+		}
+		m.metrics.poolMisses.Inc()
+	}
+	return m.startBox(ctx, newID(), limits, env, "")
+}
+
+// Create starts a new session.
+func (m *Manager) Create(ctx context.Context, req api.CreateSessionRequest) (*api.Session, error) {
+	lang, err := checkLanguage(req.Language)
+	if err != nil {
+		return nil, err
+	}
+	limits, err := m.limits(req.Limits)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkEnv(req.Env); err != nil {
+		return nil, err
+	}
+	idle := m.cfg.IdleTimeout
+	switch {
+	case req.IdleTimeoutS < 0:
+		return nil, fmt.Errorf("idle_timeout_s must not be negative: %w", errdefs.ErrInvalidArgument)
+	case time.Duration(req.IdleTimeoutS)*time.Second > m.cfg.MaxIdleTimeout:
+		return nil, fmt.Errorf("idle_timeout_s %d is above this server's maximum %d: %w",
+			req.IdleTimeoutS, int(m.cfg.MaxIdleTimeout.Seconds()), errdefs.ErrInvalidArgument)
+	case req.IdleTimeoutS > 0:
+		idle = time.Duration(req.IdleTimeoutS) * time.Second
+	}
+	if err := m.reserve(); err != nil {
+		return nil, err
+	}
+	defer m.unreserve()
+	b, err := m.obtain(ctx, limits, req.Env)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	s := &Session{id: b.id, language: lang, idle: idle, created: now, lastActive: now, box: b, turn: make(chan struct{}, 1)}
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		m.discard(context.WithoutCancel(ctx), b, false)
+		return nil, fmt.Errorf("the server is shutting down: %w", errdefs.ErrUnavailable)
+	}
+	m.sessions[s.id] = s
+	m.mu.Unlock()
+	m.log.Info("session created", "session_id", s.id, "memory_mb", limits.MemoryMB, "cpus", limits.CPUs)
+	v := s.view()
+	return &v, nil
+}
+
+func (s *Session) view() api.Session {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	state := "idle"
+	if s.busy {
+		state = "busy"
+	}
+	return api.Session{
+		ID:             s.id,
+		Language:       s.language,
+		State:          state,
+		Limits:         s.box.limits,
+		IdleTimeoutS:   int(s.idle.Seconds()),
+		ExecutionCount: s.execCount,
+		CreatedAt:      s.created.UTC(),
+		LastActiveAt:   s.lastActive.UTC(),
+	}
+}
+
+func (m *Manager) lookup(id string) (*Session, error) {
+	m.mu.Lock()
+	s, ok := m.sessions[id]
+	m.mu.Unlock()
+	if !ok {
+		if len(id) > 64 {
+			id = id[:64] + "..."
+		}
+		return nil, fmt.Errorf("no session %q: it never existed, ended, or was idle too long: %w", id, errdefs.ErrNotFound)
+	}
+	return s, nil
+}
+
+// Get describes a session.
+func (m *Manager) Get(id string) (*api.Session, error) {
+	s, err := m.lookup(id)
+	if err != nil {
+		return nil, err
+	}
+	v := s.view()
+	return &v, nil
+}
+
+// List describes every live session, oldest first.
+func (m *Manager) List() []api.Session {
+	m.mu.Lock()
+	all := make([]*Session, 0, len(m.sessions))
+	for _, s := range m.sessions {
+		all = append(all, s)
+	}
+	m.mu.Unlock()
+	out := make([]api.Session, 0, len(all))
+	for _, s := range all {
+		out = append(out, s.view())
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
+	return out
+}
+
+// Delete ends a session: everything in its sandbox is killed; its workspace is kept for
+// the retention period.
+func (m *Manager) Delete(ctx context.Context, id string) error {
+	m.mu.Lock()
+	s, ok := m.sessions[id]
+	delete(m.sessions, id)
+	m.mu.Unlock()
+	if !ok {
+		_, err := m.lookup(id)
+		return err
+	}
+	s.mu.Lock()
+	s.closed = true
+	b := s.box
+	s.mu.Unlock()
+	m.log.Info("session ended", "session_id", id)
+	return m.discard(ctx, b, true)
+}
+
+// discard stops a box and releases (keep) or removes its workspace.
+func (m *Manager) discard(ctx context.Context, b *box, keep bool) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+	defer cancel()
+	err := b.stop(ctx)
+	if err != nil {
+		m.log.Warn("stop sandbox", "sandbox_id", b.id, "err", err)
+	}
+	var werr error
+	if keep {
+		werr = m.store.Release(ctx, b.id)
+	} else {
+		werr = m.store.Remove(ctx, b.id)
+	}
+	if werr != nil {
+		m.log.Warn("release workspace", "session_id", b.id, "err", werr)
+	}
+	return errors.Join(err, werr)
+}
+
+// acquire waits for the session's turn. The returned func gives it back.
+func (s *Session) acquire(ctx context.Context) (*box, func(), error) {
+	select {
+	case s.turn <- struct{}{}:
+	case <-ctx.Done():
+		return nil, nil, fmt.Errorf("waiting for the session's running execution to finish: %w", ctx.Err())
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		<-s.turn
+		return nil, nil, fmt.Errorf("session %s ended: %w", s.id, errdefs.ErrNotFound)
+	}
+	s.busy = true
+	s.lastActive = time.Now()
+	b := s.box
+	s.mu.Unlock()
+	return b, func() {
+		s.mu.Lock()
+		s.busy = false
+		s.lastActive = time.Now()
+		s.mu.Unlock()
+		<-s.turn
+	}, nil
+}
+
+func (s *Session) current() *box {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lastActive = time.Now()
+	return s.box
+}
+
+func (m *Manager) timeout(t float64) (float64, error) {
+	switch {
+	case t < 0:
+		return 0, fmt.Errorf("timeout_s must not be negative: %w", errdefs.ErrInvalidArgument)
+	case t == 0:
+		return m.cfg.ExecTimeout.Seconds(), nil
+	case t > m.cfg.MaxExecTimeout.Seconds():
+		return 0, fmt.Errorf("timeout_s %v is above this server's maximum %v: %w", t, m.cfg.MaxExecTimeout.Seconds(), errdefs.ErrInvalidArgument)
+	}
+	return t, nil
+}
+
+// Execute runs code in a session, after any execution already running there. Outputs go
+// to onOutput as they happen (may be nil).
+func (m *Manager) Execute(ctx context.Context, id string, req api.ExecuteRequest, onOutput func(api.Output)) (*api.ExecuteResult, error) {
+	s, err := m.lookup(id)
+	if err != nil {
+		return nil, err
+	}
+	if req.TimeoutS, err = m.timeout(req.TimeoutS); err != nil {
+		return nil, err
+	}
+	b, release, err := s.acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	res, err := b.guest.Execute(ctx, req, onOutput)
+	if err != nil {
+		if res, err = m.afterGuestFailure(ctx, s, b, err); err != nil {
+			return nil, err
+		}
+	}
+	s.mu.Lock()
+	s.execCount = res.ExecutionCount
+	s.mu.Unlock()
+	m.metrics.observe("execute", res.Status, time.Duration(res.DurationMS)*time.Millisecond)
+	return res, nil
+}
+
+// afterGuestFailure handles a guest that stopped answering during an execution: unless the
+// session was ended meanwhile, a new sandbox replaces it on the same workspace, and the
+// execution is reported as crashed.
+func (m *Manager) afterGuestFailure(ctx context.Context, s *Session, b *box, err error) (*api.ExecuteResult, error) {
+	if b.alive() && !errors.Is(err, guestproto.ErrGuestGone) {
+		return nil, err
+	}
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return nil, fmt.Errorf("session %s ended while the code ran: %w", s.id, errdefs.ErrNotFound)
+	}
+	m.log.Warn("sandbox died; starting a new one on the same workspace", "session_id", s.id, "err", err)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+	b.stop(cctx)
+	cancel()
+	nb, serr := m.startBox(context.WithoutCancel(ctx), s.id, b.limits, b.env, b.ws)
+	if serr != nil {
+		m.Delete(context.WithoutCancel(ctx), s.id)
+		return nil, fmt.Errorf("the sandbox stopped and could not be restarted, so the session ended (its files are kept): %w", serr)
+	}
+	s.mu.Lock()
+	if s.closed { // ended while we restarted
+		s.mu.Unlock()
+		m.discard(ctx, nb, true)
+		return nil, fmt.Errorf("session %s ended while the code ran: %w", s.id, errdefs.ErrNotFound)
+	}
+	s.box = nb
+	s.mu.Unlock()
+	return &api.ExecuteResult{
+		Status:  api.StatusCrashed,
+		Outputs: []api.Output{},
+		Files:   []api.FileChange{},
+		Message: "the sandbox stopped unexpectedly and was restarted: variables are lost, files in /mnt/data are kept",
+	}, nil
+}
+
+// Interrupt stops the session's running cell, if any.
+func (m *Manager) Interrupt(ctx context.Context, id string) error {
+	s, err := m.lookup(id)
+	if err != nil {
+		return err
+	}
+	return s.current().guest.Interrupt(ctx)
+}
+
+// Restart interrupts whatever runs and gives the session a fresh kernel; files stay.
+func (m *Manager) Restart(ctx context.Context, id string) error {
+	s, err := m.lookup(id)
+	if err != nil {
+		return err
+	}
+	if err := s.current().guest.Interrupt(ctx); err != nil && !errors.Is(err, guestproto.ErrGuestGone) {
+		return err
+	}
+	b, release, err := s.acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
+	err = b.guest.Restart(ctx)
+	if err != nil && !b.alive() {
+		_, err = m.afterGuestFailure(ctx, s, b, err)
+	}
+	if err == nil {
+		s.mu.Lock()
+		s.execCount = 0
+		s.mu.Unlock()
+	}
+	return err
+}
+
+func checkCommand(req *api.CommandRequest) error {
+	if len(req.Cmd) == 0 || req.Cmd[0] == "" {
+		return fmt.Errorf("cmd must name a program, e.g. [\"ls\", \"-l\"]: %w", errdefs.ErrInvalidArgument)
+	}
+	for _, a := range req.Cmd {
+		for _, c := range a {
+			if c == 0 {
+				return fmt.Errorf("cmd arguments must not contain NUL bytes: %w", errdefs.ErrInvalidArgument)
+			}
+		}
+	}
+	if req.Cwd != "" {
+		if _, err := workspace.Clean(req.Cwd); err != nil {
+			return fmt.Errorf("cwd: %w", err)
+		}
+	}
+	return checkEnv(req.Env)
+}
+
+// Command runs a program in a session, after any execution already running there.
+func (m *Manager) Command(ctx context.Context, id string, req api.CommandRequest) (*api.CommandResult, error) {
+	s, err := m.lookup(id)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkCommand(&req); err != nil {
+		return nil, err
+	}
+	if req.TimeoutS, err = m.timeout(req.TimeoutS); err != nil {
+		return nil, err
+	}
+	b, release, err := s.acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	res, err := b.guest.Command(ctx, req)
+	if err != nil {
+		if _, ferr := m.afterGuestFailure(ctx, s, b, err); ferr != nil {
+			return nil, ferr
+		}
+		return &api.CommandResult{Status: api.StatusCrashed, ExitCode: -1, Files: []api.FileChange{},
+			Message: "the sandbox stopped unexpectedly and was restarted: files in /mnt/data are kept"}, nil
+	}
+	m.metrics.observe("command", res.Status, time.Duration(res.DurationMS)*time.Millisecond)
+	return res, nil
+}
+
+// PutFile writes a workspace file from r.
+func (m *Manager) PutFile(ctx context.Context, id, path string, r io.Reader) (*api.FileInfo, error) {
+	s, err := m.lookup(id)
+	if err != nil {
+		return nil, err
+	}
+	rel, err := workspace.Clean(path)
+	if err != nil {
+		return nil, err
+	}
+	if rel == "." {
+		return nil, fmt.Errorf("give a file name to upload to: %w", errdefs.ErrInvalidArgument)
+	}
+	return s.current().guest.PutFile(ctx, rel, r)
+}
+
+// GetFile opens a workspace file; the caller closes the reader.
+func (m *Manager) GetFile(ctx context.Context, id, path string) (*api.FileInfo, io.ReadCloser, error) {
+	s, err := m.lookup(id)
+	if err != nil {
+		return nil, nil, err
+	}
+	rel, err := workspace.Clean(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	return s.current().guest.GetFile(ctx, rel)
+}
+
+// ListFiles lists a workspace folder.
+func (m *Manager) ListFiles(ctx context.Context, id, path string) (*api.FileList, error) {
+	s, err := m.lookup(id)
+	if err != nil {
+		return nil, err
+	}
+	rel, err := workspace.Clean(path)
+	if err != nil {
+		return nil, err
+	}
+	return s.current().guest.ListFiles(ctx, rel)
+}
+
+// DeleteFile removes a workspace file or empty folder.
+func (m *Manager) DeleteFile(ctx context.Context, id, path string) error {
+	s, err := m.lookup(id)
+	if err != nil {
+		return err
+	}
+	rel, err := workspace.Clean(path)
+	if err != nil {
+		return err
+	}
+	if rel == "." {
+		return fmt.Errorf("the workspace itself cannot be deleted: %w", errdefs.ErrInvalidArgument)
+	}
+	return s.current().guest.DeleteFile(ctx, rel)
+}
+
+// Shutdown interrupts running cells, waits for them (until ctx ends), stops every sandbox
+// and keeps every workspace. The Manager is unusable afterwards.
+func (m *Manager) Shutdown(ctx context.Context) error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	m.closed = true
+	all := make([]*Session, 0, len(m.sessions))
+	for _, s := range m.sessions {
+		all = append(all, s)
+	}
+	pool := m.pool
+	m.pool = nil
+	m.mu.Unlock()
+	m.stopBg()
+	m.bg.Wait()
+
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	for _, s := range all {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b := s.current()
+			ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			b.guest.Interrupt(ictx)
+			cancel()
+			// Wait for the interrupted cell to hand back its turn, then end the session.
+			select {
+			case s.turn <- struct{}{}:
+			case <-ctx.Done():
+			}
+			if err := m.Delete(ctx, s.id); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}()
+	}
+	for _, b := range pool {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m.discard(ctx, b, false)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}

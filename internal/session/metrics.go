@@ -1,0 +1,55 @@
+package session
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	executions   *prometheus.CounterVec
+	duration     *prometheus.HistogramVec
+	sandboxStart prometheus.Histogram
+	poolHits     prometheus.Counter
+	poolMisses   prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer, m *Manager) *metrics {
+	mt := &metrics{
+		executions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cellbox_executions_total",
+			Help: "Executions (kind=execute) and commands (kind=command) by result status.",
+		}, []string{"kind", "status"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "cellbox_execution_duration_seconds",
+			Help:    "Wall time of executions and commands inside the sandbox.",
+			Buckets: []float64{.001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
+		}, []string{"kind"}),
+		sandboxStart: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "cellbox_sandbox_start_seconds",
+			Help:    "Time from asking for a sandbox to its kernel being ready (pre-imports done).",
+			Buckets: prometheus.ExponentialBuckets(0.05, 2, 10),
+		}),
+		poolHits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cellbox_pool_hits_total", Help: "Sessions and one-shots served from the warm pool.",
+		}),
+		poolMisses: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cellbox_pool_misses_total", Help: "Sessions and one-shots that had to start a sandbox (pool empty or special limits).",
+		}),
+	}
+	if reg == nil {
+		return mt
+	}
+	reg.MustRegister(mt.executions, mt.duration, mt.sandboxStart, mt.poolHits, mt.poolMisses,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cellbox_sessions", Help: "Live sessions."},
+			func() float64 { n, _ := m.Stats(); return float64(n) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cellbox_pool_size", Help: "Warm sandboxes ready."},
+			func() float64 { _, n := m.Stats(); return float64(n) }),
+	)
+	return mt
+}
+
+func (mt *metrics) observe(kind, status string, d time.Duration) {
+	mt.executions.WithLabelValues(kind, status).Inc()
+	mt.duration.WithLabelValues(kind).Observe(d.Seconds())
+}

@@ -1,0 +1,83 @@
+package session
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"fmt"
+	"time"
+
+	"github.com/cellbox/cellbox/api"
+	"github.com/cellbox/cellbox/internal/errdefs"
+	"github.com/cellbox/cellbox/internal/workspace"
+)
+
+// maxOneShotFiles caps the files of one one-shot request.
+const maxOneShotFiles = 100
+
+// OneShot runs code once in a fresh sandbox that nobody used before, then discards the
+// sandbox and its workspace. Outputs go to onOutput as they happen (may be nil).
+func (m *Manager) OneShot(ctx context.Context, req api.OneShotRequest, onOutput func(api.Output)) (*api.ExecuteResult, error) {
+	if _, err := checkLanguage(req.Language); err != nil {
+		return nil, err
+	}
+	limits, err := m.limits(req.Limits)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkEnv(req.Env); err != nil {
+		return nil, err
+	}
+	if req.TimeoutS, err = m.timeout(req.TimeoutS); err != nil {
+		return nil, err
+	}
+	if len(req.Files) > maxOneShotFiles {
+		return nil, fmt.Errorf("%d files; at most %d: %w", len(req.Files), maxOneShotFiles, errdefs.ErrInvalidArgument)
+	}
+	type file struct {
+		rel  string
+		body []byte
+	}
+	files := make([]file, 0, len(req.Files))
+	for i, f := range req.Files {
+		rel, err := workspace.Clean(f.Path)
+		if err != nil || rel == "." {
+			return nil, fmt.Errorf("files[%d].path %q: give a file name inside /mnt/data: %w", i, f.Path, errdefs.ErrInvalidArgument)
+		}
+		body := []byte(f.Content)
+		if f.ContentBase64 != "" {
+			if f.Content != "" {
+				return nil, fmt.Errorf("files[%d]: give content or content_base64, not both: %w", i, errdefs.ErrInvalidArgument)
+			}
+			if body, err = base64.StdEncoding.DecodeString(f.ContentBase64); err != nil {
+				return nil, fmt.Errorf("files[%d].content_base64 is not valid base64: %w", i, errdefs.ErrInvalidArgument)
+			}
+		}
+		files = append(files, file{rel, body})
+	}
+	if err := m.reserve(); err != nil {
+		return nil, err
+	}
+	defer m.unreserve()
+	b, err := m.obtain(ctx, limits, req.Env)
+	if err != nil {
+		return nil, err
+	}
+	defer m.discard(context.WithoutCancel(ctx), b, false)
+	for _, f := range files {
+		if _, err := b.guest.PutFile(ctx, f.rel, bytes.NewReader(f.body)); err != nil {
+			return nil, fmt.Errorf("upload %s: %w", f.rel, err)
+		}
+	}
+	start := time.Now()
+	res, err := b.guest.Execute(ctx, api.ExecuteRequest{Code: req.Code, TimeoutS: req.TimeoutS}, onOutput)
+	if err != nil {
+		if b.alive() {
+			return nil, err
+		}
+		res = &api.ExecuteResult{Status: api.StatusCrashed, Outputs: []api.Output{}, Files: []api.FileChange{},
+			DurationMS: time.Since(start).Milliseconds(), Message: "the sandbox stopped unexpectedly"}
+	}
+	m.metrics.observe("execute", res.Status, time.Duration(res.DurationMS)*time.Millisecond)
+	return res, nil
+}
