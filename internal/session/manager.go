@@ -43,6 +43,7 @@ type Manager struct {
 	poolWake chan struct{}
 	stopBg   context.CancelFunc
 	bg       sync.WaitGroup
+	discards sync.WaitGroup // one-shot sandboxes being stopped
 }
 
 // Session is one live session. Its exported view is api.Session (Manager.Get).
@@ -662,5 +663,6 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
+	m.discards.Wait()
 	return errors.Join(errs...)
 }

@@ -63,7 +63,14 @@ func (m *Manager) OneShot(ctx context.Context, req api.OneShotRequest, onOutput 
 	if err != nil {
 		return nil, err
 	}
-	defer m.discard(context.WithoutCancel(ctx), b, false)
+	// The sandbox is discarded after the answer is sent; Shutdown waits for it.
+	defer func() {
+		m.discards.Add(1)
+		go func() {
+			defer m.discards.Done()
+			m.discard(context.WithoutCancel(ctx), b, false)
+		}()
+	}()
 	for _, f := range files {
 		if _, err := b.guest.PutFile(ctx, f.rel, bytes.NewReader(f.body)); err != nil {
 			return nil, fmt.Errorf("upload %s: %w", f.rel, err)

@@ -1,0 +1,81 @@
+package client
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/cellbox/cellbox/api"
+)
+
+func TestFilePath(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"a.txt", "/v1/sessions/s1/files/a.txt"},
+		{"a b/ü#?.txt", "/v1/sessions/s1/files/a%20b/%C3%BC%23%3F.txt"},
+		{"/mnt/data/x/y", "/v1/sessions/s1/files/%2Fmnt/data/x/y"},
+		{"a//./b/", "/v1/sessions/s1/files/a/b"},
+		{"../etc/passwd", "/v1/sessions/s1/files/%2E%2E/etc/passwd"},
+		{"100%.csv", "/v1/sessions/s1/files/100%25.csv"},
+	}
+	for _, tt := range tests {
+		if got := filePath("s1", tt.in); got != tt.want {
+			t.Errorf("filePath(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+	if got := filePath("a/b", "x"); got != "/v1/sessions/a%2Fb/files/x" {
+		t.Errorf("session id not escaped: %q", got)
+	}
+}
+
+func TestReadEvents(t *testing.T) {
+	stream := ": keepalive\r\n\r\nevent: output\r\ndata: {\"a\":1}\r\n\r\n" +
+		"event:multi\ndata: one\ndata:two\nid: 7\n\n" +
+		"data: no event name\n\n" +
+		"event: empty\n\n" + // no data: not dispatched
+		"event: tail\ndata: x" // no blank line at the end: not dispatched
+	var got []string
+	err := readEvents(strings.NewReader(stream), func(event string, data []byte) error {
+		got = append(got, event+"="+string(data))
+		return nil
+	})
+	want := []string{`output={"a":1}`, "multi=one\ntwo", "message=no event name"}
+	if err != nil || strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("events %q, err %v; want %q", got, err, want)
+	}
+	// A line above the limit is an error, not a silent cut.
+	long := "data: " + strings.Repeat("x", maxEventLine) + "\n\n"
+	if err := readEvents(strings.NewReader(long), func(string, []byte) error { return nil }); err == nil {
+		t.Error("a line above 64 MiB was accepted")
+	}
+}
+
+// TestNonJSONErrors covers answers that are not the API's error shape, as a proxy in front
+// of a server gives them.
+func TestNonJSONErrors(t *testing.T) {
+	tests := []struct {
+		status int
+		body   string
+		code   string
+	}{
+		{http.StatusBadGateway, "<html>bad gateway</html>", api.CodeUnavailable},
+		{http.StatusNotFound, "404 page not found", api.CodeNotFound},
+		{http.StatusUnauthorized, "", api.CodeInvalidArgument},
+		{http.StatusInternalServerError, "boom", api.CodeInternal},
+		{http.StatusTooManyRequests, `{"error":{"code":"resource_exhausted","message":"full"}}`, api.CodeResourceExhausted},
+	}
+	for _, tt := range tests {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(tt.status)
+			io.WriteString(w, tt.body)
+		}))
+		_, err := New(srv.URL).GetSession(t.Context(), "x")
+		srv.Close()
+		var e *Error
+		if !errors.As(err, &e) || e.StatusCode != tt.status || e.Code != tt.code || e.Message == "" {
+			t.Errorf("status %d body %q: error %#v, want code %s", tt.status, tt.body, err, tt.code)
+		}
+	}
+}

@@ -1,0 +1,111 @@
+package client
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/cellbox/cellbox/api"
+)
+
+// Error is a failure the server reported: an HTTP 4xx/5xx with the API's error shape, or
+// an "error" event ending a streamed execution.
+//
+// Test for one with the Is* helpers, or errors.As for the details:
+//
+//	var e *client.Error
+//	if errors.As(err, &e) && e.Code == api.CodeResourceExhausted { ... }
+type Error struct {
+	// StatusCode is the HTTP status; for an error event of a stream (which began 200 OK) it
+	// is the status the same error would have had as a plain response.
+	StatusCode int
+	// Code is one of api.Code*. A body that is not the error shape (a proxy's page) gets
+	// the code matching StatusCode.
+	Code    string
+	Message string
+}
+
+func (e *Error) Error() string {
+	return e.Code + ": " + e.Message
+}
+
+// Code returns the api.Code* of err when it is (or wraps) an *Error, else "".
+func Code(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return ""
+}
+
+// IsNotFound reports whether the server said the session or file does not exist.
+func IsNotFound(err error) bool { return Code(err) == api.CodeNotFound }
+
+// IsInvalidArgument reports whether the server refused the request as malformed.
+func IsInvalidArgument(err error) bool { return Code(err) == api.CodeInvalidArgument }
+
+// IsResourceExhausted reports whether the server is at its session limit.
+func IsResourceExhausted(err error) bool { return Code(err) == api.CodeResourceExhausted }
+
+// IsTooLarge reports whether a body or file was above the server's limit.
+func IsTooLarge(err error) bool { return Code(err) == api.CodeTooLarge }
+
+// IsUnavailable reports whether the server could not serve the request for now (shutting
+// down, sandbox failed to start); retrying later may work.
+func IsUnavailable(err error) bool { return Code(err) == api.CodeUnavailable }
+
+// responseError builds the *Error of a non-2xx response, reading at most 64 KiB of it.
+func responseError(resp *http.Response) *Error {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	var body api.ErrorBody
+	if json.Unmarshal(b, &body) == nil && body.Error.Code != "" {
+		return &Error{StatusCode: resp.StatusCode, Code: body.Error.Code, Message: body.Error.Message}
+	}
+	msg := strings.TrimSpace(string(b))
+	if msg == "" || len(msg) > 512 {
+		msg = http.StatusText(resp.StatusCode)
+	}
+	return &Error{StatusCode: resp.StatusCode, Code: codeOf(resp.StatusCode), Message: fmt.Sprintf("HTTP %d: %s", resp.StatusCode, msg)}
+}
+
+// statusCodes is the API's mapping of error codes to HTTP statuses (see the OpenAPI document).
+var statusCodes = map[string]int{
+	api.CodeInvalidArgument:    http.StatusBadRequest,
+	api.CodeNotFound:           http.StatusNotFound,
+	api.CodeFailedPrecondition: http.StatusConflict,
+	api.CodeTooLarge:           http.StatusRequestEntityTooLarge,
+	api.CodeResourceExhausted:  http.StatusTooManyRequests,
+	api.CodeCanceled:           499,
+	api.CodeUnavailable:        http.StatusServiceUnavailable,
+	api.CodeInternal:           http.StatusInternalServerError,
+}
+
+// codeOf is the error code of an HTTP status whose body did not say.
+func codeOf(status int) string {
+	for code, s := range statusCodes {
+		if s == status {
+			return code
+		}
+	}
+	switch {
+	case status == http.StatusMethodNotAllowed || status == http.StatusUnsupportedMediaType:
+		return api.CodeInvalidArgument
+	case status == http.StatusBadGateway || status == http.StatusGatewayTimeout:
+		return api.CodeUnavailable
+	case status >= 400 && status < 500:
+		return api.CodeInvalidArgument
+	}
+	return api.CodeInternal
+}
+
+// streamError is the *Error of an "error" event.
+func streamError(d api.ErrorDetail) *Error {
+	st, ok := statusCodes[d.Code]
+	if !ok {
+		st = http.StatusInternalServerError
+	}
+	return &Error{StatusCode: st, Code: d.Code, Message: d.Message}
+}
