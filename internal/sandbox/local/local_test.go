@@ -1,0 +1,65 @@
+package local
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"os/exec"
+	"runtime"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cellbox/cellbox/internal/sandbox/sandboxtest"
+	"github.com/cellbox/cellbox/internal/testbin"
+)
+
+func TestConformance(t *testing.T) {
+	if _, err := os.Stat(sandboxtest.Python); err != nil {
+		t.Skipf("needs %s with IPython: apt-get install python3-ipython", sandboxtest.Python)
+	}
+	level := slog.LevelInfo
+	if testing.Verbose() {
+		level = slog.LevelDebug
+	}
+	b, err := New(Config{GuestBinary: testbin.Cellbox(t),
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sandboxtest.Run(t, b)
+}
+
+func TestCleanupKillsOrphans(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("finding leftovers needs /proc")
+	}
+	b, err := New(Config{GuestBinary: testbin.Cellbox(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A process of a server that is gone (no such pid) and one of this server.
+	orphan := exec.Command("sleep", "1000.6161")
+	orphan.Env = []string{markerEnv + "=" + marker(1<<22+12345, "gone")}
+	mine := exec.Command("sleep", "1000.6262")
+	mine.Env = []string{markerEnv + "=" + marker(os.Getpid(), "live")}
+	for _, c := range []*exec.Cmd{orphan, mine} {
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer c.Process.Kill()
+	}
+	if err := b.Cleanup(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- orphan.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Error("the orphan survived Cleanup")
+	}
+	if err := mine.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Errorf("Cleanup killed a process of this server: %v", err)
+	}
+}

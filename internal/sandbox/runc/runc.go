@@ -1,0 +1,307 @@
+// Package runc is the sandbox backend that runs each sandbox as an OCI container with runc,
+// or with crun or gVisor's runsc, which take the same command line.
+//
+// For each sandbox it writes an OCI runtime spec into a bundle folder and runs
+// `runc run` in the foreground with the guest's stdin and stdout as pipes. The root
+// filesystem is a shared read-only skeleton in which the host's /usr (and what Python needs
+// from /etc) is bind-mounted read-only; the workspace appears at /mnt/data. The spec drops
+// every capability, sets no_new_privs and a seccomp allow-list, gives the sandbox its own
+// pid, network (loopback only), ipc, uts, mount and cgroup namespaces, and limits memory,
+// processes and CPU with cgroups (v1 or v2).
+//
+// Cgroups: each sandbox's cgroup path is cellbox/<id> with the cgroupfs driver. runc puts a
+// relative path under its own cgroup's parent on v2 (under its own cgroup on v1); crun puts
+// it under the hierarchy's root. On v2 the runtime enables the controllers in every parent
+// along the path; that fails where a parent holds processes of its own (typically the
+// server as the only process of a container's cgroup namespace): run the server in a child
+// cgroup then, as one does for Docker in Docker.
+//
+// Not for: what runs inside (package guest) or the workspace folders (package workspace).
+package runc
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cellbox/cellbox/internal/errdefs"
+	"github.com/cellbox/cellbox/internal/sandbox"
+)
+
+// Config configures the backend.
+type Config struct {
+	// Runtime is the OCI runtime binary, a name looked up in PATH or a path: runc (the
+	// default), crun or runsc.
+	Runtime string
+	// StateDir is a host folder the backend owns: the runtime's state (--root), one bundle
+	// folder per sandbox and the skeleton root filesystem.
+	StateDir string
+	// GuestBinary is the host path of the cellbox binary that runs as the guest; default
+	// the running executable.
+	GuestBinary string
+	// MPLCache is an optional host folder holding a prebuilt matplotlib font cache, mounted
+	// read-only and passed to the guest as --mpl-cache.
+	MPLCache string
+	// UID and GID the guest runs as; 0 means the default, 1000:1000. Never root.
+	UID, GID int
+	Logger   *slog.Logger
+}
+
+// Backend runs sandboxes as OCI containers. Create it with New.
+type Backend struct {
+	runtime   string // resolved path of the runtime binary
+	root      string // the runtime's --root
+	bundles   string
+	rootfs    string
+	binds     []string
+	guest     string
+	mplCache  string
+	uid, gid  uint32
+	limitSwap bool
+	log       *slog.Logger
+
+	mu   sync.Mutex
+	live map[string]*Sandbox
+}
+
+var _ sandbox.Backend = (*Backend)(nil)
+
+// Timeouts of the runtime's own commands and of stopping a sandbox.
+const (
+	commandTimeout = 10 * time.Second
+	exitTimeout    = 5 * time.Second
+)
+
+// New checks the host (root, the runtime binary) and prepares StateDir.
+func New(cfg Config) (*Backend, error) {
+	if !supported {
+		return nil, fmt.Errorf("the runc backend runs only on Linux: choose --backend local-unsafe: %w", errdefs.ErrUnavailable)
+	}
+	if cfg.Runtime == "" {
+		cfg.Runtime = "runc"
+	}
+	runtimePath, err := exec.LookPath(cfg.Runtime)
+	if err != nil {
+		return nil, fmt.Errorf("%s not found: %s or choose --backend local-unsafe: %w",
+			cfg.Runtime, installHint(cfg.Runtime), errdefs.ErrUnavailable)
+	}
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("the runc backend needs root (it creates namespaces and cgroups): run the server as root or choose --backend local-unsafe: %w", errdefs.ErrUnavailable)
+	}
+	if cfg.StateDir == "" {
+		return nil, fmt.Errorf("runc backend: no state folder given: %w", errdefs.ErrInvalidArgument)
+	}
+	stateDir, err := filepath.Abs(cfg.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	guest := cfg.GuestBinary
+	if guest == "" {
+		if guest, err = os.Executable(); err != nil {
+			return nil, fmt.Errorf("find the guest binary: %w", err)
+		}
+	}
+	if fi, err := os.Stat(guest); err != nil || !fi.Mode().IsRegular() || fi.Mode()&0o001 == 0 {
+		return nil, fmt.Errorf("guest binary %s is not a file everyone may execute: %w", guest, errdefs.ErrInvalidArgument)
+	}
+	if guest, err = filepath.Abs(guest); err != nil {
+		return nil, err
+	}
+	if cfg.MPLCache != "" {
+		if fi, err := os.Stat(cfg.MPLCache); err != nil || !fi.IsDir() {
+			return nil, fmt.Errorf("matplotlib cache %s is not a folder: %w", cfg.MPLCache, errdefs.ErrInvalidArgument)
+		}
+		if cfg.MPLCache, err = filepath.Abs(cfg.MPLCache); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.UID <= 0 {
+		cfg.UID = 1000
+	}
+	if cfg.GID <= 0 {
+		cfg.GID = 1000
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	b := &Backend{
+		runtime:   runtimePath,
+		root:      filepath.Join(stateDir, "runtime"),
+		bundles:   filepath.Join(stateDir, "bundles"),
+		rootfs:    filepath.Join(stateDir, "rootfs"),
+		guest:     guest,
+		mplCache:  cfg.MPLCache,
+		uid:       uint32(cfg.UID),
+		gid:       uint32(cfg.GID),
+		limitSwap: swapLimitSupported(),
+		log:       log.With("backend", "runc"),
+		live:      map[string]*Sandbox{},
+	}
+	if err := os.MkdirAll(stateDir, 0o711); err != nil {
+		return nil, fmt.Errorf("create state folder: %w", err)
+	}
+	for _, d := range []string{b.root, b.bundles} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("create state folder: %w", err)
+		}
+	}
+	if b.binds, err = buildRootfs(b.rootfs, b.uid, b.gid); err != nil {
+		return nil, fmt.Errorf("build sandbox root filesystem: %w", err)
+	}
+	b.log.Debug("runc backend ready", "runtime", runtimePath, "cgroup_v2", cgroupV2(), "swap_limit", b.limitSwap)
+	return b, nil
+}
+
+func installHint(runtime string) string {
+	switch filepath.Base(runtime) {
+	case "runc", "crun":
+		return "install it (apt-get install " + filepath.Base(runtime) + ")"
+	case "runsc":
+		return "install gVisor (https://gvisor.dev/docs/user_guide/install/)"
+	}
+	return "install it or give the runtime's full path"
+}
+
+// Name is the backend's name, whatever the runtime.
+func (b *Backend) Name() string { return "runc" }
+
+// Capabilities: everything is enforced.
+func (b *Backend) Capabilities() sandbox.Capabilities {
+	return sandbox.Capabilities{Isolated: true, Limits: true, NoNetwork: true}
+}
+
+var validID = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
+
+// Create starts a sandbox and returns once the runtime has started the guest.
+func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
+	if !validID.MatchString(spec.ID) {
+		return nil, fmt.Errorf("sandbox id %q: want 1 to 63 of [a-z0-9-]: %w", spec.ID, errdefs.ErrInvalidArgument)
+	}
+	if fi, err := os.Stat(spec.Workspace); err != nil || !fi.IsDir() || !filepath.IsAbs(spec.Workspace) {
+		return nil, fmt.Errorf("sandbox %s: workspace is not an absolute path of a folder: %w", spec.ID, errdefs.ErrInvalidArgument)
+	}
+	s := &Sandbox{id: spec.ID, b: b, bundle: filepath.Join(b.bundles, spec.ID), done: make(chan struct{})}
+	b.mu.Lock()
+	if _, ok := b.live[spec.ID]; ok {
+		b.mu.Unlock()
+		return nil, fmt.Errorf("sandbox %s exists already: %w", spec.ID, errdefs.ErrFailedPrecondition)
+	}
+	b.live[spec.ID] = s
+	b.mu.Unlock()
+
+	if err := s.start(ctx, buildSpec(specInput{
+		spec: spec, rootfs: b.rootfs, binds: b.binds, guest: b.guest, mplCache: b.mplCache,
+		uid: b.uid, gid: b.gid, limitSwap: b.limitSwap, goarch: nativeArch,
+	})); err != nil {
+		s.Stop(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	return s, nil
+}
+
+// Cleanup kills and deletes every container under the backend's runtime root that this
+// Backend did not create, and removes their bundles: what a crashed server left behind.
+func (b *Backend) Cleanup(ctx context.Context) error {
+	out, err := b.command(ctx, "list", "--format", "json")
+	if err != nil {
+		return fmt.Errorf("list sandboxes: %w", err)
+	}
+	var list []struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(bytes.TrimSpace(out), &list); err != nil && len(bytes.TrimSpace(out)) > 0 {
+		return fmt.Errorf("list sandboxes: decode %s output: %w: %w", filepath.Base(b.runtime), err, errdefs.ErrUnavailable)
+	}
+	var errs []error
+	for _, c := range list {
+		if b.isLive(c.ID) {
+			continue
+		}
+		b.log.Info("removing a sandbox left behind", "sandbox_id", c.ID)
+		b.command(ctx, "kill", c.ID, "KILL")
+		if err := b.delete(ctx, c.ID); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	entries, err := os.ReadDir(b.bundles)
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	for _, e := range entries {
+		if !b.isLive(e.Name()) {
+			if err := os.RemoveAll(filepath.Join(b.bundles, e.Name())); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (b *Backend) isLive(id string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, ok := b.live[id]
+	return ok
+}
+
+// command runs the runtime with args under its --root and returns its stdout.
+func (b *Backend) command(ctx context.Context, args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, commandTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, b.runtime, append([]string{"--root", b.root}, args...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return out, fmt.Errorf("%s %s: %w: %s: %w", filepath.Base(b.runtime), args[0], err,
+			runtimeMessage(stderr.Bytes()), errdefs.ErrUnavailable)
+	}
+	return out, nil
+}
+
+// delete removes a container, whatever its state; one that is gone already is no error.
+func (b *Backend) delete(ctx context.Context, id string) error {
+	_, err := b.command(ctx, "delete", "--force", id)
+	if err != nil && !isNotExist(err) {
+		return fmt.Errorf("delete sandbox %s: %w", id, err)
+	}
+	return nil
+}
+
+// isNotExist recognizes the runtimes' "no such container" messages.
+func isNotExist(err error) bool {
+	msg := strings.ToLower(err.Error())
+	return strings.Contains(msg, "does not exist") || strings.Contains(msg, "not found") ||
+		strings.Contains(msg, "no such file")
+}
+
+var logMsg = regexp.MustCompile(`msg="((?:[^"\\]|\\.)*)"`)
+
+// runtimeMessage picks the error out of a runtime's stderr: the last logfmt msg="..." if
+// there is one, else the last line.
+func runtimeMessage(stderr []byte) string {
+	text := strings.TrimSpace(string(stderr))
+	if m := logMsg.FindAllStringSubmatch(text, -1); len(m) > 0 {
+		text = strings.ReplaceAll(m[len(m)-1][1], `\"`, `"`)
+	} else if i := strings.LastIndexByte(text, '\n'); i >= 0 {
+		text = text[i+1:]
+	}
+	if text == "" {
+		return "no error message"
+	}
+	if len(text) > 1024 {
+		text = text[:1024] + "..."
+	}
+	return text
+}

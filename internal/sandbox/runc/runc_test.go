@@ -1,0 +1,306 @@
+package runc
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cellbox/cellbox/internal/errdefs"
+	"github.com/cellbox/cellbox/internal/sandbox"
+	"github.com/cellbox/cellbox/internal/sandbox/sandboxtest"
+	"github.com/cellbox/cellbox/internal/testbin"
+)
+
+func TestConformance(t *testing.T) {
+	needRuntime(t, "runc")
+	sandboxtest.Run(t, newBackend(t, "runc", testbin.Cellbox(t)))
+}
+
+func TestConformanceCrun(t *testing.T) {
+	sandboxtest.Run(t, newBackend(t, crun(t), testbin.Cellbox(t)))
+}
+
+// needRuntime skips a test that needs root and the OCI runtime name.
+func needRuntime(t testing.TB, name string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skipf("needs root to run %s containers: run the tests as root", name)
+	}
+	if _, err := exec.LookPath(name); err != nil {
+		t.Skipf("%s is not installed: apt-get install %s", name, name)
+	}
+}
+
+// crun returns the runtime to run crun with. crun refuses a hybrid cgroup host whose v2
+// hierarchy holds controllers (this machine has hugetlb there); on such a host the test
+// runs crun in a mount namespace without /sys/fs/cgroup/unified, through a wrapper.
+func crun(t *testing.T) string {
+	needRuntime(t, "crun")
+	data, err := os.ReadFile("/sys/fs/cgroup/unified/cgroup.controllers")
+	if err != nil || strings.TrimSpace(string(data)) == "" || cgroupV2() {
+		return "crun"
+	}
+	t.Logf("hybrid cgroups with v2 controllers (%s): running crun without the unified hierarchy", strings.TrimSpace(string(data)))
+	p := filepath.Join(t.TempDir(), "crun-hybrid")
+	script := "#!/bin/sh\nexec unshare -m --propagation slave sh -c 'umount /sys/fs/cgroup/unified 2>/dev/null; exec crun \"$@\"' crun \"$@\"\n"
+	if err := os.WriteFile(p, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func newBackend(t *testing.T, runtime, guest string) *Backend {
+	t.Helper()
+	if !strings.Contains(runtime, "/") {
+		needRuntime(t, runtime)
+	}
+	level := slog.LevelInfo
+	if testing.Verbose() {
+		level = slog.LevelDebug
+	}
+	b, err := New(Config{Runtime: runtime, StateDir: t.TempDir(), GuestBinary: guest,
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// shellGuest is a stand-in for the guest: a shell reading commands from its stdin. It
+// tests the container itself, apart from the guest.
+func shellGuest(t *testing.T) string {
+	p := filepath.Join(t.TempDir(), "guest.sh")
+	if err := os.WriteFile(p, []byte("#!/bin/sh\nexec /bin/sh -s 2>&1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+type shell struct {
+	t  *testing.T
+	sb *Sandbox
+	ws string
+	br *bufio.Reader
+	n  int
+}
+
+func startShell(t *testing.T, b *Backend, l sandbox.Limits) *shell {
+	t.Helper()
+	ws := sandboxtest.Workspace(t)
+	sb, err := b.Create(context.Background(), sandbox.Spec{ID: sandboxtest.ID(), Workspace: ws, Limits: l})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sb.Stop(context.Background()) })
+	return &shell{t: t, sb: sb.(*Sandbox), ws: ws, br: bufio.NewReader(sb.Conn())}
+}
+
+// run runs a shell command in the sandbox and returns its output (stdout and stderr).
+func (s *shell) run(cmd string) string {
+	s.t.Helper()
+	s.n++
+	end := fmt.Sprintf("__end%d__", s.n)
+	fmt.Fprintf(s.sb.Conn(), "%s\necho; echo %s\n", cmd, end)
+	var out strings.Builder
+	for {
+		line, err := s.br.ReadString('\n')
+		if err != nil {
+			s.t.Fatalf("%q: read: %v (got %q)", cmd, err, out.String())
+		}
+		if strings.TrimSpace(line) == end {
+			return strings.TrimSpace(out.String())
+		}
+		out.WriteString(line)
+	}
+}
+
+func hostCgroups(id string) []string {
+	out, _ := exec.Command("find", "/sys/fs/cgroup", "-type", "d", "-name", id).Output()
+	return strings.Fields(string(out))
+}
+
+func TestContainer(t *testing.T) {
+	for _, rt := range []string{"runc", "crun"} {
+		t.Run(rt, func(t *testing.T) {
+			if rt == "crun" {
+				rt = crun(t)
+			}
+			b := newBackend(t, rt, shellGuest(t))
+			sh := startShell(t, b, sandbox.Limits{MemoryMB: 200, Pids: 50, CPUs: 0.5, TmpMB: 10})
+			for _, c := range []struct{ cmd, want string }{
+				{"id -u; id -g", "1000\n1000"},
+				{"grep -E '^(Seccomp|NoNewPrivs):' /proc/self/status | tr -s '\\t ' ' '", "NoNewPrivs: 1\nSeccomp: 2"},
+				{"unshare -U true 2>/dev/null || echo refused", "refused"},
+				{"ls /sys/class/net", "lo"},
+				{"hostname", "cellbox"},
+				{"echo $HOME $LANG; pwd", "/tmp C.UTF-8\n/mnt/data"},
+				// crun adds /dev/core, a symlink to /proc/kcore (masked).
+				{"ls /dev | grep -v '^core$' | tr '\\n' ' '", "fd full mqueue null ptmx pts random shm stderr stdin stdout tty urandom zero "},
+				{"touch /tmp/x /dev/shm/x /mnt/data/x && echo ok", "ok"},
+				{"touch /x /usr/x /etc/x 2>/dev/null || echo refused", "refused"},
+				{"ls /etc | tr '\\n' ' '", etcListing()},
+				{"cat /sys/fs/cgroup/pids/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids.max", "50"},
+				{"df -m /tmp | awk 'NR==2 {print $2}'", "10"},
+				{"ulimit -c", "0"},
+				{"python3 -c 'import numpy, pandas, matplotlib.pyplot; print(numpy.ones(3).sum())' 2>&1 | tail -1", "3.0"},
+			} {
+				if got := sh.run(c.cmd); got != strings.TrimSpace(c.want) {
+					t.Errorf("%s:\n got %q\nwant %q", c.cmd, got, strings.TrimSpace(c.want))
+				}
+			}
+			if len(hostCgroups(sh.sb.id)) == 0 {
+				t.Error("no cgroup of the sandbox on the host")
+			}
+
+			sh.run("setsid sleep 1000.4242 </dev/null >/dev/null 2>&1 &")
+			if !eventually(func() bool { return len(pgrep("sleep 1000.4242")) > 0 }) {
+				t.Fatal("the background sleep does not show on the host")
+			}
+			if err := sh.sb.Stop(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-sh.sb.Done():
+			default:
+				t.Error("Done is open after Stop")
+			}
+			if p := pgrep("sleep 1000.4242"); len(p) > 0 {
+				t.Errorf("processes left after Stop: %v", p)
+			}
+			if _, err := os.Stat(sh.sb.bundle); !os.IsNotExist(err) {
+				t.Errorf("bundle left after Stop: %v", err)
+			}
+			if cg := hostCgroups(sh.sb.id); len(cg) > 0 {
+				t.Errorf("cgroups left after Stop: %v", cg)
+			}
+			if out, _ := b.command(context.Background(), "list", "--format", "json"); strings.Contains(string(out), sh.sb.id) {
+				t.Errorf("the runtime still lists the sandbox: %s", out)
+			}
+		})
+	}
+}
+
+// etcListing is what /etc holds inside: the synthetic files and what the host has of the
+// list the backend takes.
+func etcListing() string {
+	names := []string{"group", "hosts", "passwd"}
+	for _, p := range hostEtc {
+		m, _ := filepath.Glob(filepath.Join("/etc", p))
+		for _, f := range m {
+			names = append(names, filepath.Base(f))
+		}
+	}
+	if _, err := os.Lstat("/etc/localtime"); err == nil {
+		names = append(names, "localtime")
+	}
+	slices.Sort(names)
+	return strings.Join(names, " ")
+}
+
+func eventually(f func() bool) bool {
+	for end := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if f() {
+			return true
+		} else if time.Now().After(end) {
+			return false
+		}
+	}
+}
+
+func pgrep(marker string) []string {
+	var pids []string
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && strings.Contains(strings.ReplaceAll(string(b), "\x00", " "), marker) {
+			pids = append(pids, e.Name())
+		}
+	}
+	return pids
+}
+
+func TestCleanupAfterCrash(t *testing.T) {
+	guest := shellGuest(t)
+	a := newBackend(t, "runc", guest)
+	sh := startShell(t, a, sandbox.Limits{Pids: 20})
+	sh.run("sleep 1000.4343 </dev/null >/dev/null 2>&1 &")
+	// The server dies and forgets a; the guest hangs on (it ignores that its stdin is gone:
+	// here the test holds the pipe open), and so does its runtime process.
+	if !eventually(func() bool { return len(pgrep("sleep 1000.4343")) > 0 }) {
+		t.Fatal("the background sleep does not show on the host")
+	}
+
+	b, err := New(Config{StateDir: filepath.Dir(a.root), GuestBinary: guest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Cleanup(context.Background()); err != nil {
+		t.Fatalf("cleanup: %v", err)
+	}
+	if p := pgrep("sleep 1000.4343"); len(p) > 0 {
+		t.Errorf("processes left after cleanup: %v", p)
+	}
+	select {
+	case <-sh.sb.Done():
+	case <-time.After(5 * time.Second):
+		t.Error("the runtime process is still running after cleanup")
+	}
+	if out, _ := b.command(context.Background(), "list", "--format", "json"); strings.Contains(string(out), sh.sb.id) {
+		t.Errorf("the runtime still lists the sandbox: %s", out)
+	}
+	if entries, _ := os.ReadDir(b.bundles); len(entries) > 0 {
+		t.Errorf("bundles left: %v", entries)
+	}
+	if cg := hostCgroups(sh.sb.id); len(cg) > 0 {
+		t.Errorf("cgroups left: %v", cg)
+	}
+}
+
+func TestCreateErrors(t *testing.T) {
+	guest := shellGuest(t)
+	a := newBackend(t, "runc", guest)
+	ws := sandboxtest.Workspace(t)
+	ctx := context.Background()
+	for _, spec := range []sandbox.Spec{
+		{ID: "Bad/ID", Workspace: ws},
+		{ID: "", Workspace: ws},
+		{ID: "ok", Workspace: "relative"},
+		{ID: "ok", Workspace: filepath.Join(ws, "missing")},
+	} {
+		if _, err := a.Create(ctx, spec); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("create %+v: %v, want invalid argument", spec, err)
+		}
+	}
+	// The runtime's own refusal reaches the caller: another backend on the same state
+	// folder does not know the sandbox, the runtime does.
+	sb, err := a.Create(ctx, sandbox.Spec{ID: "twice", Workspace: ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Stop(ctx)
+	b, err := New(Config{StateDir: filepath.Dir(a.root), GuestBinary: guest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = b.Create(ctx, sandbox.Spec{ID: "twice", Workspace: ws})
+	if !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "exists") {
+		t.Errorf("create a sandbox the runtime has: %v, want unavailable and the runtime's reason", err)
+	}
+	if _, err := a.Create(ctx, sandbox.Spec{ID: "twice", Workspace: ws}); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Errorf("create a live sandbox again: %v, want failed precondition", err)
+	}
+
+	if _, err := New(Config{Runtime: "no-such-runtime", StateDir: t.TempDir(), GuestBinary: guest}); !errors.Is(err, errdefs.ErrUnavailable) ||
+		!strings.Contains(err.Error(), "not found") || !strings.Contains(err.Error(), "local-unsafe") {
+		t.Errorf("New with a missing runtime: %v", err)
+	}
+}

@@ -1,0 +1,172 @@
+package runc
+
+import (
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/cellbox/cellbox/api"
+	"github.com/cellbox/cellbox/internal/sandbox"
+)
+
+// Paths inside the sandbox.
+const (
+	guestPath     = "/.cellbox/cellbox"
+	mplCachePath  = "/.cellbox/mpl-cache"
+	cgroupMount   = "/sys/fs/cgroup"
+	defaultPath   = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	defaultTmpMB  = 256
+	shmSize       = "size=65536k"
+	cpuPeriod     = 100000
+	cgroupParent  = "cellbox"
+	sandboxDomain = "cellbox"
+)
+
+// ociVersion is the spec version written: the fields used here are all in 1.0.2, and older
+// runtimes (crun 1.8) refuse a version newer than theirs.
+const ociVersion = "1.0.2"
+
+// specInput is everything the OCI spec of one sandbox depends on.
+type specInput struct {
+	spec     sandbox.Spec
+	rootfs   string   // the shared skeleton root filesystem
+	binds    []string // host paths bind-mounted read-only at the same path
+	guest    string   // host path of the cellbox binary
+	mplCache string   // host folder of matplotlib's font cache, or ""
+	uid, gid uint32
+	// limitSwap: set the memory+swap limit equal to the memory limit, so a memory bomb is
+	// killed instead of swapping (needs swap accounting on cgroup v1).
+	limitSwap bool
+	goarch    string
+}
+
+// buildSpec returns the OCI runtime spec of one sandbox.
+func buildSpec(in specInput) *specs.Spec {
+	s := in.spec
+	args := []string{guestPath, "guest", "--workspace", api.WorkspaceDir, "--cgroup", cgroupMount}
+	if in.mplCache != "" {
+		args = append(args, "--mpl-cache", mplCachePath)
+	}
+	env := map[string]string{"PATH": defaultPath, "HOME": "/tmp", "LANG": "C.UTF-8"}
+	maps.Copy(env, s.Env)
+	var envList []string
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		envList = append(envList, k+"="+env[k])
+	}
+	tmpMB := s.Limits.TmpMB
+	if tmpMB <= 0 {
+		tmpMB = defaultTmpMB
+	}
+	noCaps := []string{}
+
+	mounts := []specs.Mount{
+		{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
+		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+		{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
+		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", shmSize}},
+		{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
+		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
+		{Destination: cgroupMount, Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}},
+	}
+	for _, p := range in.binds {
+		mounts = append(mounts, roBind(p, p))
+	}
+	mounts = append(mounts,
+		specs.Mount{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", fmt.Sprintf("size=%dm", tmpMB)}},
+		specs.Mount{Destination: api.WorkspaceDir, Type: "bind", Source: s.Workspace, Options: []string{"bind", "rw", "nosuid", "nodev"}},
+		roBind(in.guest, guestPath),
+	)
+	if in.mplCache != "" {
+		mounts = append(mounts, roBind(in.mplCache, mplCachePath))
+	}
+
+	return &specs.Spec{
+		Version: ociVersion,
+		Process: &specs.Process{
+			User: specs.User{UID: in.uid, GID: in.gid},
+			Args: args,
+			Env:  envList,
+			Cwd:  api.WorkspaceDir,
+			Capabilities: &specs.LinuxCapabilities{
+				Bounding: noCaps, Effective: noCaps, Permitted: noCaps, Inheritable: noCaps, Ambient: noCaps,
+			},
+			Rlimits: []specs.POSIXRlimit{
+				{Type: "RLIMIT_NOFILE", Soft: 1024, Hard: 4096},
+				{Type: "RLIMIT_CORE", Soft: 0, Hard: 0},
+			},
+			NoNewPrivileges: true,
+		},
+		Root:     &specs.Root{Path: in.rootfs, Readonly: true},
+		Hostname: sandboxDomain,
+		Mounts:   mounts,
+		Linux: &specs.Linux{
+			Namespaces: []specs.LinuxNamespace{
+				{Type: specs.PIDNamespace}, {Type: specs.NetworkNamespace}, {Type: specs.IPCNamespace},
+				{Type: specs.UTSNamespace}, {Type: specs.MountNamespace}, {Type: specs.CgroupNamespace},
+			},
+			CgroupsPath: cgroupParent + "/" + s.ID,
+			Resources:   resources(s.Limits, in.limitSwap),
+			Devices:     devices(),
+			Seccomp:     seccompProfile(in.goarch),
+			MaskedPaths: []string{
+				"/proc/acpi", "/proc/asound", "/proc/interrupts", "/proc/kcore", "/proc/keys",
+				"/proc/latency_stats", "/proc/sched_debug", "/proc/scsi", "/proc/timer_list",
+				"/proc/timer_stats", "/sys/devices/virtual/powercap", "/sys/firmware",
+			},
+			ReadonlyPaths: []string{
+				"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger",
+			},
+		},
+	}
+}
+
+func roBind(src, dst string) specs.Mount {
+	return specs.Mount{Destination: dst, Type: "bind", Source: src, Options: []string{"bind", "ro", "nosuid", "nodev"}}
+}
+
+// resources turns limits into cgroup settings. Zero limits stay unset (no limit).
+func resources(l sandbox.Limits, limitSwap bool) *specs.LinuxResources {
+	r := &specs.LinuxResources{Devices: []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}}}
+	for _, d := range devices() {
+		major, minor := d.Major, d.Minor
+		r.Devices = append(r.Devices, specs.LinuxDeviceCgroup{Allow: true, Type: "c", Major: &major, Minor: &minor, Access: "rwm"})
+	}
+	ptyMajor, ptmxMinor := int64(5), int64(2)
+	r.Devices = append(r.Devices,
+		specs.LinuxDeviceCgroup{Allow: true, Type: "c", Major: &ptyMajor, Minor: &ptmxMinor, Access: "rwm"}, // /dev/pts/ptmx
+		specs.LinuxDeviceCgroup{Allow: true, Type: "c", Major: ptr(int64(136)), Access: "rwm"},              // /dev/pts/*
+	)
+	if l.MemoryMB > 0 {
+		limit := int64(l.MemoryMB) << 20
+		r.Memory = &specs.LinuxMemory{Limit: &limit}
+		if limitSwap {
+			r.Memory.Swap = ptr(limit) // memory+swap = memory: no swap (cgroup v2: memory.swap.max 0)
+		}
+	}
+	if l.Pids > 0 {
+		r.Pids = &specs.LinuxPids{Limit: ptr(int64(l.Pids))}
+	}
+	if l.CPUs > 0 {
+		quota := max(int64(l.CPUs*cpuPeriod), 1000)
+		r.CPU = &specs.LinuxCPU{Quota: &quota, Period: ptr(uint64(cpuPeriod))}
+	}
+	return r
+}
+
+// devices are the device nodes in the sandbox's /dev (Docker's defaults, less the console).
+func devices() []specs.LinuxDevice {
+	mode := func() *os.FileMode { m := os.FileMode(0o666); return &m }
+	zero := func() *uint32 { z := uint32(0); return &z }
+	d := func(path string, major, minor int64) specs.LinuxDevice {
+		return specs.LinuxDevice{Path: path, Type: "c", Major: major, Minor: minor, FileMode: mode(), UID: zero(), GID: zero()}
+	}
+	return []specs.LinuxDevice{
+		d("/dev/null", 1, 3), d("/dev/zero", 1, 5), d("/dev/full", 1, 7),
+		d("/dev/random", 1, 8), d("/dev/urandom", 1, 9), d("/dev/tty", 5, 0),
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -1,0 +1,583 @@
+// Package sandboxtest is the conformance suite every sandbox backend passes: Run starts
+// real sandboxes with a real guest and checks what the sandbox.Backend contract promises,
+// and, as far as the backend's Capabilities claim them, isolation and limits.
+//
+// The guest must find Python at /usr/bin/python3 (with IPython). Only tests import this
+// package.
+package sandboxtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cellbox/cellbox/api"
+	"github.com/cellbox/cellbox/internal/errdefs"
+	"github.com/cellbox/cellbox/internal/guestproto"
+	"github.com/cellbox/cellbox/internal/sandbox"
+)
+
+// Python is the interpreter the suite configures the guest with.
+const Python = "/usr/bin/python3"
+
+// limits are those of the suite's ordinary sandboxes.
+var limits = sandbox.Limits{MemoryMB: 1024, CPUs: 1, Pids: 256, TmpMB: 64}
+
+// Run runs the suite against b. Sandboxes of b that the suite did not create are left alone.
+func Run(t *testing.T, b sandbox.Backend) {
+	caps := b.Capabilities()
+	t.Run("hello", func(t *testing.T) { testHello(t, b) })
+	t.Run("execute", func(t *testing.T) { testExecute(t, b) })
+	t.Run("files", func(t *testing.T) { testFiles(t, b) })
+	t.Run("commands", func(t *testing.T) { testCommands(t, b) })
+	t.Run("separate_workspaces", func(t *testing.T) { testSeparate(t, b) })
+	t.Run("symlink_out_of_workspace", func(t *testing.T) { testSymlink(t, b) })
+	t.Run("stop", func(t *testing.T) { testStop(t, b) })
+	t.Run("cleanup", func(t *testing.T) { testCleanup(t, b) })
+	t.Run("isolation", func(t *testing.T) {
+		if !caps.Isolated {
+			t.Skipf("backend %s does not isolate", b.Name())
+		}
+		testIsolation(t, b)
+	})
+	t.Run("no_network", func(t *testing.T) {
+		if !caps.NoNetwork {
+			t.Skipf("backend %s does not cut the network", b.Name())
+		}
+		testNoNetwork(t, b)
+	})
+	t.Run("limits", func(t *testing.T) {
+		if !caps.Limits {
+			t.Skipf("backend %s enforces no limits", b.Name())
+		}
+		t.Run("memory", func(t *testing.T) { testMemory(t, b) })
+		t.Run("pids", func(t *testing.T) { testPids(t, b) })
+		t.Run("cpu", func(t *testing.T) { testCPU(t, b) })
+	})
+}
+
+// box is one sandbox of the suite with its guest client and host workspace.
+type box struct {
+	sb        sandbox.Sandbox
+	c         *guestproto.Client
+	workspace string // host folder
+}
+
+// Workspace makes a host folder the sandbox user (uid 1000 or the test's own) can write.
+func Workspace(t testing.TB) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// ID returns a fresh sandbox id.
+func ID() string {
+	var b [6]byte
+	rand.Read(b[:])
+	return "sbt-" + hex.EncodeToString(b[:])
+}
+
+func ctxT(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// start creates a sandbox, dials and configures its guest; t's cleanup stops it.
+func start(t *testing.T, b sandbox.Backend, l sandbox.Limits) *box {
+	t.Helper()
+	ws := Workspace(t)
+	ctx := ctxT(t, 60*time.Second)
+	sb, err := b.Create(ctx, sandbox.Spec{ID: ID(), Workspace: ws, Limits: l})
+	if err != nil {
+		t.Fatalf("create sandbox: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := sb.Stop(context.Background()); err != nil {
+			t.Errorf("stop sandbox: %v", err)
+		}
+	})
+	c, err := guestproto.Dial(ctx, sb.Conn())
+	if err != nil {
+		t.Fatalf("dial guest: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	err = c.Configure(ctx, guestproto.Config{
+		Python:          Python,
+		MaxOutputBytes:  1 << 20,
+		MaxRichBytes:    4 << 20,
+		DefaultTimeoutS: 30,
+		InterruptGraceS: 2,
+		MemoryMB:        l.MemoryMB,
+	})
+	if err != nil {
+		t.Fatalf("configure guest: %v", err)
+	}
+	return &box{sb: sb, c: c, workspace: ws}
+}
+
+// exec runs code and returns its result; any error fails the test.
+func (x *box) exec(t *testing.T, code string, timeoutS float64) *api.ExecuteResult {
+	t.Helper()
+	r, err := x.c.Execute(ctxT(t, time.Duration(timeoutS+30)*time.Second), api.ExecuteRequest{Code: code, TimeoutS: timeoutS}, nil)
+	if err != nil {
+		t.Fatalf("execute %q: %v", code, err)
+	}
+	return r
+}
+
+// run runs code that must succeed and returns what it printed.
+func (x *box) run(t *testing.T, code string) string {
+	t.Helper()
+	r := x.exec(t, code, 30)
+	if r.Status != api.StatusOK {
+		t.Fatalf("execute %q: status %s (%s), outputs %+v", code, r.Status, r.Message, r.Outputs)
+	}
+	return stdout(r)
+}
+
+func (x *box) command(t *testing.T, cmd ...string) *api.CommandResult {
+	t.Helper()
+	r, err := x.c.Command(ctxT(t, 60*time.Second), api.CommandRequest{Cmd: cmd, TimeoutS: 20})
+	if err != nil {
+		t.Fatalf("command %q: %v", cmd, err)
+	}
+	return r
+}
+
+func stdout(r *api.ExecuteResult) string {
+	var sb strings.Builder
+	for _, o := range r.Outputs {
+		if o.Type == api.OutputStream && o.Name == "stdout" {
+			sb.WriteString(o.Text)
+		}
+	}
+	return sb.String()
+}
+
+func (x *box) get(t *testing.T, path string) (string, error) {
+	t.Helper()
+	_, rc, err := x.c.GetFile(ctxT(t, 30*time.Second), path)
+	if err != nil {
+		return "", err
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	return string(b), err
+}
+
+func testHello(t *testing.T, b sandbox.Backend) {
+	x := start(t, b, limits)
+	h := x.c.Hello()
+	if h.Version != guestproto.Version {
+		t.Errorf("guest protocol version %d, want %d", h.Version, guestproto.Version)
+	}
+	if h.Root != x.sb.GuestWorkspace() {
+		t.Errorf("guest workspace %q, sandbox says %q", h.Root, x.sb.GuestWorkspace())
+	}
+	if b.Capabilities().Isolated {
+		if h.UID == 0 {
+			t.Error("guest runs as root")
+		}
+		if h.PID != 1 {
+			t.Errorf("guest is pid %d, want 1 (own pid namespace)", h.PID)
+		}
+		if x.sb.GuestWorkspace() != api.WorkspaceDir {
+			t.Errorf("guest workspace %q, want %s", x.sb.GuestWorkspace(), api.WorkspaceDir)
+		}
+	}
+	select {
+	case <-x.sb.Done():
+		t.Error("Done is closed while the sandbox runs")
+	default:
+	}
+}
+
+func testExecute(t *testing.T, b sandbox.Backend) {
+	x := start(t, b, limits)
+	x.run(t, "x = 41")
+	r := x.exec(t, "print('hi')\nx + 1", 30)
+	if r.Status != api.StatusOK {
+		t.Fatalf("status %s, outputs %+v", r.Status, r.Outputs)
+	}
+	if got := stdout(r); got != "hi\n" {
+		t.Errorf("stdout %q, want %q", got, "hi\n")
+	}
+	var result string
+	for _, o := range r.Outputs {
+		if o.Type == api.OutputExecuteResult {
+			result, _ = o.Data["text/plain"].(string)
+		}
+	}
+	if result != "42" {
+		t.Errorf("execute_result %q, want 42 (state kept between cells); outputs %+v", result, r.Outputs)
+	}
+	r = x.exec(t, "1/0", 30)
+	if r.Status != api.StatusError {
+		t.Errorf("1/0: status %s, want error", r.Status)
+	}
+	// multiprocessing needs a writable /dev/shm (semaphores) and fork.
+	code := "import multiprocessing as mp\nwith mp.Pool(2) as p:\n    print(sum(p.map(abs, range(10))), end='')"
+	if got := x.run(t, code); got != "45" {
+		t.Errorf("multiprocessing pool printed %q, want 45", got)
+	}
+}
+
+func testFiles(t *testing.T, b sandbox.Backend) {
+	x := start(t, b, limits)
+	ctx := ctxT(t, 60*time.Second)
+	if _, err := x.c.PutFile(ctx, "in/a.txt", strings.NewReader("from the host")); err != nil {
+		t.Fatalf("put file: %v", err)
+	}
+	if got, err := os.ReadFile(filepath.Join(x.workspace, "in", "a.txt")); err != nil || string(got) != "from the host" {
+		t.Errorf("host workspace has %q, %v", got, err)
+	}
+	guestPath := x.sb.GuestWorkspace() + "/in/a.txt"
+	if got := x.run(t, fmt.Sprintf("print(open(%q).read(), end='')", guestPath)); got != "from the host" {
+		t.Errorf("code reads %q at %s", got, guestPath)
+	}
+	x.run(t, fmt.Sprintf("open(%q, 'w').write('from code')", x.sb.GuestWorkspace()+"/out.txt"))
+	if got, err := x.get(t, "out.txt"); err != nil || got != "from code" {
+		t.Errorf("get file: %q, %v", got, err)
+	}
+	if got, err := x.get(t, api.WorkspaceDir+"/out.txt"); err != nil || got != "from code" {
+		t.Errorf("get file by its absolute path: %q, %v", got, err)
+	}
+	list, err := x.c.ListFiles(ctx, "in")
+	if err != nil {
+		t.Fatalf("list files: %v", err)
+	}
+	if len(list.Files) != 1 || list.Files[0].Name != "a.txt" || list.Files[0].Size != 13 {
+		t.Errorf("list in/: %+v", list.Files)
+	}
+	if err := x.c.DeleteFile(ctx, "in/a.txt"); err != nil {
+		t.Fatalf("delete file: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(x.workspace, "in", "a.txt")); !os.IsNotExist(err) {
+		t.Errorf("deleted file still on the host: %v", err)
+	}
+	if _, err := x.get(t, "in/a.txt"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("get deleted file: %v, want not found", err)
+	}
+	if _, err := x.get(t, "../etc/passwd"); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("get ../etc/passwd: %v, want invalid argument", err)
+	}
+}
+
+func testCommands(t *testing.T, b sandbox.Backend) {
+	x := start(t, b, limits)
+	r := x.command(t, "sh", "-c", "echo out; echo err >&2; exit 3")
+	if r.Status != api.StatusError || r.ExitCode != 3 || r.Stdout != "out\n" || r.Stderr != "err\n" {
+		t.Errorf("got %+v, want status error, exit 3, stdout out, stderr err", r)
+	}
+	r = x.command(t, "sh", "-c", "pwd; touch made-by-command")
+	if r.Status != api.StatusOK || strings.TrimSpace(r.Stdout) != x.sb.GuestWorkspace() {
+		t.Errorf("pwd: %+v, want ok and %s", r, x.sb.GuestWorkspace())
+	}
+	if _, err := os.Stat(filepath.Join(x.workspace, "made-by-command")); err != nil {
+		t.Errorf("file made by a command is not in the host workspace: %v", err)
+	}
+}
+
+func testSeparate(t *testing.T, b sandbox.Backend) {
+	x, y := start(t, b, limits), start(t, b, limits)
+	ctx := ctxT(t, 30*time.Second)
+	if _, err := x.c.PutFile(ctx, "only-x.txt", strings.NewReader("x")); err != nil {
+		t.Fatal(err)
+	}
+	x.run(t, fmt.Sprintf("open(%q, 'w').write('x')", x.sb.GuestWorkspace()+"/only-x-code.txt"))
+	list, err := y.c.ListFiles(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Files) != 0 {
+		t.Errorf("the other sandbox lists %+v", list.Files)
+	}
+	if entries, _ := os.ReadDir(y.workspace); len(entries) != 0 {
+		t.Errorf("the other sandbox's host workspace has %d entries", len(entries))
+	}
+	if b.Capabilities().Isolated {
+		code := fmt.Sprintf("import os\nprint(os.path.exists(%q), os.path.exists(%q), end='')", x.workspace, api.WorkspaceDir+"/only-x.txt")
+		if got := y.run(t, code); got != "False False" {
+			t.Errorf("the other sandbox sees the first one's files: %s", got)
+		}
+	}
+}
+
+func testSymlink(t *testing.T, b sandbox.Backend) {
+	x := start(t, b, limits)
+	x.run(t, fmt.Sprintf("import os\nos.symlink('/etc/passwd', %q)\nos.symlink('/etc', %q)",
+		x.sb.GuestWorkspace()+"/link", x.sb.GuestWorkspace()+"/etclink"))
+	for _, p := range []string{"link", "etclink/passwd"} {
+		if got, err := x.get(t, p); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("get file %s (a symlink out of the workspace): %q, %v; want invalid argument", p, got, err)
+		}
+	}
+	ctx := ctxT(t, 30*time.Second)
+	if _, err := x.c.PutFile(ctx, "etclink/cellbox-test", strings.NewReader("x")); err == nil {
+		t.Error("put file through a symlink out of the workspace succeeded")
+	}
+	if _, err := os.Stat("/etc/cellbox-test"); err == nil {
+		t.Error("put file through a symlink wrote /etc/cellbox-test on the host")
+		os.Remove("/etc/cellbox-test")
+	}
+}
+
+// processesWith lists host pids whose command line contains marker (Linux).
+func processesWith(marker string) []string {
+	var pids []string
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && strings.Contains(strings.ReplaceAll(string(cmdline), "\x00", " "), marker) {
+			pids = append(pids, e.Name())
+		}
+	}
+	return pids
+}
+
+func eventually(d time.Duration, f func() bool) bool {
+	for end := time.Now().Add(d); ; time.Sleep(20 * time.Millisecond) {
+		if f() {
+			return true
+		}
+		if time.Now().After(end) {
+			return false
+		}
+	}
+}
+
+func testStop(t *testing.T, b sandbox.Backend) {
+	x := start(t, b, limits)
+	// Two processes that left the guest's process groups: a child of the kernel in a
+	// session of its own, and an orphaned daemon started by a command.
+	var n [4]byte
+	rand.Read(n[:])
+	kernelChild := fmt.Sprintf("1000.%d%d", n[0], n[1])
+	daemon := fmt.Sprintf("1000.%d%d", n[2], n[3])
+	x.run(t, fmt.Sprintf("import subprocess\np = subprocess.Popen(['sleep', %q], start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)", kernelChild))
+	// The command returns once the daemon has called setsid (and exec'd sleep).
+	r := x.command(t, "sh", "-c", "setsid sleep "+daemon+" </dev/null >/dev/null 2>&1 & p=$!; "+
+		"while [ \"$(cat /proc/$p/comm 2>/dev/null)\" != sleep ]; do sleep 0.01; done")
+	if r.Status != api.StatusOK {
+		t.Fatalf("start a daemon: %+v", r)
+	}
+	markers := []string{"sleep " + kernelChild, "sleep " + daemon}
+	if runtime.GOOS == "linux" {
+		for _, m := range markers {
+			if !eventually(5*time.Second, func() bool { return len(processesWith(m)) > 0 }) {
+				t.Fatalf("%q does not show in the host's /proc", m)
+			}
+		}
+	}
+
+	// Concurrent and repeated Stops all succeed.
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = x.sb.Stop(ctxT(t, 30*time.Second))
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Errorf("stop: %v", err)
+		}
+	}
+	select {
+	case <-x.sb.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("Done is not closed after Stop")
+	}
+	if err := x.sb.Stop(ctxT(t, 30*time.Second)); err != nil {
+		t.Errorf("second stop: %v", err)
+	}
+	for _, m := range markers {
+		if runtime.GOOS == "linux" && !eventually(5*time.Second, func() bool { return len(processesWith(m)) == 0 }) {
+			t.Errorf("%q survived Stop: pids %v", m, processesWith(m))
+		}
+	}
+	select {
+	case <-x.c.Done():
+	case <-time.After(10 * time.Second):
+		t.Error("the guest connection is still open after Stop")
+	}
+	if _, err := x.c.ListFiles(ctxT(t, 10*time.Second), ""); !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Errorf("a call after Stop: %v, want unavailable", err)
+	}
+}
+
+func testCleanup(t *testing.T, b sandbox.Backend) {
+	x := start(t, b, limits)
+	if err := b.Cleanup(ctxT(t, 60*time.Second)); err != nil {
+		t.Fatalf("cleanup: %v", err)
+	}
+	// The backend's own live sandboxes are not leftovers.
+	if got := x.run(t, "print('alive', end='')"); got != "alive" {
+		t.Errorf("after cleanup: %q", got)
+	}
+}
+
+func testIsolation(t *testing.T, b sandbox.Backend) {
+	x := start(t, b, limits)
+	r := x.command(t, "id", "-u")
+	if r.Status != api.StatusOK || strings.TrimSpace(r.Stdout) == "0" {
+		t.Errorf("id -u: %+v; want a user other than root", r)
+	}
+	checks := []struct{ name, code, want string }{
+		{"shadow unreadable", "try:\n  open('/etc/shadow').read(); print('read', end='')\nexcept OSError: print('refused', end='')", "refused"},
+		{"root read-only", "try:\n  open('/cellbox-test', 'w'); print('wrote', end='')\nexcept OSError: print('refused', end='')", "refused"},
+		{"usr read-only", "try:\n  open('/usr/cellbox-test', 'w'); print('wrote', end='')\nexcept OSError: print('refused', end='')", "refused"},
+		{"capabilities", "import re\ns = open('/proc/self/status').read()\nprint(sorted(set(re.findall(r'Cap(?:Inh|Prm|Eff|Bnd|Amb):\\s*(\\w+)', s))), end='')", "['0000000000000000']"},
+		{"no_new_privs", "import re\nprint(re.search(r'NoNewPrivs:\\s*(\\d)', open('/proc/self/status').read()).group(1), end='')", "1"},
+		{"tmp writable", "open('/tmp/x', 'w').write('x'); print('ok', end='')", "ok"},
+	}
+	for _, c := range checks {
+		if got := x.run(t, c.code); got != c.want {
+			t.Errorf("%s: got %q, want %q", c.name, got, c.want)
+		}
+	}
+	for _, p := range []string{"/cellbox-test", "/usr/cellbox-test"} {
+		if _, err := os.Stat(p); err == nil {
+			t.Errorf("sandbox wrote %s on the host", p)
+			os.Remove(p)
+		}
+	}
+}
+
+func testNoNetwork(t *testing.T, b sandbox.Backend) {
+	x := start(t, b, limits)
+	if got := x.run(t, "import os\nprint(sorted(os.listdir('/sys/class/net')), end='')"); got != "['lo']" {
+		t.Errorf("network interfaces %s, want only lo", got)
+	}
+	if got := x.run(t, "print(sorted(l.split(':')[0].strip() for l in open('/proc/net/dev').readlines()[2:]), end='')"); got != "['lo']" {
+		t.Errorf("/proc/net/dev lists %s, want only lo", got)
+	}
+	addrs := []string{"127.0.0.1"}
+	if ip := hostIP(); ip != "" {
+		addrs = append(addrs, ip)
+	} else {
+		t.Log("no non-loopback host address to test against")
+	}
+	for _, addr := range addrs {
+		ln, err := net.Listen("tcp", net.JoinHostPort(addr, "0"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		accepted := make(chan struct{}, 1)
+		go func() {
+			if c, err := ln.Accept(); err == nil {
+				c.Close()
+				accepted <- struct{}{}
+			}
+		}()
+		port := ln.Addr().(*net.TCPAddr).Port
+		code := fmt.Sprintf("import socket\ntry:\n  socket.create_connection((%q, %d), timeout=3); print('connected', end='')\nexcept OSError: print('refused', end='')", addr, port)
+		if got := x.run(t, code); got != "refused" {
+			t.Errorf("connect to the host's %s:%d: %s", addr, port, got)
+		}
+		select {
+		case <-accepted:
+			t.Errorf("the host's listener on %s accepted a connection from the sandbox", addr)
+		default:
+		}
+	}
+}
+
+// hostIP returns a non-loopback IPv4 address of the host, or "".
+func hostIP() string {
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && n.IP.To4() != nil {
+			return n.IP.String()
+		}
+	}
+	return ""
+}
+
+func testMemory(t *testing.T, b sandbox.Backend) {
+	l := limits
+	l.MemoryMB = 256
+	x := start(t, b, l)
+	r := x.exec(t, "a = []\nwhile True:\n    a.append(b'\\x01' * (16 << 20))", 60)
+	if r.Status != api.StatusOOM {
+		t.Errorf("memory bomb: status %s (%s), want oom; outputs %+v", r.Status, r.Message, r.Outputs)
+	}
+	if got := x.run(t, "print(1 + 1, end='')"); got != "2" {
+		t.Errorf("the cell after the OOM printed %q", got)
+	}
+}
+
+func testPids(t *testing.T, b sandbox.Backend) {
+	l := limits
+	l.Pids = 64
+	x := start(t, b, l)
+	// Processes past the limit are refused.
+	code := `import subprocess
+ps = []
+try:
+    for i in range(200):
+        ps.append(subprocess.Popen(['sleep', '60']))
+except OSError:
+    pass
+print(len(ps), end='')
+for p in ps:
+    p.kill()
+    p.wait()`
+	var n int
+	fmt.Sscan(x.run(t, code), &n)
+	if n >= 64 || n == 0 {
+		t.Errorf("started %d processes under a limit of 64", n)
+	}
+	// A fork bomb that runs for a while does not take the sandbox down.
+	r, err := x.c.Command(ctxT(t, 60*time.Second), api.CommandRequest{
+		Cmd: []string{"bash", "-c", ":(){ :|:& };:; sleep 3"}, TimeoutS: 10,
+	})
+	if err != nil {
+		t.Fatalf("fork bomb: %v", err)
+	}
+	t.Logf("fork bomb: status %s, exit %d", r.Status, r.ExitCode)
+	if got := x.run(t, "print(1 + 1, end='')"); got != "2" {
+		t.Errorf("after the fork bomb the kernel printed %q", got)
+	}
+	ok := eventually(30*time.Second, func() bool {
+		r, err := x.c.Command(ctxT(t, 30*time.Second), api.CommandRequest{Cmd: []string{"echo", "ok"}, TimeoutS: 5})
+		return err == nil && r.Status == api.StatusOK && r.Stdout == "ok\n"
+	})
+	if !ok {
+		t.Error("commands do not run again after the fork bomb")
+	}
+}
+
+func testCPU(t *testing.T, b sandbox.Backend) {
+	l := limits
+	l.CPUs = 0.25
+	x := start(t, b, l)
+	// Busy for 1.5 s of wall time; at a quarter core that is about 0.4 s of CPU.
+	code := "import time\nw, c = time.monotonic(), time.process_time()\nwhile time.monotonic() - w < 1.5: pass\nprint(round((time.process_time() - c) / (time.monotonic() - w), 2), end='')"
+	got := x.run(t, code)
+	var share float64
+	fmt.Sscan(got, &share)
+	t.Logf("CPU share at a 0.25 limit: %s", got)
+	if share > 0.6 {
+		t.Errorf("a busy loop got %.2f of a core under a 0.25 CPU limit", share)
+	}
+}
