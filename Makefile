@@ -47,7 +47,7 @@ fuzz: ## run every Fuzz target for FUZZTIME (default 20s) each
 	done
 
 bench: build ## run the benchmarks (cellbox bench)
-	./bin/cellbox bench
+	./bin/cellbox bench --state-dir ./.state/bench
 
 lint: ## go vet, and gofmt (fails listing the files it would change)
 	$(GO) vet ./...
