@@ -1,0 +1,274 @@
+package guest
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cellbox/cellbox/api"
+	"github.com/cellbox/cellbox/internal/errdefs"
+	"github.com/cellbox/cellbox/internal/guestproto"
+)
+
+func (s *server) configure(cfg *guestproto.Config) guestproto.Message {
+	if cfg == nil || cfg.Python == "" {
+		return errMsg(api.CodeInvalidArgument, "the configuration must name the Python interpreter")
+	}
+	c := withDefaults(*cfg)
+	s.kmu.Lock()
+	defer s.kmu.Unlock()
+	s.mu.Lock()
+	s.cfg = &c
+	s.mu.Unlock()
+	if err := s.restartLocked(); err != nil {
+		return errFrom(err)
+	}
+	return guestproto.Message{OK: true}
+}
+
+func (s *server) kernelSpec(cfg *guestproto.Config) kernelSpec {
+	env := mergeEnv(os.Environ(), map[string]string{
+		"IPYTHONDIR":              filepath.Join(s.tmp, "ipython"),
+		"MPLCONFIGDIR":            filepath.Join(s.tmp, "matplotlib"),
+		"MPLBACKEND":              "module://matplotlib_inline.backend_inline",
+		"PYTHONDONTWRITEBYTECODE": "1", // no __pycache__ folders among the user's files
+	}, cfg.Env)
+	maxLine := min(cfg.MaxRichBytes+cfg.MaxOutputBytes+1<<20, guestproto.MaxMessageSize)
+	return kernelSpec{python: cfg.Python, env: env, dir: s.opts.Workspace, maxLine: maxLine}
+}
+
+// restartLocked replaces the kernel with a fresh one and runs the preimport code in it.
+// The caller holds kmu.
+func (s *server) restartLocked() error {
+	s.mu.Lock()
+	old, cfg, closing := s.kernel, s.cfg, s.closing
+	s.kernel = nil
+	s.mu.Unlock()
+	if old != nil {
+		old.kill()
+	}
+	if closing {
+		return fmt.Errorf("%w: %w", errClosing, errdefs.ErrUnavailable)
+	}
+	k, err := startKernel(s.kernelSpec(cfg))
+	if err != nil {
+		return fmt.Errorf("%s: %w", err.Error(), errdefs.ErrInvalidArgument)
+	}
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		k.kill()
+		return fmt.Errorf("%w: %w", errClosing, errdefs.ErrUnavailable)
+	}
+	s.kernel = k
+	s.gen++
+	s.mu.Unlock()
+	// The runner reads its first command once IPython is up: the preimport (or an empty
+	// cell) finishing means the kernel is ready.
+	r := newRun(cfg.Preimport, true, max(startTimeout, seconds(cfg.DefaultTimeoutS)), 0, nil)
+	k.begin(r)
+	<-r.done
+	fail := func(e error) error {
+		k.kill()
+		s.mu.Lock()
+		if s.kernel == k {
+			s.kernel = nil
+		}
+		s.mu.Unlock()
+		return e
+	}
+	switch {
+	case r.died:
+		why := lastLine(r.errTail)
+		if why == "" {
+			why = "it exited with " + exitText(r.ws)
+		}
+		if r.stop == stopTimeout {
+			why = fmt.Sprintf("it was not ready within %s", seconds(max(startTimeout.Seconds(), cfg.DefaultTimeoutS)))
+		}
+		return fail(fmt.Errorf("the Python kernel did not start: %s: %w", why, errdefs.ErrUnavailable))
+	case !r.ok:
+		why := r.ename
+		if r.errOut != nil {
+			why = r.errOut.EName + ": " + r.errOut.EValue
+		}
+		return fail(fmt.Errorf("the preimport code failed: %s: %w", why, errdefs.ErrInvalidArgument))
+	}
+	return nil
+}
+
+// lastLine is the last non-empty line of b, capped, for an error message.
+func lastLine(b []byte) string {
+	lines := bytes.Split(bytes.TrimSpace(b), []byte("\n"))
+	l := string(bytes.TrimSpace(lines[len(lines)-1]))
+	if len(l) > 500 {
+		l = l[:runeCut([]byte(l), 500)] + "..."
+	}
+	return l
+}
+
+func (s *server) currentKernel() *kernel {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.kernel
+}
+
+// interrupt stops the running cell, if any.
+func (s *server) interrupt() {
+	if k := s.currentKernel(); k != nil && k.stopRun(stopInterrupt) {
+		return
+	}
+	if s.busy.Load() {
+		s.intPending.Store(true) // the cell has not begun yet: stop it when it does
+	}
+}
+
+func (s *server) restart() guestproto.Message {
+	if s.config() == nil {
+		return errMsg(api.CodeFailedPrecondition, "the sandbox is not configured yet")
+	}
+	s.mu.Lock()
+	k, gen := s.kernel, s.gen
+	s.mu.Unlock()
+	if k != nil {
+		k.stopRun(stopRestart) // a running cell ends now; its Execute restarts the kernel
+	}
+	s.kmu.Lock()
+	defer s.kmu.Unlock()
+	s.mu.Lock()
+	cur, g := s.kernel, s.gen
+	s.mu.Unlock()
+	if g != gen && cur != nil && !cur.isDead() {
+		return guestproto.Message{OK: true} // restarted while we waited
+	}
+	if err := s.restartLocked(); err != nil {
+		return errFrom(err)
+	}
+	return guestproto.Message{OK: true}
+}
+
+func (s *server) execute(w io.Writer, req *api.ExecuteRequest) {
+	if req == nil {
+		writeMsg(w, errMsg(api.CodeInvalidArgument, "the execute request has no body"))
+		return
+	}
+	if !s.busy.CompareAndSwap(false, true) {
+		writeMsg(w, errMsg(api.CodeFailedPrecondition, "another cell is still running in this session; wait for it or interrupt it"))
+		return
+	}
+	s.intPending.Store(false)
+	release := sync.OnceFunc(func() { s.busy.Store(false) })
+	defer release()
+	s.kmu.Lock()
+	defer s.kmu.Unlock()
+	cfg := s.config()
+	if cfg == nil {
+		writeMsg(w, errMsg(api.CodeFailedPrecondition, "the sandbox is not configured yet"))
+		return
+	}
+	var note string
+	k := s.currentKernel()
+	if k == nil || k.isDead() {
+		if err := s.restartLocked(); err != nil {
+			writeMsg(w, errFrom(err))
+			return
+		}
+		if k != nil {
+			note = "The kernel had stopped since the last cell and was restarted before this one; variables were lost, files in /mnt/data are kept."
+		}
+		k = s.currentKernel()
+	}
+	timeout := seconds(req.TimeoutS)
+	if timeout <= 0 {
+		timeout = seconds(cfg.DefaultTimeoutS)
+	}
+	r := newRun(req.Code, false, timeout, seconds(cfg.InterruptGraceS), newBudget(cfg.MaxOutputBytes, cfg.MaxRichBytes))
+	before := s.root.snapshot()
+	oom0 := s.oom.read()
+	start := time.Now()
+	k.begin(r)
+	if s.intPending.Swap(false) {
+		k.stopRun(stopInterrupt)
+	}
+	failed := false
+	send := func() {
+		for _, o := range r.take() {
+			if failed {
+				return
+			}
+			if err := writeMsg(w, guestproto.Message{Output: &o}); err != nil {
+				failed = true
+				k.stopRun(stopInterrupt) // nobody is listening any more
+			}
+		}
+	}
+	for waiting := true; waiting; {
+		select {
+		case <-r.notify:
+		case <-r.done:
+			waiting = false
+		}
+		send()
+	}
+	k.mu.Lock()
+	stop, sigSent, killed := r.stop, r.sigSent, r.killed
+	k.mu.Unlock()
+	res := &api.ExecuteResult{Status: api.StatusOK, ExecutionCount: r.count, Truncated: r.budget.truncated(),
+		DurationMS: r.finished.Sub(start).Milliseconds()}
+	const lost = "variables are lost, files in /mnt/data are kept"
+	switch {
+	case r.died && killed:
+		switch stop {
+		case stopTimeout:
+			res.Status = api.StatusTimeout
+			res.Message = fmt.Sprintf("the cell ran past its time limit of %s and did not stop when interrupted, so the kernel was restarted; %s", timeout, lost)
+		case stopInterrupt:
+			res.Status = api.StatusInterrupted
+			res.Message = "the cell did not stop when interrupted, so the kernel was restarted; " + lost
+		default:
+			res.Status = api.StatusInterrupted
+			res.Message = "the kernel was restarted while this cell ran; " + lost
+		}
+	case r.died:
+		if s.oom.known() && s.oom.read() > oom0 {
+			res.Status = api.StatusOOM
+			limit := ""
+			if cfg.MemoryMB > 0 {
+				limit = fmt.Sprintf(" (limit %d MiB)", cfg.MemoryMB)
+			}
+			res.Message = fmt.Sprintf("the kernel ran out of memory%s and was restarted; %s", limit, lost)
+		} else {
+			res.Status = api.StatusCrashed
+			why := exitText(r.ws)
+			if r.ws.Signaled() && r.ws.Signal() == unix.SIGKILL && !s.oom.known() {
+				why += ", perhaps for using too much memory"
+			}
+			res.Message = fmt.Sprintf("the kernel died (%s) and was restarted; %s", why, lost)
+		}
+	case sigSent && stop == stopTimeout:
+		res.Status = api.StatusTimeout
+		res.Message = fmt.Sprintf("the cell ran past its time limit of %s and was interrupted; variables are kept", timeout)
+	case sigSent && stop == stopInterrupt:
+		res.Status = api.StatusInterrupted
+		res.Message = "the cell was interrupted; variables are kept"
+	case !r.ok:
+		res.Status = api.StatusError
+	}
+	if note != "" {
+		res.Message = note + " " + res.Message
+	}
+	res.Files = diff(before, s.root.snapshot())
+	release() // the next cell may queue up now; it waits for kmu
+	writeMsg(w, guestproto.Message{Result: res})
+	if r.died {
+		if err := s.restartLocked(); err != nil {
+			s.log.Warn("restart the kernel", "error", err)
+		}
+	}
+}

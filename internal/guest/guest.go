@@ -1,0 +1,95 @@
+// Package guest is the daemon that runs as process 1 inside every sandbox (or as a plain
+// child process of the local-unsafe backend). It serves the cellbox server over its
+// stdin/stdout with the guest protocol (package guestproto): a Python kernel (IPython, driven
+// by the runner in package pyrunner), programs run as commands, and the workspace's files.
+//
+// Every path it is given is resolved beneath the workspace, never through a symbolic link
+// that leads out. It kills everything it started when its connection ends.
+//
+// Not for: starting or isolating sandboxes (package sandbox and its backends), or anything
+// on the server's side of the protocol.
+package guest
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/cellbox/cellbox/api"
+)
+
+// Options configure Serve.
+type Options struct {
+	// Workspace is the folder served as /mnt/data; "" means /mnt/data itself. The local
+	// backend passes a host folder. Paths the guest reports are always under /mnt/data.
+	Workspace string
+	// Cgroup is the folder where the sandbox's own cgroup files are visible, e.g.
+	// /sys/fs/cgroup; "" turns OOM accounting off (an OOM kill is then reported as a crash).
+	Cgroup string
+	// MplCache is an optional folder holding a prebuilt matplotlib font cache; the kernel's
+	// private MPLCONFIGDIR is seeded from it.
+	MplCache string
+	// Init makes the guest act as process 1: it becomes a child subreaper and reaps every
+	// child of the process, its own or orphaned. Set it only in a process that runs nothing
+	// but the guest: os/exec's Wait cannot work beside it.
+	Init bool
+	// Logger receives the guest's own diagnostics, never user output; nil discards them.
+	Logger *slog.Logger
+}
+
+// Main is `cellbox guest`: it serves the guest protocol on stdin/stdout until the
+// connection ends or SIGTERM/SIGINT arrives, then kills everything it started and returns
+// the process's exit code.
+func Main(args []string) int {
+	fs := flag.NewFlagSet("guest", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "Usage: cellbox guest [flags]\n\nThe in-sandbox daemon: serves the guest protocol on stdin/stdout. A backend starts it; it is not for use by hand.\n\nFlags:")
+		fs.PrintDefaults()
+	}
+	workspace := fs.String("workspace", api.WorkspaceDir, "the workspace folder, seen by users as "+api.WorkspaceDir)
+	cgroup := fs.String("cgroup", "", "folder with the sandbox's own cgroup files, e.g. /sys/fs/cgroup (empty: no OOM accounting)")
+	mplCache := fs.String("mpl-cache", "", "optional read-only folder with a prebuilt matplotlib font cache")
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "cellbox guest: unexpected arguments: %q\n", fs.Args())
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	// stdout carries the protocol from here on: nothing else may write to it.
+	conn := stdio{r: os.Stdin, w: os.Stdout}
+	os.Stdout = os.Stderr
+	err := Serve(ctx, conn, Options{Workspace: *workspace, Cgroup: *cgroup, MplCache: *mplCache,
+		Init: true, Logger: log})
+	killAll()
+	if err != nil {
+		log.Error("guest stopped", "error", err)
+		return 1
+	}
+	return 0
+}
+
+type stdio struct {
+	r *os.File
+	w *os.File
+}
+
+func (s stdio) Read(p []byte) (int, error)  { return s.r.Read(p) }
+func (s stdio) Write(p []byte) (int, error) { return s.w.Write(p) }
+func (s stdio) Close() error {
+	s.r.Close()
+	return s.w.Close()
+}
+
+var _ io.ReadWriteCloser = stdio{}

@@ -1,0 +1,54 @@
+package guest
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strconv"
+)
+
+// oomCounter reads the sandbox cgroup's count of OOM kills: `oom_kill` in memory.events
+// (cgroup v2) or in memory.oom_control (v1). The zero value counts nothing.
+type oomCounter struct{ path string }
+
+func newOOMCounter(cgroup string) oomCounter {
+	if cgroup == "" {
+		return oomCounter{}
+	}
+	for _, p := range []string{
+		filepath.Join(cgroup, "memory.events"),
+		filepath.Join(cgroup, "memory", "memory.oom_control"),
+		filepath.Join(cgroup, "memory.oom_control"),
+	} {
+		if _, ok := readOOMKills(p); ok {
+			return oomCounter{path: p}
+		}
+	}
+	return oomCounter{}
+}
+
+// known says whether the counter can be read at all.
+func (c oomCounter) known() bool { return c.path != "" }
+
+// read returns the counter, or 0 when unknown.
+func (c oomCounter) read() int64 {
+	if c.path == "" {
+		return 0
+	}
+	n, _ := readOOMKills(c.path)
+	return n
+}
+
+func readOOMKills(path string) (int64, bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, false
+	}
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		if v, ok := bytes.CutPrefix(line, []byte("oom_kill ")); ok {
+			n, err := strconv.ParseInt(string(bytes.TrimSpace(v)), 10, 64)
+			return n, err == nil
+		}
+	}
+	return 0, false
+}

@@ -1,0 +1,104 @@
+package guest
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/cellbox/cellbox/api"
+)
+
+func TestCompleteUTF8(t *testing.T) {
+	tests := []struct {
+		in   string
+		want int
+	}{
+		{"", 0},
+		{"abc", 3},
+		{"é", 2},
+		{"é"[:1], 0},
+		{"a✓"[:3], 1},
+		{"a𝄞"[:4], 1},
+		{"a𝄞", 5},
+		{"\xff\xff", 2}, // not UTF-8: sent as it is
+	}
+	for _, tt := range tests {
+		if got := completeUTF8([]byte(tt.in)); got != tt.want {
+			t.Errorf("completeUTF8(%q) = %d, want %d", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestBudgetText(t *testing.T) {
+	b := newBudget(10, 100)
+	if got := string(b.text([]byte("hello"), "stdout")); got != "hello" {
+		t.Errorf("got %q", got)
+	}
+	got := string(b.text([]byte("ééééé"), "stderr")) // 10 bytes, 5 fit: cut at a rune
+	if got != "éé" || !utf8.ValidString(got) {
+		t.Errorf("got %q", got)
+	}
+	if got := b.text([]byte("more"), "stdout"); len(got) != 0 {
+		t.Errorf("after the cap: %q", got)
+	}
+	m := b.marker()
+	if !b.truncated() || m == nil || m.Name != "stderr" || !strings.Contains(m.Text, "10 bytes of text not shown") {
+		t.Errorf("marker %+v", m)
+	}
+	if newBudget(10, 10).marker() != nil {
+		t.Error("marker without a cut")
+	}
+}
+
+func TestBudgetRich(t *testing.T) {
+	b := newBudget(100, 10)
+	small := api.Output{Type: api.OutputDisplayData, Data: map[string]any{"image/png": "12345", "text/plain": "<img>"}}
+	if !b.rich(&small) || small.Data["image/png"] != "12345" {
+		t.Errorf("small: %+v", small)
+	}
+	big := api.Output{Type: api.OutputDisplayData, Data: map[string]any{"text/html": "123456", "text/plain": "<big>"},
+		Metadata: map[string]any{"x": 1}}
+	if !b.rich(&big) || big.Data["text/html"] != nil || big.Data["text/plain"] != "<big>" || big.Metadata != nil {
+		t.Errorf("big: %+v", big)
+	}
+	only := api.Output{Type: api.OutputDisplayData, Data: map[string]any{"image/png": "123456789"}}
+	if b.rich(&only) {
+		t.Errorf("an output with nothing left is sent: %+v", only)
+	}
+	if m := b.marker(); m == nil || !strings.Contains(m.Text, "2 rich output(s)") {
+		t.Errorf("marker %+v", m)
+	}
+	e := api.Output{Type: api.OutputError, EName: "E", EValue: strings.Repeat("v", 5000), Traceback: []string{strings.Repeat("a", 80), strings.Repeat("b", 80), "E: v"}}
+	b.rich(&e)
+	if len(e.EValue) > maxEValue+3 || e.Traceback[len(e.Traceback)-1] != "E: v" || !strings.Contains(e.Traceback[0], "cut") {
+		t.Errorf("error %d %q", len(e.EValue), e.Traceback)
+	}
+}
+
+func TestOOMCounter(t *testing.T) {
+	dir := t.TempDir()
+	if c := newOOMCounter(dir); c.known() || c.read() != 0 {
+		t.Errorf("counter without files: %+v", c)
+	}
+	if c := newOOMCounter(""); c.known() {
+		t.Error("counter without a cgroup")
+	}
+	os.WriteFile(filepath.Join(dir, "memory.events"), []byte("low 0\nhigh 0\nmax 0\noom 0\noom_kill 7\noom_group_kill 0\n"), 0o644)
+	if c := newOOMCounter(dir); !c.known() || c.read() != 7 {
+		t.Errorf("v2 counter: %+v %d", c, c.read())
+	}
+}
+
+func TestDiffIncomplete(t *testing.T) {
+	a := snapshot{files: map[string]fileState{"same": {size: 1}, "gone": {size: 2}, "mod": {size: 3}}, complete: true}
+	b := snapshot{files: map[string]fileState{"same": {size: 1}, "new": {size: 4}, "mod": {size: 5}}, complete: true}
+	if got := diff(a, b); len(got) != 3 || got[0].Path != "/mnt/data/gone" || got[1].Change != api.ChangeModified || got[2].Change != api.ChangeCreated {
+		t.Errorf("diff = %+v", got)
+	}
+	b.complete = false // only what both saw is compared
+	if got := diff(a, b); len(got) != 1 || got[0].Path != "/mnt/data/mod" {
+		t.Errorf("diff of an incomplete snapshot = %+v", got)
+	}
+}

@@ -1,0 +1,259 @@
+# cellbox kernel runner: drives an IPython InteractiveShell for the guest.
+#
+# The guest starts this script (see pyrunner.go) and talks to it over file descriptors 3
+# (guest -> runner) and 4 (runner -> guest), one JSON message a line. Descriptors 1 and 2
+# are pipes the guest reads: everything the user's code (and any C code or child process)
+# writes there is a stream output. This script never writes to them itself.
+#
+# guest -> runner:  {"op": "exec", "code": "...", "silent": false}
+#                   {"op": "ack"}           (answer to every message with "a": 1)
+# runner -> guest:  {"t": "started", "n": N}   the cell runs; SIGINT now interrupts it
+#                   {"t": "out", "o": {...}, "a": 1}
+#                        an output (api.Output). From the main thread it waits for the
+#                        ack, so stream text written after it stays after it. Other
+#                        threads do not wait: only the main thread ever reads fd 3.
+#                   {"t": "done", "ok": bool, "ename": "...", "n": N}
+import os
+import sys
+
+
+def _main():
+    import io
+    import json
+    import re
+    import signal
+    import threading
+
+    for fd in (3, 4):
+        os.set_inheritable(fd, False)  # user code's children must not hold the protocol
+    rfile = io.open(3, "rb", buffering=1 << 16)
+    wfd = 4
+
+    # Never let SIGINT hit the runner's own loop: it only raises while a cell runs.
+    state = {"armed": False, "in_send": False, "pending": False}
+    main_thread = threading.main_thread()
+
+    def on_sigint(signum, frame):
+        if not state["armed"]:
+            return
+        if state["in_send"]:
+            state["pending"] = True
+            return
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, on_sigint)
+
+    for s in (sys.stdout, sys.stderr):
+        try:
+            s.reconfigure(encoding="utf-8", errors="backslashreplace", line_buffering=True)
+        except Exception:
+            pass
+
+    try:
+        import ctypes
+
+        _fflush = ctypes.CDLL(None).fflush
+        _fflush.argtypes = [ctypes.c_void_p]
+    except Exception:
+        _fflush = None
+
+    _encode = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), allow_nan=False, default=str).encode
+
+    def finite(v):
+        # JSON has no NaN or Infinity: write them as Jupyter does, as strings.
+        if isinstance(v, float) and (v != v or v in (float("inf"), float("-inf"))):
+            return repr(v)
+        if isinstance(v, dict):
+            return {str(k): finite(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [finite(x) for x in v]
+        return v
+
+    def encode(msg):
+        try:
+            return _encode(msg)
+        except (ValueError, TypeError, RecursionError):
+            pass
+        try:
+            return _encode(finite(msg))
+        except (ValueError, TypeError, RecursionError):
+            pass
+        o = msg.get("o")
+        if isinstance(o, dict):
+            o.pop("metadata", None)
+            if isinstance(o.get("data"), dict):
+                o["data"] = {k: v if isinstance(v, str) else str(v) for k, v in o["data"].items()}
+        return _encode(msg)
+    send_lock = threading.Lock()
+
+    def flush_streams():
+        for s in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+            try:
+                s.flush()
+            except Exception:
+                pass
+        if _fflush is not None:
+            try:
+                _fflush(None)
+            except Exception:
+                pass
+
+    def send(msg, ack=False):
+        # Streams first: the guest drains the stream pipes before it handles a message.
+        flush_streams()
+        is_main = threading.current_thread() is main_thread
+        ack = ack and is_main
+        if ack:
+            msg["a"] = 1
+        data = (encode(msg) + "\n").encode("ascii")
+        with send_lock:
+            if is_main:
+                state["in_send"] = True
+            try:
+                view = memoryview(data)
+                while view:
+                    n = os.write(wfd, view)
+                    view = view[n:]
+                if ack:
+                    if not rfile.readline():
+                        os._exit(0)
+            finally:
+                if is_main:
+                    state["in_send"] = False
+        if is_main and state["pending"]:
+            state["pending"] = False
+            if state["armed"]:
+                raise KeyboardInterrupt
+
+    import base64
+
+    def jsonable_mime(mime):
+        return mime == "application/json" or mime.endswith("+json")
+
+    def clean_bundle(data):
+        out = {}
+        for mime, v in (data or {}).items():
+            mime = str(mime)
+            if jsonable_mime(mime) and not isinstance(v, (bytes, bytearray)):
+                out[mime] = v
+            elif isinstance(v, (bytes, bytearray)):
+                if mime.startswith("text/") or mime == "image/svg+xml":
+                    out[mime] = bytes(v).decode("utf-8", "replace")
+                else:
+                    out[mime] = base64.b64encode(bytes(v)).decode("ascii")
+            elif isinstance(v, str):
+                out[mime] = v
+            else:
+                out[mime] = str(v)
+        return out
+
+    def clean_metadata(md):
+        if not isinstance(md, dict) or not md:
+            return None
+        try:
+            json.dumps(md)
+            return md
+        except Exception:
+            return None
+
+    from IPython.core.displayhook import DisplayHook
+    from IPython.core.displaypub import DisplayPublisher
+    from IPython.core.interactiveshell import InteractiveShell
+    from traitlets.config import Config
+
+    ansi = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+
+    class Hook(DisplayHook):
+        """Sends the value of a cell's last expression as an execute_result."""
+
+        def start_displayhook(self):
+            self._out = None
+
+        def write_output_prompt(self):
+            pass
+
+        def write_format_data(self, format_dict, md_dict=None):
+            self._out = (format_dict, md_dict)
+
+        def finish_displayhook(self):
+            out, self._out = getattr(self, "_out", None), None
+            if out and out[0]:
+                o = {"type": "execute_result", "execution_count": self.prompt_count,
+                     "data": clean_bundle(out[0])}
+                md = clean_metadata(out[1])
+                if md:
+                    o["metadata"] = md
+                send({"t": "out", "o": o}, ack=True)
+
+    class Publisher(DisplayPublisher):
+        """Sends display() calls (and inline matplotlib figures) as display_data."""
+
+        def publish(self, data, metadata=None, source=None, *, transient=None, update=False, **kwargs):
+            if update:
+                return  # updates of an earlier output have no place in a static result
+            o = {"type": "display_data", "data": clean_bundle(data)}
+            md = clean_metadata(metadata)
+            if md:
+                o["metadata"] = md
+            send({"t": "out", "o": o}, ack=True)
+
+        def clear_output(self, wait=False):
+            pass
+
+    class Shell(InteractiveShell):
+        # `!cmd` through a subprocess writing to fds 1 and 2, not through a pty (pexpect):
+        # separate stdout and stderr, no "\r\n", no 100 ms start-up.
+        system = InteractiveShell.system_raw
+
+        def _showtraceback(self, etype, evalue, stb):
+            try:
+                evalue = str(evalue)
+            except Exception:
+                evalue = "<exception str() failed>"
+            tb = [ansi.sub("", s) for s in (stb or [])]
+            send({"t": "out", "o": {"type": "error", "ename": str(getattr(etype, "__name__", etype)),
+                                    "evalue": evalue, "traceback": tb}}, ack=True)
+
+    cfg = Config()
+    cfg.HistoryManager.hist_file = ":memory:"  # nothing lands in the workspace
+    cfg.InteractiveShell.colors = "NoColor"
+    cfg.InteractiveShell.autocall = 0
+    cfg.InteractiveShell.autoindent = False
+    shell = Shell.instance(config=cfg, displayhook_class=Hook, display_pub_class=Publisher)
+
+    def run(code, silent):
+        n = shell.execution_count
+        ok, ename = True, ""
+        signal.signal(signal.SIGINT, on_sigint)
+        try:
+            try:
+                state["armed"] = True
+                send({"t": "started", "n": n})
+                r = shell.run_cell(code, store_history=not silent, silent=silent)
+            finally:
+                state["armed"] = False
+                state["pending"] = False
+            err = r.error_before_exec if r.error_before_exec is not None else r.error_in_exec
+            if err is not None:
+                ok, ename = False, type(err).__name__
+        except KeyboardInterrupt:
+            # Interrupted outside the user's code (in IPython's own machinery).
+            ok, ename = False, "KeyboardInterrupt"
+            send({"t": "out", "o": {"type": "error", "ename": "KeyboardInterrupt", "evalue": "",
+                                    "traceback": ["KeyboardInterrupt"]}}, ack=True)
+        shell.exit_now = False
+        send({"t": "done", "ok": ok, "ename": ename, "n": n})
+
+    while True:
+        line = rfile.readline()
+        if not line:
+            os._exit(0)  # the guest is gone
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            continue
+        if msg.get("op") == "exec":
+            run(msg.get("code", ""), bool(msg.get("silent")))
+
+
+_main()

@@ -1,0 +1,280 @@
+package guest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/yamux"
+
+	"github.com/cellbox/cellbox/api"
+	"github.com/cellbox/cellbox/internal/errdefs"
+	"github.com/cellbox/cellbox/internal/guestproto"
+)
+
+// Defaults for Config fields left at zero.
+const (
+	defaultMaxOutput = 1 << 20
+	defaultMaxRich   = 16 << 20
+	defaultTimeout   = 60 * time.Second
+	defaultGrace     = 3 * time.Second
+	// startTimeout bounds a kernel's start and its preimport.
+	startTimeout = 120 * time.Second
+)
+
+// testHookServe, when set by a test, sees every server Serve creates.
+var testHookServe func(*server)
+
+type server struct {
+	opts   Options
+	log    *slog.Logger
+	root   *root
+	tmp    string // private folder for IPYTHONDIR and MPLCONFIGDIR
+	oom    oomCounter
+	procFD bool // /proc/self/fd works: a command's cwd is passed as its open descriptor
+
+	busy       atomic.Bool // a cell is running: a second Execute is refused
+	intPending atomic.Bool // an Interrupt came before the running Execute's cell began
+	kmu        sync.Mutex  // held while the kernel runs a cell or is replaced
+
+	mu      sync.Mutex // guards what follows
+	cfg     *guestproto.Config
+	kernel  *kernel
+	gen     int          // bumped on every kernel start
+	cmds    map[int]bool // process groups of running commands
+	closing bool
+}
+
+// Serve serves the guest protocol on conn until conn ends or ctx is done, then kills the
+// kernel and every command it started. It returns nil then; an error only if it could not
+// start (e.g. the workspace folder is missing).
+func Serve(ctx context.Context, conn io.ReadWriteCloser, opts Options) error {
+	if opts.Workspace == "" {
+		opts.Workspace = api.WorkspaceDir
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	procs() // the reaper must run before the first child starts
+	if opts.Init {
+		if err := initMode(); err != nil {
+			log.Warn("cannot become a child subreaper", "error", err)
+		}
+	}
+	r, err := openRoot(opts.Workspace)
+	if err != nil {
+		conn.Close()
+		return fmt.Errorf("open workspace %s: %w", opts.Workspace, err)
+	}
+	tmp, err := os.MkdirTemp("", "cellbox-guest-")
+	if err != nil {
+		r.close()
+		conn.Close()
+		return fmt.Errorf("create the guest's temporary folder: %w", err)
+	}
+	os.Mkdir(filepath.Join(tmp, "ipython"), 0o700)
+	os.Mkdir(filepath.Join(tmp, "matplotlib"), 0o700)
+	if opts.MplCache != "" {
+		seedDir(opts.MplCache, filepath.Join(tmp, "matplotlib"))
+	}
+	_, procErr := os.Stat("/proc/self/fd")
+	s := &server{opts: opts, log: log, root: r, tmp: tmp, oom: newOOMCounter(opts.Cgroup),
+		procFD: procErr == nil, cmds: map[int]bool{}}
+	if testHookServe != nil {
+		testHookServe(s)
+	}
+
+	sess, err := yamux.Server(conn, guestproto.YamuxConfig())
+	if err != nil {
+		conn.Close()
+		return fmt.Errorf("start the guest multiplexer: %w", err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() { sess.Close() })
+	defer stop()
+	var wg sync.WaitGroup
+	for {
+		st, err := sess.AcceptStream()
+		if err != nil {
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.handle(ctx, st)
+		}()
+	}
+	cancel()
+	sess.Close()
+	s.shutdown()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		r.close()
+		os.RemoveAll(tmp)
+	case <-time.After(10 * time.Second):
+		// A call still holds the root descriptor: leave it open rather than let its number
+		// be reused under that call.
+		log.Warn("guest calls still running at shutdown")
+	}
+	return nil
+}
+
+// seedDir copies the regular files of src into dst (best effort).
+func seedDir(src, dst string) {
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err == nil {
+			os.WriteFile(filepath.Join(dst, e.Name()), b, 0o600)
+		}
+	}
+}
+
+// shutdown kills the kernel and every running command.
+func (s *server) shutdown() {
+	s.mu.Lock()
+	s.closing = true
+	k := s.kernel
+	cmds := make([]int, 0, len(s.cmds))
+	for pid := range s.cmds {
+		cmds = append(cmds, pid)
+	}
+	s.mu.Unlock()
+	for _, pid := range cmds {
+		killTree(pid, true)
+	}
+	if k != nil {
+		k.kill()
+	}
+}
+
+func (s *server) handle(ctx context.Context, st *yamux.Stream) {
+	defer st.Close()
+	br := bufio.NewReaderSize(st, 64<<10)
+	var req guestproto.Request
+	if err := guestproto.ReadJSON(br, guestproto.MaxMessageSize, &req); err != nil {
+		writeMsg(st, errMsg(api.CodeInvalidArgument, "the guest could not read the request"))
+		return
+	}
+	switch req.Op {
+	case guestproto.OpHello:
+		writeMsg(st, guestproto.Message{Hello: &guestproto.Hello{Version: guestproto.Version,
+			PID: os.Getpid(), UID: os.Getuid(), Root: s.opts.Workspace}})
+	case guestproto.OpConfigure:
+		writeMsg(st, s.configure(req.Config))
+	case guestproto.OpExecute:
+		s.execute(st, req.Execute)
+	case guestproto.OpInterrupt:
+		s.interrupt()
+		writeMsg(st, guestproto.Message{OK: true})
+	case guestproto.OpRestart:
+		writeMsg(st, s.restart())
+	case guestproto.OpCommand:
+		writeMsg(st, s.command(ctx, req.Command))
+	case guestproto.OpPutFile:
+		writeMsg(st, s.putFile(req.Path, br))
+	case guestproto.OpGetFile:
+		s.getFile(st, req.Path)
+	case guestproto.OpListFiles:
+		writeMsg(st, s.listFiles(req.Path))
+	case guestproto.OpDeleteFile:
+		writeMsg(st, s.deleteFile(req.Path))
+	default:
+		writeMsg(st, errMsg(api.CodeInvalidArgument, fmt.Sprintf("unknown guest operation %q", req.Op)))
+	}
+}
+
+func errMsg(code, msg string) guestproto.Message {
+	return guestproto.Message{Error: &guestproto.Error{Code: code, Message: msg}}
+}
+
+// errFrom turns an error classified with errdefs into a protocol error.
+func errFrom(err error) guestproto.Message {
+	code := errdefs.Code(err)
+	if code == api.CodeInternal {
+		code = api.CodeUnavailable
+	}
+	return errMsg(code, errText(err))
+}
+
+// writeMsg writes one message line. A line over the protocol's cap is made to fit: an
+// output is replaced by a note, a command's output is cut.
+func writeMsg(w io.Writer, m guestproto.Message) error {
+	var b bytes.Buffer
+	for {
+		b.Reset()
+		enc := json.NewEncoder(&b)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(m); err != nil {
+			if m.Output == nil {
+				m = errMsg(api.CodeInternal, "the guest could not encode its answer")
+				continue
+			}
+			m = guestproto.Message{Output: &api.Output{Type: api.OutputStream, Name: "stderr",
+				Text: "[cellbox: an output could not be encoded and was dropped]\n"}}
+			continue
+		}
+		if b.Len() <= guestproto.MaxMessageSize {
+			break
+		}
+		switch {
+		case m.Output != nil:
+			m = guestproto.Message{Output: &api.Output{Type: api.OutputStream, Name: "stderr",
+				Text: fmt.Sprintf("[cellbox: an output of %s was too large to send and was dropped]\n", byteSize(int64(b.Len())))}}
+		case m.CommandResult != nil:
+			c := *m.CommandResult
+			c.Stdout = c.Stdout[:runeCut([]byte(c.Stdout), len(c.Stdout)/2)]
+			c.Stderr = c.Stderr[:runeCut([]byte(c.Stderr), len(c.Stderr)/2)]
+			c.Truncated = true
+			m = guestproto.Message{CommandResult: &c}
+		default:
+			m = errMsg(api.CodeInternal, "the guest's answer was too large to send")
+		}
+	}
+	_, err := w.Write(b.Bytes())
+	return err
+}
+
+// config returns the configuration, or nil before Configure.
+func (s *server) config() *guestproto.Config {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cfg
+}
+
+func withDefaults(c guestproto.Config) guestproto.Config {
+	if c.MaxOutputBytes <= 0 {
+		c.MaxOutputBytes = defaultMaxOutput
+	}
+	if c.MaxRichBytes <= 0 {
+		c.MaxRichBytes = defaultMaxRich
+	}
+	if c.DefaultTimeoutS <= 0 {
+		c.DefaultTimeoutS = defaultTimeout.Seconds()
+	}
+	if c.InterruptGraceS <= 0 {
+		c.InterruptGraceS = defaultGrace.Seconds()
+	}
+	return c
+}
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
