@@ -244,7 +244,8 @@ func validStatus(s string) bool {
 }
 
 // Interrupt stops the running cell, if any. The cell's Execute returns with status
-// interrupted (or crashed, if the kernel had to be killed).
+// interrupted; if the kernel ignored the interrupt and had to be killed and restarted, the
+// result's Message says so.
 func (c *Client) Interrupt(ctx context.Context) error {
 	var m Message
 	return c.roundTrip(ctx, Request{Op: OpInterrupt}, &m)

@@ -29,6 +29,11 @@ func TestTimeoutKeepsState(t *testing.T) {
 	if r.DurationMS > 10_000 {
 		t.Errorf("timeout of 2 s took %d ms", r.DurationMS)
 	}
+	for _, o := range r.Outputs {
+		if strings.Contains(strings.Join(o.Traceback, ""), "on_sigint") {
+			t.Errorf("traceback shows the runner's own frames: %q", o.Traceback)
+		}
+	}
 	if result(c.exec(id, "x", 0)) != "5" {
 		t.Fatal("variables lost after a timeout")
 	}

@@ -210,7 +210,8 @@ def _main():
                 evalue = str(evalue)
             except Exception:
                 evalue = "<exception str() failed>"
-            tb = [ansi.sub("", s) for s in (stb or [])]
+            # The runner's own SIGINT handler is not the user's business.
+            tb = [ansi.sub("", s) for s in (stb or []) if "in on_sigint(" not in s]
             send({"t": "out", "o": {"type": "error", "ename": str(getattr(etype, "__name__", etype)),
                                     "evalue": evalue, "traceback": tb}}, ack=True)
 
