@@ -1,0 +1,143 @@
+package guestproto
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/yamux"
+
+	"github.com/cellbox/cellbox/api"
+	"github.com/cellbox/cellbox/internal/errdefs"
+)
+
+// fakeGuest serves one scripted answer per stream over a real yamux session: it plays a
+// hostile or broken guest, which the real guest's tests cannot.
+func fakeGuest(t *testing.T, answer func(req Request) []byte) *Client {
+	t.Helper()
+	a, b := net.Pipe()
+	srv, err := yamux.Server(b, YamuxConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			s, err := srv.AcceptStream()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer s.Close()
+				var req Request
+				line, err := ReadLine(bufio.NewReader(s), MaxMessageSize)
+				if err != nil {
+					return
+				}
+				if json.Unmarshal(line, &req) != nil {
+					return
+				}
+				if req.Op == OpHello {
+					WriteJSON(s, Message{Hello: &Hello{Version: Version}})
+					return
+				}
+				s.Write(answer(req))
+			}()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := Dial(ctx, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(); srv.Close() })
+	return c
+}
+
+func TestClientRefusesBadGuests(t *testing.T) {
+	tests := []struct {
+		name   string
+		answer string
+		want   error
+	}{
+		{"unknown status", `{"result":{"status":"pwned"}}` + "\n", errdefs.ErrUnavailable},
+		{"no final message", `{"output":{"type":"stream","name":"stdout","text":"x"}}` + "\n", ErrGuestGone},
+		{"not json", "hello\n", errdefs.ErrUnavailable},
+		{"error message classified", `{"error":{"code":"not_found","message":"no file x"}}` + "\n", errdefs.ErrNotFound},
+		{"oversized line", strings.Repeat("x", MaxMessageSize+10), errdefs.ErrUnavailable},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := fakeGuest(t, func(Request) []byte { return []byte(tt.answer) })
+			_, err := c.Execute(context.Background(), api.ExecuteRequest{Code: "1", TimeoutS: 5}, nil)
+			if !errors.Is(err, tt.want) {
+				t.Fatalf("err = %v, want %v", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestClientCapsTotalBytes(t *testing.T) {
+	out := `{"output":{"type":"stream","name":"stdout","text":"` + strings.Repeat("x", 1<<20) + `"}}` + "\n"
+	c := fakeGuest(t, func(Request) []byte { return bytes.Repeat([]byte(out), 20) })
+	c.MaxExecutionBytes = 4 << 20
+	_, err := c.Execute(context.Background(), api.ExecuteRequest{Code: "1", TimeoutS: 5}, nil)
+	if !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "more than") {
+		t.Fatalf("err = %v, want the byte cap", err)
+	}
+}
+
+func TestClientGivesUpOnSilentGuest(t *testing.T) {
+	c := fakeGuest(t, func(Request) []byte { time.Sleep(time.Hour); return nil })
+	c.Slack = 100 * time.Millisecond
+	_, err := c.Execute(context.Background(), api.ExecuteRequest{Code: "1", TimeoutS: 0.1}, nil)
+	if !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Fatalf("err = %v, want unavailable", err)
+	}
+}
+
+func TestGetFileShortBody(t *testing.T) {
+	c := fakeGuest(t, func(Request) []byte { return []byte(`{"file":{"path":"/mnt/data/a","size":10}}` + "\nabc") })
+	_, rc, err := c.GetFile(context.Background(), "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	if _, err := io.ReadAll(rc); !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("short body: %v, want unexpected EOF", err)
+	}
+}
+
+// FuzzClientMessages feeds arbitrary guest answers to every decoding path of the client:
+// no panic, no hang, and any result it returns has a known status.
+func FuzzClientMessages(f *testing.F) {
+	f.Add([]byte(`{"result":{"status":"ok","execution_count":1}}` + "\n"))
+	f.Add([]byte(`{"output":{"type":"stream","text":"a"}}` + "\n" + `{"result":{"status":"error"}}` + "\n"))
+	f.Add([]byte(`{"file":{"size":3}}` + "\nabc"))
+	f.Add([]byte(`{"listing":{"files":null}}` + "\n"))
+	f.Add([]byte(`{"error":{"code":"invalid_argument","message":"x"}}` + "\n"))
+	f.Add([]byte(`{"command_result":{"status":"ok","exit_code":0}}` + "\n"))
+	f.Fuzz(func(t *testing.T, answer []byte) {
+		c := fakeGuest(t, func(Request) []byte { return answer })
+		c.Slack = 200 * time.Millisecond
+		ctx := context.Background()
+		if r, err := c.Execute(ctx, api.ExecuteRequest{Code: "1", TimeoutS: 0.1}, func(api.Output) {}); err == nil && !validStatus(r.Status) {
+			t.Fatalf("result with status %q", r.Status)
+		}
+		if r, err := c.Command(ctx, api.CommandRequest{Cmd: []string{"x"}, TimeoutS: 0.1}); err == nil && !validStatus(r.Status) {
+			t.Fatalf("command result with status %q", r.Status)
+		}
+		if _, rc, err := c.GetFile(ctx, "a"); err == nil {
+			io.Copy(io.Discard, rc)
+			rc.Close()
+		}
+		c.ListFiles(ctx, "")
+	})
+}
