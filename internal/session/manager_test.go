@@ -1,0 +1,187 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cellbox/cellbox/api"
+	"github.com/cellbox/cellbox/internal/config"
+	"github.com/cellbox/cellbox/internal/errdefs"
+	"github.com/cellbox/cellbox/internal/sandbox/local"
+	"github.com/cellbox/cellbox/internal/testbin"
+	"github.com/cellbox/cellbox/internal/workspace"
+)
+
+// newManager runs a Manager on the local-unsafe backend with the real guest and IPython:
+// fast, and enough for what this package decides (isolation is tested on runc elsewhere).
+func newManager(t *testing.T, mod func(*config.Config)) *Manager {
+	t.Helper()
+	if err := exec.Command("/usr/bin/python3", "-c", "import IPython").Run(); err != nil {
+		t.Skip("needs Debian's python3-ipython (make test installs it)")
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	b, err := local.New(local.Config{GuestBinary: testbin.Cellbox(t), Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := workspace.NewStore(workspace.StoreConfig{Dir: t.TempDir(), Quota: "none", Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Default()
+	cfg.Preimport = ""
+	cfg.PoolSize = 0
+	if mod != nil {
+		mod(&cfg)
+	}
+	m, err := New(context.Background(), cfg, b, store, log, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		m.Shutdown(ctx)
+	})
+	return m
+}
+
+func TestLimits(t *testing.T) {
+	m := &Manager{cfg: config.Default()}
+	m.cfg.MaxMemoryMB = 4096
+	tests := []struct {
+		name string
+		in   *api.Limits
+		want api.Limits
+		bad  string
+	}{
+		{name: "defaults", in: nil, want: m.defaults()},
+		{name: "some", in: &api.Limits{MemoryMB: 512}, want: api.Limits{MemoryMB: 512, CPUs: 1, Pids: 256, DiskMB: 1024}},
+		{name: "above max", in: &api.Limits{MemoryMB: 5000}, bad: "memory_mb 5000 is above"},
+		{name: "negative", in: &api.Limits{Pids: -1}, bad: "pids must not be negative"},
+		{name: "tiny memory", in: &api.Limits{MemoryMB: 8}, bad: "at least 64"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := m.limits(tt.in)
+			if tt.bad != "" {
+				if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), tt.bad) {
+					t.Fatalf("err = %v, want invalid argument mentioning %q", err, tt.bad)
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Fatalf("limits = %+v, %v; want %+v", got, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestCheckEnv(t *testing.T) {
+	for _, bad := range []map[string]string{{"": "x"}, {"1A": "x"}, {"A=B": "x"}, {"A": "x\x00y"}, {"A-B": "x"}} {
+		if err := checkEnv(bad); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("checkEnv(%q) = %v, want invalid argument", bad, err)
+		}
+	}
+	if err := checkEnv(map[string]string{"MY_VAR_1": "any value = ok"}); err != nil {
+		t.Errorf("valid env refused: %v", err)
+	}
+}
+
+func TestMaxSessions(t *testing.T) {
+	m := newManager(t, func(c *config.Config) { c.MaxSessions = 2 })
+	ctx := context.Background()
+	for range 2 {
+		if _, err := m.Create(ctx, api.CreateSessionRequest{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := m.Create(ctx, api.CreateSessionRequest{})
+	if !errors.Is(err, errdefs.ErrResourceExhausted) {
+		t.Fatalf("third session: %v, want resource exhausted", err)
+	}
+	if _, err := m.OneShot(ctx, api.OneShotRequest{Code: "1"}, nil); !errors.Is(err, errdefs.ErrResourceExhausted) {
+		t.Fatalf("one-shot past the limit: %v, want resource exhausted", err)
+	}
+}
+
+func TestIdleSessionEnds(t *testing.T) {
+	m := newManager(t, nil)
+	ctx := context.Background()
+	s, err := m.Create(ctx, api.CreateSessionRequest{IdleTimeoutS: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if _, err := m.Get(s.ID); errors.Is(err, errdefs.ErrNotFound) {
+			return
+		}
+	}
+	t.Fatal("a session idle past its timeout was not ended")
+}
+
+// TestOneExecutionAtATime: concurrent executions in one session run one after the other.
+func TestOneExecutionAtATime(t *testing.T) {
+	m := newManager(t, nil)
+	ctx := context.Background()
+	s, err := m.Create(ctx, api.CreateSessionRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Execute(ctx, s.ID, api.ExecuteRequest{Code: "import time\nlog = []"}, nil)
+	var wg sync.WaitGroup
+	for i := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := m.Execute(ctx, s.ID, api.ExecuteRequest{Code: "log.append(('start', time.time())); time.sleep(0.3); log.append(('end', time.time()))"}, nil)
+			if err != nil || r.Status != api.StatusOK {
+				t.Errorf("cell %d: %v %+v", i, err, r)
+			}
+		}()
+	}
+	wg.Wait()
+	r, _ := m.Execute(ctx, s.ID, api.ExecuteRequest{Code: "print(''.join(k[0] for k, _ in log))"}, nil)
+	if got := r.Outputs[0].Text; got != "sesese\n" {
+		t.Fatalf("cells interleaved: %q", got)
+	}
+}
+
+// TestSandboxDeathIsRecovered: when the whole guest dies, the execution reports crashed,
+// a new sandbox takes over the same workspace and the session goes on.
+func TestSandboxDeathIsRecovered(t *testing.T) {
+	m := newManager(t, nil)
+	ctx := context.Background()
+	s, err := m.Create(ctx, api.CreateSessionRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Execute(ctx, s.ID, api.ExecuteRequest{Code: "open('kept.txt', 'w').write('k')"}, nil)
+	sess, _ := m.lookup(s.ID)
+	pid := sess.current().guest.Hello().PID
+	ws := sess.current().ws
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		syscall.Kill(pid, syscall.SIGKILL)
+	}()
+	r, err := m.Execute(ctx, s.ID, api.ExecuteRequest{Code: "import time; time.sleep(30)"}, nil)
+	if err != nil || r.Status != api.StatusCrashed || !strings.Contains(r.Message, "files in /mnt/data are kept") {
+		t.Fatalf("execute while the guest died: %v %+v", err, r)
+	}
+	r, err = m.Execute(ctx, s.ID, api.ExecuteRequest{Code: "print(open('kept.txt').read())"}, nil)
+	if err != nil || r.Status != api.StatusOK || r.Outputs[0].Text != "k\n" {
+		t.Fatalf("after recovery: %v %+v", err, r)
+	}
+	if _, err := os.Stat(filepath.Join(ws, "kept.txt")); err != nil {
+		t.Fatalf("workspace lost: %v", err)
+	}
+}
