@@ -124,7 +124,7 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 		return nil, err
 	}
 	cmd.Stdin, cmd.Stdout = stdinR, stdoutW
-	s := &Sandbox{id: spec.ID, b: b, ws: ws, cmd: cmd, conn: &pipeConn{r: stdoutR, w: stdinW}, done: make(chan struct{})}
+	s := &Sandbox{id: spec.ID, b: b, ws: ws, cmd: cmd, conn: sandbox.PipeConn(stdoutR, stdinW), done: make(chan struct{})}
 	b.mu.Lock()
 	if _, ok := b.live[spec.ID]; ok {
 		b.mu.Unlock()
@@ -180,7 +180,7 @@ type Sandbox struct {
 	b    *Backend
 	ws   string
 	cmd  *exec.Cmd
-	conn *pipeConn
+	conn io.ReadWriteCloser
 	done chan struct{}
 
 	stopOnce sync.Once
@@ -207,22 +207,6 @@ func (s *Sandbox) Stop(ctx context.Context) error {
 		}
 		s.conn.Close()
 		s.b.forget(s)
-	})
-	return nil
-}
-
-// pipeConn is the guest's stdout (reads) and stdin (writes).
-type pipeConn struct {
-	r, w *os.File
-	once sync.Once
-}
-
-func (c *pipeConn) Read(p []byte) (int, error)  { return c.r.Read(p) }
-func (c *pipeConn) Write(p []byte) (int, error) { return c.w.Write(p) }
-func (c *pipeConn) Close() error {
-	c.once.Do(func() {
-		c.w.Close()
-		c.r.Close()
 	})
 	return nil
 }

@@ -28,7 +28,7 @@ type Sandbox struct {
 	b      *Backend
 	bundle string
 	cmd    *exec.Cmd
-	conn   *pipeConn
+	conn   io.ReadWriteCloser
 	stderr *stderrLog
 	done   chan struct{}
 
@@ -89,7 +89,7 @@ func (s *Sandbox) start(ctx context.Context, spec *specs.Spec) error {
 		stdoutW.Close()
 		return err
 	}
-	s.conn = &pipeConn{r: stdoutR, w: stdinW}
+	s.conn = sandbox.PipeConn(stdoutR, stdinW)
 	// The runtime passes these descriptors on to the guest (no terminal): the guest's
 	// stdin and stdout are our pipes, its stderr is shared with the runtime's.
 	s.cmd = exec.Command(s.b.runtime, "--root", s.b.root, "run", "--bundle", s.bundle, "--pid-file", s.pidFile(), s.id)
@@ -177,22 +177,6 @@ func (s *Sandbox) stop(ctx context.Context) error {
 	}
 	s.b.mu.Unlock()
 	return errors.Join(errs...)
-}
-
-// pipeConn is the guest's stdout (reads) and stdin (writes).
-type pipeConn struct {
-	r, w *os.File
-	once sync.Once
-}
-
-func (c *pipeConn) Read(p []byte) (int, error)  { return c.r.Read(p) }
-func (c *pipeConn) Write(p []byte) (int, error) { return c.w.Write(p) }
-func (c *pipeConn) Close() error {
-	c.once.Do(func() {
-		c.w.Close()
-		c.r.Close()
-	})
-	return nil
 }
 
 // stderrLog drains the runtime's and the guest's stderr into the debug log, capped, and
