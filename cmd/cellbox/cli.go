@@ -120,18 +120,11 @@ func (f *cliFlags) connect(ctx context.Context) (c *client.Client, stop func(), 
 	if err := cfg.Validate(); err != nil {
 		return nil, nil, fmt.Errorf("bad settings:\n%w", err)
 	}
-	dir, unlock, err := embeddedStateDir(cfg.StateDir)
+	s, err := startEmbedded(ctx, cfg)
 	if err != nil {
-		return nil, nil, err
-	}
-	cfg.StateDir = dir
-	s, err := server.Start(ctx, cfg, server.Options{Logger: server.NewLogger(cfg.LogLevel)})
-	if err != nil {
-		unlock()
 		return nil, nil, err
 	}
 	return client.New(s.URL), func() {
-		defer unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if err := s.Shutdown(ctx); err != nil {
@@ -140,25 +133,21 @@ func (f *cliFlags) connect(ctx context.Context) (c *client.Client, stop func(), 
 	}, nil
 }
 
-// embeddedStateDir returns a folder of base/embedded/ that no other process uses, locked
-// until unlock. A server cleans up every sandbox of its state folder when it starts, so
-// an embedded server must never share one with `cellbox serve` or with another run. The
-// folders are reused: the next run cleans up after a crashed one, and keeps the font cache.
-func embeddedStateDir(base string) (dir string, unlock func(), err error) {
+// startEmbedded starts a server on the first slot <state-dir>/embedded/N that no other
+// server holds (server.Start locks it). A server cleans up every sandbox of its state dir
+// when it starts, so an embedded server must never share one with `cellbox serve` or with
+// another run. The slots are reused: the next run cleans up after a crashed one, and keeps
+// the font cache.
+func startEmbedded(ctx context.Context, cfg config.Config) (*server.Server, error) {
+	base := cfg.StateDir
 	for i := 0; i < 1000; i++ {
-		dir = filepath.Join(base, "embedded", strconv.Itoa(i))
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return "", nil, fmt.Errorf("state dir: %w", err)
-		}
-		unlock, ok, err := tryLock(filepath.Join(dir, "lock"))
-		if err != nil {
-			return "", nil, fmt.Errorf("state dir: %w", err)
-		}
-		if ok {
-			return dir, unlock, nil
+		cfg.StateDir = filepath.Join(base, "embedded", strconv.Itoa(i))
+		s, err := server.Start(ctx, cfg, server.Options{Logger: server.NewLogger(cfg.LogLevel)})
+		if !errors.Is(err, server.ErrStateDirInUse) {
+			return s, err
 		}
 	}
-	return "", nil, fmt.Errorf("state dir %s: 1000 embedded servers are running", base)
+	return nil, fmt.Errorf("state dir %s: 1000 embedded servers are running", base)
 }
 
 // start connects (see connect), creates a session and uploads the --file files into it;

@@ -32,8 +32,9 @@ import (
 type Server struct {
 	Manager *session.Manager
 	// URL is where the REST API listens, e.g. http://127.0.0.1:8080.
-	URL  string
-	http *http.Server
+	URL    string
+	http   *http.Server
+	unlock func() // of the state dir
 }
 
 // Options are what the config does not say.
@@ -95,9 +96,10 @@ func fontCache(cfg config.Config, log *slog.Logger) string {
 	return dir
 }
 
-// Start wires config → backend → workspaces → manager → HTTP and starts listening on
-// cfg.Addr (port 0 picks a free one; see URL).
-func Start(ctx context.Context, cfg config.Config, opts Options) (*Server, error) {
+// Start locks cfg.StateDir (an error matching ErrStateDirInUse when another server holds
+// it), wires config → backend → workspaces → manager → HTTP and starts listening on cfg.Addr
+// (port 0 picks a free one; see URL). The lock is held until Shutdown.
+func Start(ctx context.Context, cfg config.Config, opts Options) (_ *Server, err error) {
 	log := opts.Logger
 	if log == nil {
 		log = NewLogger(cfg.LogLevel)
@@ -106,6 +108,15 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (*Server, error
 	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
 		return nil, fmt.Errorf("state dir: %w", err)
 	}
+	unlock, err := lockStateDir(cfg.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			unlock()
+		}
+	}()
 	backend, err := NewBackend(cfg, opts)
 	if err != nil {
 		return nil, err
@@ -139,6 +150,7 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (*Server, error
 		Manager: m,
 		http:    &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second},
 		URL:     "http://" + ln.Addr().String(),
+		unlock:  unlock,
 	}
 	go func() {
 		if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -148,9 +160,10 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (*Server, error
 	return s, nil
 }
 
-// Shutdown interrupts running cells, stops every sandbox and closes the listener;
-// workspaces are kept.
+// Shutdown interrupts running cells, stops every sandbox, closes the listener once the
+// running requests have their answers, and unlocks the state dir; workspaces are kept.
 func (s *Server) Shutdown(ctx context.Context) error {
+	defer s.unlock()
 	// Stop taking requests, but let running ones end: the manager interrupts their cells.
 	done := make(chan error, 1)
 	go func() { done <- s.http.Shutdown(ctx) }()

@@ -62,8 +62,9 @@ type Session struct {
 	closed     bool
 }
 
-// New starts a Manager: it cleans up sandboxes a crashed earlier run left, then fills the
-// warm pool and reaps idle sessions in the background until Shutdown.
+// New starts a Manager: it cleans up sandboxes a crashed earlier run left and sweeps
+// workspaces past retention, then fills the warm pool, reaps idle sessions and sweeps again
+// every 10 minutes in the background until Shutdown.
 func New(ctx context.Context, cfg config.Config, backend sandbox.Backend, store *workspace.Store, log *slog.Logger, reg prometheus.Registerer) (*Manager, error) {
 	if err := backend.Cleanup(ctx); err != nil {
 		return nil, fmt.Errorf("clean up sandboxes of an earlier run: %w", err)
@@ -77,6 +78,7 @@ func New(ctx context.Context, cfg config.Config, backend sandbox.Backend, store 
 		poolWake: make(chan struct{}, 1),
 	}
 	m.metrics = newMetrics(reg, m)
+	m.sweep(ctx) // a short-lived server (cellbox run) may never see its periodic sweep
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	m.stopBg = cancel
 	m.bg.Add(2)
@@ -639,14 +641,24 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			b := s.current()
-			ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			b.guest.Interrupt(ictx)
-			cancel()
-			// Wait for the interrupted cell to hand back its turn, then end the session.
-			select {
-			case s.turn <- struct{}{}:
-			case <-ctx.Done():
+			s.mu.Lock()
+			s.closed = true // queued executions do not start; a dying sandbox is not replaced
+			b := s.box
+			s.mu.Unlock()
+			// Interrupt until the running cell, if any, hands back its turn (its answer is on
+			// its way to the client then): an interrupt that overtakes the Execute it is meant
+			// for finds nothing to stop. Then end the session.
+			for waiting := true; waiting; {
+				ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				b.guest.Interrupt(ictx)
+				cancel()
+				select {
+				case s.turn <- struct{}{}:
+					waiting = false
+				case <-ctx.Done():
+					waiting = false
+				case <-time.After(time.Second):
+				}
 			}
 			if err := m.Delete(ctx, s.id); err != nil {
 				mu.Lock()

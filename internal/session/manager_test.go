@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -183,5 +184,98 @@ func TestSandboxDeathIsRecovered(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(ws, "kept.txt")); err != nil {
 		t.Fatalf("workspace lost: %v", err)
+	}
+}
+
+// TestShutdownInterrupts: Shutdown interrupts the running cell, whose Execute returns
+// interrupted, and an execution queued behind it never starts.
+func TestShutdownInterrupts(t *testing.T) {
+	m := newManager(t, nil)
+	ctx := context.Background()
+	s, err := m.Create(ctx, api.CreateSessionRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess, _ := m.lookup(s.ID)
+	ws := sess.current().ws
+	type answer struct {
+		r   *api.ExecuteResult
+		err error
+	}
+	running, queued := make(chan answer, 1), make(chan answer, 1)
+	go func() {
+		r, err := m.Execute(ctx, s.ID, api.ExecuteRequest{Code: "import time; time.sleep(60)"}, nil)
+		running <- answer{r, err}
+	}()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if v, _ := m.Get(s.ID); v != nil && v.State == "busy" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("session not busy")
+		}
+	}
+	go func() {
+		r, err := m.Execute(ctx, s.ID, api.ExecuteRequest{Code: "open('queued.txt', 'w')"}, nil)
+		queued <- answer{r, err}
+	}()
+	time.Sleep(100 * time.Millisecond) // let it queue; if it does not, it fails all the same
+	if err := m.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if a := <-running; a.err != nil || a.r.Status != api.StatusInterrupted {
+		t.Errorf("running cell: %v %+v, want interrupted", a.err, a.r)
+	}
+	if a := <-queued; a.err == nil {
+		t.Errorf("queued cell ran: %+v", a.r)
+	}
+	if _, err := os.Stat(filepath.Join(ws, "queued.txt")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("queued cell ran: %v", err)
+	}
+}
+
+// TestNewSweeps checks that a Manager deletes workspaces past retention when it starts, not
+// only minutes later: a short-lived server (cellbox run) would otherwise never sweep.
+func TestNewSweeps(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	store, err := workspace.NewStore(workspace.StoreConfig{Dir: dir, Quota: "none"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"old", "new"} {
+		if _, err := store.Create(ctx, id, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := store.Release(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Retention counts from the marker's mtime (see workspace.Store).
+	past := time.Now().Add(-2 * time.Hour)
+	if err := os.Chtimes(filepath.Join(dir, "old.released"), past, past); err != nil {
+		t.Fatal(err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	backend, err := local.New(local.Config{GuestBinary: exe}) // starts nothing: no pool
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Default()
+	cfg.PoolSize = 0
+	cfg.Retention = time.Hour
+	m, err := New(ctx, cfg, backend, store, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Shutdown(ctx)
+	if _, err := os.Stat(filepath.Join(dir, "old")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("workspace past retention not swept at start: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "new")); err != nil {
+		t.Errorf("workspace within retention: %v", err)
 	}
 }

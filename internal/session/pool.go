@@ -80,7 +80,7 @@ func (m *Manager) reap(ctx context.Context) {
 	defer m.bg.Done()
 	tick := time.NewTicker(2 * time.Second)
 	defer tick.Stop()
-	lastSweep := time.Time{}
+	lastSweep := time.Now() // New swept
 	for {
 		select {
 		case <-ctx.Done():
@@ -102,12 +102,17 @@ func (m *Manager) reap(ctx context.Context) {
 			}
 			if now.Sub(lastSweep) > 10*time.Minute {
 				lastSweep = now
-				if n, err := m.store.Sweep(ctx, m.cfg.Retention); err != nil {
-					m.log.Warn("sweep workspaces", "err", err)
-				} else if n > 0 {
-					m.log.Info("removed old workspaces", "count", n)
-				}
+				m.sweep(ctx)
 			}
 		}
+	}
+}
+
+// sweep deletes the workspaces whose retention has passed.
+func (m *Manager) sweep(ctx context.Context) {
+	if n, err := m.store.Sweep(ctx, m.cfg.Retention); err != nil {
+		m.log.Warn("sweep workspaces", "err", err)
+	} else if n > 0 {
+		m.log.Info("removed old workspaces", "count", n)
 	}
 }

@@ -1,6 +1,6 @@
 //go:build unix
 
-package main
+package server
 
 import (
 	"errors"
@@ -9,7 +9,8 @@ import (
 )
 
 // tryLock takes an exclusive lock on the file at path, held until unlock or the process ends
-// (even by a crash). ok is false when another process holds it.
+// (even by a crash). ok is false when another open of the file holds it, in another process
+// or in this one.
 func tryLock(path string) (unlock func(), ok bool, err error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
