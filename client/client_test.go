@@ -10,7 +10,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -48,15 +47,7 @@ func TestMain(m *testing.M) {
 // machine cannot run it. `make test` runs as root with runc and IPython: nothing is skipped.
 func newClient(t *testing.T, opts ...client.Option) *client.Client {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for the runc backend (make test runs as root)")
-	}
-	if _, err := exec.LookPath("runc"); err != nil {
-		t.Skip("needs runc (make test installs it)")
-	}
-	if err := exec.Command("/usr/bin/python3", "-c", "import IPython, pandas, matplotlib").Run(); err != nil {
-		t.Skip("needs Debian's python3-ipython, python3-pandas and python3-matplotlib (make test installs them)")
-	}
+	testbin.NeedRunc(t)
 	guest := testbin.Cellbox(t)
 	srvOnce.Do(func() {
 		if srvDir, srvErr = os.MkdirTemp("", "cellbox-client-"); srvErr != nil {

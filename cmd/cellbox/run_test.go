@@ -41,15 +41,7 @@ func needRunc(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts sandboxes; not in -short mode")
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for the runc backend (make test runs as root)")
-	}
-	if _, err := exec.LookPath("runc"); err != nil {
-		t.Skip("needs runc (make test installs it)")
-	}
-	if err := exec.Command("/usr/bin/python3", "-c", "import IPython, pandas, matplotlib").Run(); err != nil {
-		t.Skip("needs Debian's python3-ipython, python3-pandas and python3-matplotlib (make test installs them)")
-	}
+	testbin.NeedRunc(t)
 }
 
 type ran struct {

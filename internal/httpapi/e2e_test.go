@@ -13,7 +13,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -42,21 +41,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// needRunc skips when this machine cannot run the runc backend. `make test` installs
-// everything it needs and runs as root, so in CI nothing is skipped.
-func needRunc(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for the runc backend (make test runs as root)")
-	}
-	if _, err := exec.LookPath("runc"); err != nil {
-		t.Skip("needs runc (make test installs it)")
-	}
-	if err := exec.Command("/usr/bin/python3", "-c", "import IPython, pandas, matplotlib").Run(); err != nil {
-		t.Skip("needs Debian's python3-ipython, python3-pandas and python3-matplotlib (make test installs them)")
-	}
-}
-
 // testConfig is a server config for tests, with its own state dir.
 func testConfig(t testing.TB, dir string) config.Config {
 	cfg := config.Default()
@@ -71,7 +55,7 @@ func testConfig(t testing.TB, dir string) config.Config {
 // shared returns the URL of one server shared by the tests of this package.
 func shared(t *testing.T) string {
 	t.Helper()
-	needRunc(t)
+	testbin.NeedRunc(t)
 	guest := testbin.Cellbox(t)
 	sharedOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "cellbox-e2e-")

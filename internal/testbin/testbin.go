@@ -40,3 +40,18 @@ func Cellbox(t testing.TB) string {
 	}
 	return path
 }
+
+// NeedRunc skips a test when this machine cannot run the runc backend with Debian's Python
+// stack. `make test` runs as root with all of it installed, so in CI nothing is skipped.
+func NeedRunc(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for the runc backend (make test runs as root)")
+	}
+	if _, err := exec.LookPath("runc"); err != nil {
+		t.Skip("needs runc (make test installs it)")
+	}
+	if err := exec.Command("/usr/bin/python3", "-c", "import IPython, pandas, matplotlib").Run(); err != nil {
+		t.Skip("needs Debian's python3-ipython, python3-pandas and python3-matplotlib (make test installs them)")
+	}
+}
