@@ -557,62 +557,57 @@ func (m *Manager) Command(ctx context.Context, id string, req api.CommandRequest
 	return res, nil
 }
 
-// PutFile writes a workspace file from r.
-func (m *Manager) PutFile(ctx context.Context, id, path string, r io.Reader) (*api.FileInfo, error) {
+// fileTarget finds the session's guest and cleans a workspace path for it. whole is the
+// refusal when the workspace itself (".") is not a valid target; "" when it is.
+func (m *Manager) fileTarget(id, path, whole string) (*guestproto.Client, string, error) {
 	s, err := m.lookup(id)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	rel, err := workspace.Clean(path)
 	if err != nil {
+		return nil, "", err
+	}
+	if rel == "." && whole != "" {
+		return nil, "", fmt.Errorf("%s: %w", whole, errdefs.ErrInvalidArgument)
+	}
+	return s.current().guest, rel, nil
+}
+
+// PutFile writes a workspace file from r.
+func (m *Manager) PutFile(ctx context.Context, id, path string, r io.Reader) (*api.FileInfo, error) {
+	g, rel, err := m.fileTarget(id, path, "give a file name to upload to")
+	if err != nil {
 		return nil, err
 	}
-	if rel == "." {
-		return nil, fmt.Errorf("give a file name to upload to: %w", errdefs.ErrInvalidArgument)
-	}
-	return s.current().guest.PutFile(ctx, rel, r)
+	return g.PutFile(ctx, rel, r)
 }
 
 // GetFile opens a workspace file; the caller closes the reader.
 func (m *Manager) GetFile(ctx context.Context, id, path string) (*api.FileInfo, io.ReadCloser, error) {
-	s, err := m.lookup(id)
+	g, rel, err := m.fileTarget(id, path, "")
 	if err != nil {
 		return nil, nil, err
 	}
-	rel, err := workspace.Clean(path)
-	if err != nil {
-		return nil, nil, err
-	}
-	return s.current().guest.GetFile(ctx, rel)
+	return g.GetFile(ctx, rel)
 }
 
 // ListFiles lists a workspace folder.
 func (m *Manager) ListFiles(ctx context.Context, id, path string) (*api.FileList, error) {
-	s, err := m.lookup(id)
+	g, rel, err := m.fileTarget(id, path, "")
 	if err != nil {
 		return nil, err
 	}
-	rel, err := workspace.Clean(path)
-	if err != nil {
-		return nil, err
-	}
-	return s.current().guest.ListFiles(ctx, rel)
+	return g.ListFiles(ctx, rel)
 }
 
 // DeleteFile removes a workspace file or empty folder.
 func (m *Manager) DeleteFile(ctx context.Context, id, path string) error {
-	s, err := m.lookup(id)
+	g, rel, err := m.fileTarget(id, path, "the workspace itself cannot be deleted")
 	if err != nil {
 		return err
 	}
-	rel, err := workspace.Clean(path)
-	if err != nil {
-		return err
-	}
-	if rel == "." {
-		return fmt.Errorf("the workspace itself cannot be deleted: %w", errdefs.ErrInvalidArgument)
-	}
-	return s.current().guest.DeleteFile(ctx, rel)
+	return g.DeleteFile(ctx, rel)
 }
 
 // Shutdown interrupts running cells, waits for them (until ctx ends), stops every sandbox
