@@ -29,6 +29,7 @@ type Options struct {
 	MaxUploadBytes int64 // one uploaded file
 	Logger         *slog.Logger
 	Gatherer       prometheus.Gatherer // for /metrics; nil: none
+	MCP            http.Handler        // MCP over streamable HTTP, served at /mcp; nil: none
 }
 
 type server struct {
@@ -58,6 +59,9 @@ func New(m *session.Manager, opts Options) http.Handler {
 	mux.HandleFunc("GET /healthz", s.health)
 	if opts.Gatherer != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{}))
+	}
+	if opts.MCP != nil {
+		mux.Handle("/mcp", opts.MCP)
 	}
 	return s.wrap(mux)
 }

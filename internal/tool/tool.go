@@ -1,0 +1,188 @@
+// Package tool is the tool set a model sees — the python and shell tools, their names,
+// descriptions and JSON schemas in the OpenAI, Anthropic and MCP shapes — and how a call of
+// one is carried out and its result written for a model: concise text, long output cut in
+// the middle with a marker, tracebacks kept, files listed, images kept as images.
+//
+// REST (/v1/tools), the MCP server and the agent loop all use it, so a model sees the same
+// tools everywhere. Not for: talking to a model (package llm) or running the loop (agent).
+package tool
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/cellbox/cellbox/api"
+)
+
+// Tool names.
+const (
+	Python = "python"
+	Shell  = "shell"
+)
+
+// Formats of Format.
+const (
+	FormatOpenAI    = "openai"
+	FormatAnthropic = "anthropic"
+	FormatMCP       = "mcp"
+)
+
+// Options shape the definitions: the limits the descriptions state, and whether the tools
+// take a session_id (MCP, where a stateless client keeps its state by naming the session).
+type Options struct {
+	TimeoutS  float64 // one call's wall time, stated in the descriptions; 0 leaves it out
+	MemoryMB  int     // the session's memory limit; 0 leaves it out
+	SessionID bool    // add an optional session_id argument
+}
+
+// Definition is one tool: a name, a description written for a model, and the JSON schema
+// of its arguments.
+type Definition struct {
+	Name        string         `json:"name"`
+	Description string         `json:"description"`
+	InputSchema map[string]any `json:"input_schema"`
+}
+
+// Definitions returns the tool set.
+func Definitions(o Options) []Definition {
+	var limits []string
+	if o.TimeoutS > 0 {
+		limits = append(limits, fmt.Sprintf("a call is stopped after %s s", trimFloat(o.TimeoutS)))
+	}
+	if o.MemoryMB > 0 {
+		limits = append(limits, fmt.Sprintf("memory is limited to %d MiB", o.MemoryMB))
+	}
+	limitText := ""
+	if len(limits) > 0 {
+		limitText = " Limits: " + strings.Join(limits, "; ") + "."
+	}
+	py := Definition{
+		Name: Python,
+		Description: "Run Python 3 code in a stateful IPython session, like a cell of a Jupyter notebook: " +
+			"variables, imports and functions persist between calls. Installed: the standard library, numpy, " +
+			"pandas, matplotlib and scipy; there is no network access and packages cannot be installed. " +
+			"Files are in " + api.WorkspaceDir + ": the user's files are there, and save the files you make there. " +
+			"The value of the last expression is shown, as in a notebook; print() anything else you want to see. " +
+			"Show plots with matplotlib and plt.show(); each figure comes back to you as an image. " +
+			"Long output is cut in the middle, so print summaries (df.head(), df.describe()) rather than whole data sets." +
+			limitText,
+		InputSchema: object(map[string]any{
+			"code": map[string]any{"type": "string", "description": "The Python code to run."},
+		}, "code"),
+	}
+	sh := Definition{
+		Name: Shell,
+		Description: "Run a shell command with bash -c in the same sandbox as the python tool, with " +
+			api.WorkspaceDir + " as the working directory. Use it for quick file work (ls -la, head, wc -l, file); " +
+			"use the python tool for analysis. No network access." + limitText,
+		InputSchema: object(map[string]any{
+			"command": map[string]any{"type": "string", "description": "The command line to run with bash -c."},
+		}, "command"),
+	}
+	defs := []Definition{py, sh}
+	if o.SessionID {
+		for _, d := range defs {
+			d.InputSchema["properties"].(map[string]any)["session_id"] = map[string]any{
+				"type": "string",
+				"description": "Optional: the session to run in, as returned in an earlier result. " +
+					"Leave it out to use this connection's session.",
+			}
+		}
+	}
+	return defs
+}
+
+func object(props map[string]any, required ...string) map[string]any {
+	return map[string]any{"type": "object", "properties": props, "required": required, "additionalProperties": false}
+}
+
+func trimFloat(f float64) string { return strings.TrimSuffix(fmt.Sprintf("%.1f", f), ".0") }
+
+// Format returns the definitions as the given API takes them, ready to paste into a
+// request: for openai, the value of Chat Completions' "tools"; for anthropic, the value of
+// the Messages API's "tools"; for mcp, a tools/list result.
+func Format(defs []Definition, format string) (any, error) {
+	switch format {
+	case FormatOpenAI:
+		out := make([]any, len(defs))
+		for i, d := range defs {
+			out[i] = map[string]any{"type": "function", "function": map[string]any{
+				"name": d.Name, "description": d.Description, "parameters": d.InputSchema,
+			}}
+		}
+		return out, nil
+	case FormatAnthropic:
+		return defs, nil
+	case FormatMCP:
+		out := make([]any, len(defs))
+		for i, d := range defs {
+			out[i] = map[string]any{"name": d.Name, "description": d.Description, "inputSchema": d.InputSchema}
+		}
+		return map[string]any{"tools": out}, nil
+	}
+	return nil, fmt.Errorf("unknown tool format %q: use openai, anthropic or mcp", format)
+}
+
+// Arguments of the tools, as a model sends them.
+type pythonArgs struct {
+	Code      string `json:"code"`
+	SessionID string `json:"session_id,omitempty"`
+}
+
+type shellArgs struct {
+	Command   string `json:"command"`
+	SessionID string `json:"session_id,omitempty"`
+}
+
+// Call is one decoded tool call.
+type Call struct {
+	Name      string
+	Code      string // python: the code; shell: the command line
+	SessionID string // only when the tools take one
+}
+
+// Decode checks a call's arguments. Its error is written for the model that made the call.
+func Decode(name string, args json.RawMessage) (Call, error) {
+	if len(strings.TrimSpace(string(args))) == 0 {
+		args = json.RawMessage("{}")
+	}
+	switch name {
+	case Python:
+		var a pythonArgs
+		if err := strictUnmarshal(args, &a); err != nil {
+			return Call{}, fmt.Errorf("the python tool's arguments must be a JSON object like {\"code\": \"print(1)\"}: %v", err)
+		}
+		if strings.TrimSpace(a.Code) == "" {
+			return Call{}, fmt.Errorf("the python tool needs a non-empty \"code\" argument")
+		}
+		return Call{Name: name, Code: a.Code, SessionID: a.SessionID}, nil
+	case Shell:
+		var a shellArgs
+		if err := strictUnmarshal(args, &a); err != nil {
+			return Call{}, fmt.Errorf("the shell tool's arguments must be a JSON object like {\"command\": \"ls -la\"}: %v", err)
+		}
+		if strings.TrimSpace(a.Command) == "" {
+			return Call{}, fmt.Errorf("the shell tool needs a non-empty \"command\" argument")
+		}
+		return Call{Name: name, Code: a.Command, SessionID: a.SessionID}, nil
+	}
+	return Call{}, fmt.Errorf("there is no tool %q; the tools are %q and %q", name, Python, Shell)
+}
+
+func strictUnmarshal(b []byte, v any) error {
+	d := json.NewDecoder(strings.NewReader(string(b)))
+	d.DisallowUnknownFields()
+	if err := d.Decode(v); err != nil {
+		return err
+	}
+	if d.More() {
+		return fmt.Errorf("extra data after the JSON object")
+	}
+	return nil
+}
+
+// ShellCommand is the command request of a shell call.
+func ShellCommand(command string, timeoutS float64) api.CommandRequest {
+	return api.CommandRequest{Cmd: []string{"bash", "-c", command}, TimeoutS: timeoutS}
+}
