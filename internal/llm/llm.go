@@ -53,6 +53,9 @@ type Request struct {
 	Messages  []Message
 	Tools     []tool.Definition // none: the model must answer in text
 	MaxTokens int               // 0: the provider's default
+	// NoToolCalls keeps Tools declared (a history with tool calls needs them) but tells the
+	// model not to call any (tool_choice "none"): the agent's last call after its step limit.
+	NoToolCalls bool
 }
 
 // Stop reasons of a Response.

@@ -1,0 +1,281 @@
+// Package agent is the tool-calling loop: it sends a person's request to a model with the
+// python and shell tools, runs the code the model writes in a cellbox session (after asking,
+// if told to), hands the results back, and repeats until the model answers or the step limit
+// is reached. `cellbox chat` and POST /v1/agent both run it.
+//
+// Not for: talking a provider's wire protocol (package llm) or rendering results (tool).
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/cellbox/cellbox/api"
+	"github.com/cellbox/cellbox/internal/llm"
+	"github.com/cellbox/cellbox/internal/tool"
+)
+
+// DefaultMaxSteps is how many tool calls one turn may make.
+const DefaultMaxSteps = 10
+
+// Stop reasons of a Turn.
+const (
+	StopDone      = "done"       // the model answered
+	StopStepLimit = "step_limit" // the step limit was reached; the model was asked to answer with what it had
+	StopStopped   = "stopped"    // the person stopped the turn at an approval prompt
+	StopMaxTokens = "max_tokens" // the model's answer was cut at its token limit
+)
+
+// Decision is a person's answer to an approval prompt.
+type Decision int
+
+// Decisions.
+const (
+	Run     Decision = iota // run the code
+	Decline                 // don't run it; the model is told so and goes on
+	Stop                    // don't run it and end the turn
+)
+
+// Config configures an Agent.
+type Config struct {
+	Provider  llm.Provider
+	Model     string
+	System    string // "" → DefaultSystem
+	MaxSteps  int    // tool calls per turn; 0 → DefaultMaxSteps
+	MaxTokens int    // per model call; 0 → the provider's default
+
+	Runner    tool.Runner
+	SessionID string
+	Tools     []tool.Definition // nil → tool.Definitions(tool.Options{})
+	Limits    tool.RenderLimits
+
+	// Approve, if set, is asked before each call runs.
+	Approve func(ctx context.Context, c tool.Call) (Decision, error)
+	// OnEvent, if set, sees the turn as it happens.
+	OnEvent func(Event)
+	// Stream streams the model's text to OnEvent as it is written.
+	Stream bool
+}
+
+// Event kinds.
+const (
+	EventText   = "text"   // Text: a piece of the model's text
+	EventCall   = "call"   // Call: the model asked to run this (before approval)
+	EventOutput = "output" // Output: an output of the running code, as it happens
+	EventStep   = "step"   // Step: a call is done (run, declined or refused)
+)
+
+// Event is something that happened during a turn.
+type Event struct {
+	Kind   string
+	Text   string
+	Call   *tool.Call
+	Output *api.Output
+	Step   *Step
+}
+
+// Step is one tool call of a turn.
+type Step struct {
+	Tool     string       // python or shell ("" when the model named no known tool)
+	Code     string       // the code or command line
+	Result   *tool.Result // what the model was given; nil only when not run and not declined
+	Declined bool         // the person declined it
+	Error    string       // why it did not run: bad arguments, or cellbox failed
+}
+
+// Turn is the outcome of one request.
+type Turn struct {
+	Output     string           // the model's final answer
+	Steps      []Step           // the tool calls, in order
+	Files      []api.FileChange // files the code changed, the latest change of each
+	StopReason string
+	Usage      llm.Usage // summed over the turn's model calls
+}
+
+// Agent holds one conversation with a model about one session.
+type Agent struct {
+	cfg     Config
+	history []llm.Message
+}
+
+// New returns an agent with an empty conversation.
+func New(cfg Config) (*Agent, error) {
+	if cfg.Provider == nil || cfg.Runner == nil || cfg.SessionID == "" {
+		return nil, errors.New("agent: a provider, a runner and a session are needed")
+	}
+	if cfg.System == "" {
+		cfg.System = DefaultSystem
+	}
+	if cfg.MaxSteps <= 0 {
+		cfg.MaxSteps = DefaultMaxSteps
+	}
+	if cfg.Tools == nil {
+		cfg.Tools = tool.Definitions(tool.Options{})
+	}
+	return &Agent{cfg: cfg}, nil
+}
+
+func (a *Agent) emit(e Event) {
+	if a.cfg.OnEvent != nil {
+		a.cfg.OnEvent(e)
+	}
+}
+
+// Send adds the person's message to the conversation and runs the loop until the model
+// answers. The error is a failure of the model API or of cellbox, or ctx's; the
+// conversation stays usable after it.
+func (a *Agent) Send(ctx context.Context, input string) (*Turn, error) {
+	a.addUser(input)
+	turn := &Turn{}
+	files := map[string]int{} // path → index in turn.Files
+	var onText func(string)
+	if a.cfg.Stream {
+		onText = func(d string) { a.emit(Event{Kind: EventText, Text: d}) }
+	}
+	for {
+		final := len(turn.Steps) >= a.cfg.MaxSteps
+		req := llm.Request{Model: a.cfg.Model, System: a.cfg.System, Messages: a.history, Tools: a.cfg.Tools, MaxTokens: a.cfg.MaxTokens, NoToolCalls: final}
+		resp, err := a.cfg.Provider.Complete(ctx, req, onText)
+		if err != nil {
+			return turn, err
+		}
+		turn.Usage.InputTokens += resp.Usage.InputTokens
+		turn.Usage.OutputTokens += resp.Usage.OutputTokens
+		msg := resp.Message
+		msg.Role = llm.RoleAssistant
+		if final {
+			msg.ToolCalls = nil // not answered, so not kept: every call in the history has its result
+		}
+		a.history = append(a.history, msg)
+		if len(msg.ToolCalls) == 0 {
+			turn.Output = msg.Text
+			switch {
+			case final:
+				turn.StopReason = StopStepLimit
+			case resp.StopReason == llm.StopMaxTokens:
+				turn.StopReason = StopMaxTokens
+			default:
+				turn.StopReason = StopDone
+			}
+			return turn, nil
+		}
+		results := make([]llm.ToolResult, 0, len(msg.ToolCalls))
+		stopped := false
+		for _, call := range msg.ToolCalls {
+			var res llm.ToolResult
+			switch {
+			case stopped:
+				res = llm.ToolResult{Text: "Not run: the user stopped this turn."}
+			case len(turn.Steps) >= a.cfg.MaxSteps:
+				res = llm.ToolResult{Text: fmt.Sprintf("Not run: the limit of %d tool calls for this request was reached.", a.cfg.MaxSteps), IsError: true}
+			default:
+				step, r, stop, err := a.step(ctx, call)
+				if err != nil {
+					return turn, err
+				}
+				turn.Steps = append(turn.Steps, step)
+				a.emit(Event{Kind: EventStep, Step: &turn.Steps[len(turn.Steps)-1]})
+				addFiles(turn, files, step.Result)
+				res, stopped = r, stop
+			}
+			res.CallID, res.Name = call.ID, call.Name
+			results = append(results, res)
+		}
+		user := llm.Message{Role: llm.RoleUser, ToolResults: results}
+		if !stopped && len(turn.Steps) >= a.cfg.MaxSteps {
+			user.Text = fmt.Sprintf("You have used all %d tool calls allowed for this request. Do not call tools again: "+
+				"answer now with what you have found, and say what is left undone.", a.cfg.MaxSteps)
+		}
+		a.history = append(a.history, user)
+		if stopped {
+			turn.StopReason = StopStopped
+			return turn, nil
+		}
+	}
+}
+
+// addUser appends the person's message, joining it to a last message of tool results (a
+// turn that was stopped), so that the conversation keeps alternating.
+func (a *Agent) addUser(input string) {
+	if n := len(a.history); n > 0 && a.history[n-1].Role == llm.RoleUser {
+		last := &a.history[n-1]
+		last.Text = strings.TrimSpace(last.Text + "\n\n" + input)
+		return
+	}
+	a.history = append(a.history, llm.Message{Role: llm.RoleUser, Text: input})
+}
+
+// step carries out one call: decode, ask, run. stop is the person's Stop. The error ends
+// the turn (ctx is done); a failure the model can act on is a result instead.
+func (a *Agent) step(ctx context.Context, call llm.ToolCall) (Step, llm.ToolResult, bool, error) {
+	c, err := tool.Decode(call.Name, call.Input)
+	if err != nil {
+		step := Step{Tool: knownTool(call.Name), Code: string(call.Input), Error: err.Error()}
+		return step, llm.ToolResult{Text: err.Error(), IsError: true}, false, nil
+	}
+	step := Step{Tool: c.Name, Code: c.Code}
+	a.emit(Event{Kind: EventCall, Call: &c})
+	if a.cfg.Approve != nil {
+		d, err := a.cfg.Approve(ctx, c)
+		if err != nil {
+			return step, llm.ToolResult{}, false, err
+		}
+		switch d {
+		case Decline:
+			step.Declined = true
+			return step, llm.ToolResult{Text: "The user declined to run this code. Do not run it again as it is: " +
+				"ask what they want instead, or take another approach."}, false, nil
+		case Stop:
+			step.Declined = true
+			return step, llm.ToolResult{Text: "The user declined to run this code and stopped this turn."}, true, nil
+		}
+	}
+	var onOutput func(api.Output)
+	if a.cfg.OnEvent != nil {
+		onOutput = func(o api.Output) { a.emit(Event{Kind: EventOutput, Output: &o}) }
+	}
+	res, err := tool.Run(ctx, a.cfg.Runner, a.cfg.SessionID, c, a.cfg.Limits, onOutput)
+	if err != nil {
+		if ctx.Err() != nil {
+			return step, llm.ToolResult{}, false, ctx.Err()
+		}
+		step.Error = err.Error()
+		return step, llm.ToolResult{Text: "cellbox could not run this: " + err.Error(), IsError: true}, false, nil
+	}
+	step.Result = res
+	return step, llm.ToolResult{Text: res.Text, Images: res.Images, IsError: res.IsError}, false, nil
+}
+
+func knownTool(name string) string {
+	if name == tool.Python || name == tool.Shell {
+		return name
+	}
+	return ""
+}
+
+// addFiles records the files a step changed; a later change of a path replaces an earlier.
+func addFiles(turn *Turn, seen map[string]int, r *tool.Result) {
+	if r == nil {
+		return
+	}
+	var changes []api.FileChange
+	switch {
+	case r.Execute != nil:
+		changes = r.Execute.Files
+	case r.Command != nil:
+		changes = r.Command.Files
+	}
+	for _, f := range changes {
+		if i, ok := seen[f.Path]; ok {
+			if turn.Files[i].Change == api.ChangeCreated && f.Change == api.ChangeModified {
+				f.Change = api.ChangeCreated
+			}
+			turn.Files[i] = f
+			continue
+		}
+		seen[f.Path] = len(turn.Files)
+		turn.Files = append(turn.Files, f)
+	}
+}
