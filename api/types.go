@@ -199,3 +199,49 @@ type Health struct {
 	Sessions int    `json:"sessions"`
 	Pool     int    `json:"pool"`
 }
+
+// Model providers of POST /v1/agent.
+const (
+	ProviderOpenAI    = "openai"    // Chat Completions: OpenAI and every server that speaks it
+	ProviderAnthropic = "anthropic" // Messages
+)
+
+// AgentRequest is the body of POST /v1/agent: a model answers Input, writing and running
+// code in a session. The server's provider credentials come from its environment.
+type AgentRequest struct {
+	Input     string      `json:"input"`
+	Provider  string      `json:"provider,omitempty"`   // openai | anthropic; default: the server's
+	Model     string      `json:"model,omitempty"`      // default: the server's for that provider
+	SessionID string      `json:"session_id,omitempty"` // run in this session; default: a new one, kept
+	Files     []InputFile `json:"files,omitempty"`      // placed in /mnt/data first
+	System    string      `json:"system,omitempty"`     // replaces the default system prompt
+	MaxSteps  int         `json:"max_steps,omitempty"`  // tool calls allowed; default 10
+}
+
+// AgentStep is one tool call the model made: the code (or shell command) and what it gave.
+type AgentStep struct {
+	Tool          string         `json:"tool"` // "python" or "shell"
+	Code          string         `json:"code"`
+	Result        *ExecuteResult `json:"result,omitempty"`         // python
+	CommandResult *CommandResult `json:"command_result,omitempty"` // shell
+	// Error says why the call did not run (bad arguments, or cellbox failed).
+	Error string `json:"error,omitempty"`
+}
+
+// Agent stop reasons.
+const (
+	AgentDone      = "done"       // the model answered
+	AgentStepLimit = "step_limit" // the step limit was reached and the model answered with what it had
+	AgentMaxTokens = "max_tokens" // the answer was cut at the model's token limit
+)
+
+// AgentResponse is the result of POST /v1/agent.
+type AgentResponse struct {
+	Output     string       `json:"output"` // the model's answer
+	SessionID  string       `json:"session_id"`
+	Steps      []AgentStep  `json:"steps"`
+	Files      []FileChange `json:"files"` // files the code changed, the latest change of each
+	StopReason string       `json:"stop_reason"`
+	Provider   string       `json:"provider"`
+	Model      string       `json:"model"`
+}

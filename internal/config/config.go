@@ -53,6 +53,12 @@ type Config struct {
 
 	Quota    string // --quota: auto | loop | none
 	LogLevel string // --log-level: debug | info | warn | error
+
+	// The model of the agent loop (cellbox chat, POST /v1/agent). API keys come from the
+	// providers' own variables (OPENAI_API_KEY, ANTHROPIC_API_KEY), never from here.
+	Provider string // --provider: openai | anthropic; "": whichever has an API key set
+	Model    string // --model: "": the provider's default
+	BaseURL  string // --base-url: the provider's API; "": its *_BASE_URL variable, else its own
 }
 
 // Default returns the defaults of DESIGN.md.
@@ -132,6 +138,9 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest JSON request body")
 	fs.StringVar(&c.Quota, "quota", c.Quota, "workspace disk quotas: auto | loop (ext4 image per workspace) | none")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug | info | warn | error")
+	fs.StringVar(&c.Provider, "provider", c.Provider, "model API of the agent loop: openai (Chat Completions: OpenAI, Ollama, vLLM, ...) | anthropic (default: whichever has an API key set)")
+	fs.StringVar(&c.Model, "model", c.Model, "model name (default: the provider's default)")
+	fs.StringVar(&c.BaseURL, "base-url", c.BaseURL, "base URL of the model API (default: $OPENAI_BASE_URL or $ANTHROPIC_BASE_URL, else the provider's)")
 }
 
 // Load applies, in order, the JSON file named by --config (or CELLBOX_CONFIG) and the
@@ -215,6 +224,11 @@ func (c *Config) Validate() error {
 	case "debug", "info", "warn", "error":
 	default:
 		bad("--log-level %q: choose debug, info, warn or error", c.LogLevel)
+	}
+	switch c.Provider {
+	case "", "openai", "anthropic":
+	default:
+		bad("--provider %q: choose openai or anthropic", c.Provider)
 	}
 	if c.StateDir == "" {
 		bad("--state-dir is empty")

@@ -20,7 +20,9 @@ import (
 
 	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/internal/errdefs"
+	"github.com/cellbox/cellbox/internal/llm"
 	"github.com/cellbox/cellbox/internal/session"
+	"github.com/cellbox/cellbox/internal/tool"
 )
 
 // Options configures the handler.
@@ -30,6 +32,12 @@ type Options struct {
 	Logger         *slog.Logger
 	Gatherer       prometheus.Gatherer // for /metrics; nil: none
 	MCP            http.Handler        // MCP over streamable HTTP, served at /mcp; nil: none
+
+	// Tools says what the tool descriptions of /v1/tools and /v1/agent state (limits).
+	Tools tool.Options
+	// NewProvider returns the model provider of /v1/agent named name ("" for the server's
+	// default) and its default model; nil: /v1/agent answers unavailable.
+	NewProvider func(name string) (p llm.Provider, model string, err error)
 }
 
 type server struct {
@@ -55,6 +63,8 @@ func New(m *session.Manager, opts Options) http.Handler {
 	mux.HandleFunc("GET /v1/sessions/{id}/files/{path...}", s.getFile)
 	mux.HandleFunc("DELETE /v1/sessions/{id}/files/{path...}", s.deleteFile)
 	mux.HandleFunc("POST /v1/execute", s.oneShot)
+	mux.HandleFunc("GET /v1/tools", s.tools)
+	mux.HandleFunc("POST /v1/agent", s.agent)
 	mux.HandleFunc("GET /v1/openapi.json", serveOpenAPI)
 	mux.HandleFunc("GET /healthz", s.health)
 	if opts.Gatherer != nil {

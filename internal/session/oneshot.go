@@ -12,8 +12,53 @@ import (
 	"github.com/cellbox/cellbox/internal/workspace"
 )
 
-// maxOneShotFiles caps the files of one one-shot request.
-const maxOneShotFiles = 100
+// maxInputFiles caps the files of one request.
+const maxInputFiles = 100
+
+// inputFile is a decoded api.InputFile: a clean workspace path and the bytes.
+type inputFile struct {
+	rel  string
+	body []byte
+}
+
+// decodeFiles checks and decodes a request's files.
+func decodeFiles(in []api.InputFile) ([]inputFile, error) {
+	if len(in) > maxInputFiles {
+		return nil, fmt.Errorf("%d files; at most %d: %w", len(in), maxInputFiles, errdefs.ErrInvalidArgument)
+	}
+	files := make([]inputFile, 0, len(in))
+	for i, f := range in {
+		rel, err := workspace.Clean(f.Path)
+		if err != nil || rel == "." {
+			return nil, fmt.Errorf("files[%d].path %q: give a file name inside /mnt/data: %w", i, f.Path, errdefs.ErrInvalidArgument)
+		}
+		body := []byte(f.Content)
+		if f.ContentBase64 != "" {
+			if f.Content != "" {
+				return nil, fmt.Errorf("files[%d]: give content or content_base64, not both: %w", i, errdefs.ErrInvalidArgument)
+			}
+			if body, err = base64.StdEncoding.DecodeString(f.ContentBase64); err != nil {
+				return nil, fmt.Errorf("files[%d].content_base64 is not valid base64: %w", i, errdefs.ErrInvalidArgument)
+			}
+		}
+		files = append(files, inputFile{rel, body})
+	}
+	return files, nil
+}
+
+// PutFiles checks all of a request's files, then writes them into a session's workspace.
+func (m *Manager) PutFiles(ctx context.Context, id string, in []api.InputFile) error {
+	files, err := decodeFiles(in)
+	if err != nil {
+		return err
+	}
+	for _, f := range files {
+		if _, err := m.PutFile(ctx, id, f.rel, bytes.NewReader(f.body)); err != nil {
+			return fmt.Errorf("upload %s: %w", f.rel, err)
+		}
+	}
+	return nil
+}
 
 // OneShot runs code once in a fresh sandbox that nobody used before, then discards the
 // sandbox and its workspace. Outputs go to onOutput as they happen (may be nil).
@@ -31,29 +76,9 @@ func (m *Manager) OneShot(ctx context.Context, req api.OneShotRequest, onOutput 
 	if req.TimeoutS, err = m.timeout(req.TimeoutS); err != nil {
 		return nil, err
 	}
-	if len(req.Files) > maxOneShotFiles {
-		return nil, fmt.Errorf("%d files; at most %d: %w", len(req.Files), maxOneShotFiles, errdefs.ErrInvalidArgument)
-	}
-	type file struct {
-		rel  string
-		body []byte
-	}
-	files := make([]file, 0, len(req.Files))
-	for i, f := range req.Files {
-		rel, err := workspace.Clean(f.Path)
-		if err != nil || rel == "." {
-			return nil, fmt.Errorf("files[%d].path %q: give a file name inside /mnt/data: %w", i, f.Path, errdefs.ErrInvalidArgument)
-		}
-		body := []byte(f.Content)
-		if f.ContentBase64 != "" {
-			if f.Content != "" {
-				return nil, fmt.Errorf("files[%d]: give content or content_base64, not both: %w", i, errdefs.ErrInvalidArgument)
-			}
-			if body, err = base64.StdEncoding.DecodeString(f.ContentBase64); err != nil {
-				return nil, fmt.Errorf("files[%d].content_base64 is not valid base64: %w", i, errdefs.ErrInvalidArgument)
-			}
-		}
-		files = append(files, file{rel, body})
+	files, err := decodeFiles(req.Files)
+	if err != nil {
+		return nil, err
 	}
 	if err := m.reserve(); err != nil {
 		return nil, err

@@ -1,0 +1,172 @@
+package httpapi
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/cellbox/cellbox/api"
+	"github.com/cellbox/cellbox/internal/agent"
+	"github.com/cellbox/cellbox/internal/errdefs"
+	"github.com/cellbox/cellbox/internal/tool"
+)
+
+// maxAgentSteps bounds max_steps of POST /v1/agent.
+const maxAgentSteps = 50
+
+// tools answers GET /v1/tools?format=openai|anthropic|mcp (default openai).
+func (s *server) tools(w http.ResponseWriter, r *http.Request) {
+	format := r.URL.Query().Get("format")
+	if format == "" {
+		format = tool.FormatOpenAI
+	}
+	o := s.opts.Tools
+	o.SessionID = format == tool.FormatMCP // as /mcp lists them
+	v, err := tool.Format(tool.Definitions(o), format)
+	if err != nil {
+		s.writeError(w, r, fmt.Errorf("%s: %w", err.Error(), errdefs.ErrInvalidArgument))
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+// agent answers POST /v1/agent: the tool-calling loop, in a session, with the server's
+// model credentials. With Accept: text/event-stream it streams "text", "call", "output" and
+// "step" events, then one "result" (or "error").
+func (s *server) agent(w http.ResponseWriter, r *http.Request) {
+	var req api.AgentRequest
+	if err := s.decode(w, r, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	cfg, err := s.agentConfig(&req)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if err := s.startAgent(r.Context(), &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	cfg.SessionID = req.SessionID
+	if !strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
+		res, err := runAgent(r.Context(), cfg, &req)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, res)
+		return
+	}
+	ev := startSSE(w)
+	defer ev.stop()
+	cfg.Stream = true
+	cfg.OnEvent = func(e agent.Event) {
+		switch e.Kind {
+		case agent.EventText:
+			ev.send("text", map[string]string{"text": e.Text})
+		case agent.EventCall:
+			ev.send("call", map[string]string{"tool": e.Call.Name, "code": e.Call.Code})
+		case agent.EventOutput:
+			ev.send("output", e.Output)
+		case agent.EventStep:
+			ev.send("step", agentStep(*e.Step))
+		}
+	}
+	res, err := runAgent(r.Context(), cfg, &req)
+	if err != nil {
+		ev.send("error", api.ErrorBody{Error: s.errorDetail(r, err)})
+		return
+	}
+	ev.send("result", res)
+}
+
+// startAgent picks or creates the request's session and uploads its files. A session it
+// created is deleted again if the files cannot be placed.
+func (s *server) startAgent(ctx context.Context, req *api.AgentRequest) error {
+	if req.SessionID != "" {
+		if _, err := s.m.Get(req.SessionID); err != nil {
+			return err
+		}
+		return s.m.PutFiles(ctx, req.SessionID, req.Files)
+	}
+	sess, err := s.m.Create(ctx, api.CreateSessionRequest{})
+	if err != nil {
+		return err
+	}
+	if err := s.m.PutFiles(ctx, sess.ID, req.Files); err != nil {
+		s.m.Delete(context.WithoutCancel(ctx), sess.ID)
+		return err
+	}
+	req.SessionID = sess.ID
+	return nil
+}
+
+// agentConfig checks the request and picks its provider and model.
+func (s *server) agentConfig(req *api.AgentRequest) (agent.Config, error) {
+	if strings.TrimSpace(req.Input) == "" {
+		return agent.Config{}, fmt.Errorf("input is empty: say what the model should do: %w", errdefs.ErrInvalidArgument)
+	}
+	if req.MaxSteps < 0 || req.MaxSteps > maxAgentSteps {
+		return agent.Config{}, fmt.Errorf("max_steps %d: give 1 to %d (default %d): %w", req.MaxSteps, maxAgentSteps, agent.DefaultMaxSteps, errdefs.ErrInvalidArgument)
+	}
+	if s.opts.NewProvider == nil {
+		return agent.Config{}, fmt.Errorf("this server has no model provider configured: %w", errdefs.ErrUnavailable)
+	}
+	p, model, err := s.opts.NewProvider(req.Provider)
+	if err != nil {
+		return agent.Config{}, err
+	}
+	if req.Model != "" {
+		model = req.Model
+	}
+	req.Provider, req.Model = p.Name(), model
+	return agent.Config{
+		Provider: p,
+		Model:    model,
+		System:   req.System,
+		MaxSteps: req.MaxSteps,
+		Runner:   s.m,
+		Tools:    tool.Definitions(s.opts.Tools),
+	}, nil
+}
+
+func runAgent(ctx context.Context, cfg agent.Config, req *api.AgentRequest) (*api.AgentResponse, error) {
+	a, err := agent.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	turn, err := a.Send(ctx, req.Input)
+	if err != nil {
+		if ctx.Err() == nil && errdefs.Code(err) == api.CodeInternal {
+			// The model API failed: the server cannot do its job right now.
+			err = fmt.Errorf("%s: %w", err.Error(), errdefs.ErrUnavailable)
+		}
+		return nil, err
+	}
+	res := &api.AgentResponse{
+		Output:     turn.Output,
+		SessionID:  req.SessionID,
+		Steps:      make([]api.AgentStep, 0, len(turn.Steps)),
+		Files:      turn.Files,
+		StopReason: turn.StopReason,
+		Provider:   req.Provider,
+		Model:      req.Model,
+	}
+	if res.Files == nil {
+		res.Files = []api.FileChange{}
+	}
+	for _, st := range turn.Steps {
+		res.Steps = append(res.Steps, agentStep(st))
+	}
+	return res, nil
+}
+
+func agentStep(st agent.Step) api.AgentStep {
+	out := api.AgentStep{Tool: st.Tool, Code: st.Code, Error: st.Error}
+	if st.Result != nil {
+		out.Result, out.CommandResult = st.Result.Execute, st.Result.Command
+	}
+	return out
+}
