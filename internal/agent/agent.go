@@ -163,7 +163,7 @@ func (a *Agent) Send(ctx context.Context, input string) (*Turn, error) {
 		}
 		results := make([]llm.ToolResult, 0, len(msg.ToolCalls))
 		stopped := false
-		for _, call := range msg.ToolCalls {
+		for i, call := range msg.ToolCalls {
 			var res llm.ToolResult
 			switch {
 			case stopped:
@@ -173,6 +173,7 @@ func (a *Agent) Send(ctx context.Context, input string) (*Turn, error) {
 			default:
 				step, r, stop, err := a.step(ctx, call)
 				if err != nil {
+					a.abandon(msg.ToolCalls[i:], results)
 					return turn, err
 				}
 				turn.Steps = append(turn.Steps, step)
@@ -194,6 +195,16 @@ func (a *Agent) Send(ctx context.Context, input string) (*Turn, error) {
 			return turn, nil
 		}
 	}
+}
+
+// abandon answers the calls a failed turn leaves without results, so that the conversation
+// stays one the model APIs take (every call answered) and can go on.
+func (a *Agent) abandon(calls []llm.ToolCall, results []llm.ToolResult) {
+	for _, c := range calls {
+		results = append(results, llm.ToolResult{CallID: c.ID, Name: c.Name, IsError: true,
+			Text: "Not run, or stopped while running: the turn was canceled."})
+	}
+	a.history = append(a.history, llm.Message{Role: llm.RoleUser, ToolResults: results})
 }
 
 // addUser appends the person's message, joining it to a last message of tool results (a

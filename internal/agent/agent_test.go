@@ -321,3 +321,31 @@ func TestProviderErrorKeepsTheConversation(t *testing.T) {
 		t.Fatalf("turn %+v, %v", turn, err)
 	}
 }
+
+func TestCanceledTurnLeavesAValidConversation(t *testing.T) {
+	m := sessiontest.New(t, nil)
+	p := &scripted{reply: func(n int, req llm.Request) (*llm.Response, error) {
+		if n == 1 {
+			return callPython("c1", "1"), nil
+		}
+		// Every call in the history has its result.
+		if len(req.Messages) != 3 || len(req.Messages[2].ToolResults) != 1 || req.Messages[2].ToolResults[0].CallID != "c1" || req.Messages[2].Text != "next" {
+			return nil, fmt.Errorf("bad history: %+v", req.Messages)
+		}
+		return answer("ok"), nil
+	}}
+	ctx, cancel := context.WithCancel(context.Background())
+	a := newAgent(t, m, p, func(c *Config) {
+		c.Approve = func(ctx context.Context, _ tool.Call) (Decision, error) {
+			cancel() // Ctrl-C at the prompt
+			return Run, ctx.Err()
+		}
+	})
+	if _, err := a.Send(ctx, "first"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v", err)
+	}
+	a.cfg.Approve = nil
+	if turn, err := a.Send(context.Background(), "next"); err != nil || turn.Output != "ok" {
+		t.Fatalf("turn %+v, %v", turn, err)
+	}
+}

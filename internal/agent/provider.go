@@ -1,0 +1,63 @@
+package agent
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+
+	"github.com/cellbox/cellbox/api"
+	"github.com/cellbox/cellbox/internal/errdefs"
+	"github.com/cellbox/cellbox/internal/llm"
+	"github.com/cellbox/cellbox/internal/llm/anthropic"
+	"github.com/cellbox/cellbox/internal/llm/openai"
+)
+
+// Default models, when none is named.
+const (
+	DefaultOpenAIModel    = "gpt-5"
+	DefaultAnthropicModel = "claude-sonnet-4-5"
+)
+
+// ProviderConfig names a model API. Credentials and base URLs not given here come from the
+// providers' own variables: OPENAI_API_KEY, OPENAI_BASE_URL, ANTHROPIC_API_KEY,
+// ANTHROPIC_BASE_URL.
+type ProviderConfig struct {
+	Name       string // api.ProviderOpenAI | api.ProviderAnthropic | "": Anthropic if only ANTHROPIC_API_KEY is set, else OpenAI
+	Model      string // "": the provider's default model
+	BaseURL    string
+	APIKey     string
+	HTTPClient *http.Client
+}
+
+// NewProvider returns the provider and the model to use. An unknown name is
+// invalid_argument.
+func NewProvider(c ProviderConfig) (llm.Provider, string, error) {
+	name := c.Name
+	if name == "" {
+		name = api.ProviderOpenAI
+		if os.Getenv("OPENAI_API_KEY") == "" && os.Getenv("ANTHROPIC_API_KEY") != "" {
+			name = api.ProviderAnthropic
+		}
+	}
+	var p llm.Provider
+	var err error
+	model := c.Model
+	switch name {
+	case api.ProviderOpenAI:
+		if model == "" {
+			model = DefaultOpenAIModel
+		}
+		p, err = openai.New(openai.Options{APIKey: c.APIKey, BaseURL: c.BaseURL, HTTPClient: c.HTTPClient})
+	case api.ProviderAnthropic:
+		if model == "" {
+			model = DefaultAnthropicModel
+		}
+		p, err = anthropic.New(anthropic.Options{APIKey: c.APIKey, BaseURL: c.BaseURL, HTTPClient: c.HTTPClient})
+	default:
+		return nil, "", errdefs.New(api.CodeInvalidArgument, fmt.Sprintf("unknown provider %q: choose %s (Chat Completions: OpenAI, Ollama, vLLM, ...) or %s", name, api.ProviderOpenAI, api.ProviderAnthropic))
+	}
+	if err != nil {
+		return nil, "", errdefs.New(api.CodeInvalidArgument, err.Error())
+	}
+	return p, model, nil
+}
