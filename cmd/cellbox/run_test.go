@@ -113,13 +113,7 @@ func TestRunPlotAndFiles(t *testing.T) {
 }
 
 func TestRunUploadCSV(t *testing.T) {
-	data, err := filepath.Abs(filepath.Join("..", "..", "..", "shared", "data", "traffic_accidents.csv"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(data); err != nil {
-		t.Skipf("shared data set not found at %s", data)
-	}
+	data := trafficData(t)
 	r := cellbox(t, "", "run", "--file", data, "-c",
 		"import pandas as pd\ndf = pd.read_csv('/mnt/data/traffic_accidents.csv')\nprint(len(df), df.columns[0])")
 	r.want(t, exitOK)
@@ -286,4 +280,17 @@ func TestRepl(t *testing.T) {
 	if len(matches) != 1 {
 		t.Errorf("plot files %v; stderr %s", matches, r.stderr)
 	}
+}
+
+// trafficData is the path of the traffic-accidents data set the examples use.
+func trafficData(t *testing.T) string {
+	t.Helper()
+	p, err := filepath.Abs(filepath.Join("..", "..", "examples", "data", "traffic_accidents.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(p); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

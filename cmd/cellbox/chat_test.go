@@ -1,0 +1,141 @@
+package main
+
+// cellbox chat as a user runs it: the built binary, an embedded runc server, and stand-in
+// model APIs (llmtest) speaking the real Chat Completions and Messages wire formats over
+// HTTP, found through the providers' own variables.
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cellbox/cellbox/internal/llm"
+	"github.com/cellbox/cellbox/internal/llm/llmtest"
+)
+
+func lastResult(r llmtest.Request) (llm.ToolResult, bool) {
+	last := r.Messages[len(r.Messages)-1]
+	if len(last.ToolResults) == 0 {
+		return llm.ToolResult{}, false
+	}
+	return last.ToolResults[0], true
+}
+
+func TestChatPromptWithFile(t *testing.T) {
+	needRunc(t)
+	code := "import pandas as pd, matplotlib.pyplot as plt\n" +
+		"df = pd.read_csv('/mnt/data/traffic_accidents.csv')\nprint(df.shape)\n" +
+		"df['accidents'].hist()\nplt.savefig('/mnt/data/hist.png')\nplt.show()"
+	args, _ := json.Marshal(map[string]string{"code": code})
+	var first string
+	var got llm.ToolResult
+	s := llmtest.NewOpenAI(t, func(r llmtest.Request) llmtest.Reply {
+		if res, ok := lastResult(r); ok {
+			got = res
+			return llmtest.Text("## Answer\nThere are **8000** rows.")
+		}
+		first = r.Messages[0].Text
+		return llmtest.CallTool("python", string(args))
+	})
+	t.Setenv("OPENAI_BASE_URL", s.URL)
+	t.Setenv("OPENAI_API_KEY", s.Key)
+	r := cellbox(t, "", "chat", "--provider", "openai", "--model", "gpt-test", "--file", trafficData(t),
+		"-p", "How many rows? Plot the accidents.")
+	r.want(t, exitOK)
+	// stdout is the answer alone, as the model wrote it (stdout is not a terminal).
+	if r.stdout != "## Answer\nThere are **8000** rows.\n" {
+		t.Errorf("stdout %q", r.stdout)
+	}
+	for _, want := range []string{"traffic_accidents.csv (343.5 kB): 8,000 rows, 10 columns: accidents,", "How many rows?"} {
+		if !strings.Contains(first, want) {
+			t.Errorf("the model was not told %q:\n%s", want, first)
+		}
+	}
+	if !strings.Contains(got.Text, "(8000, 10)") || len(got.Images) != 1 {
+		t.Errorf("the model got %q and %d images", got.Text, len(got.Images))
+	}
+	// The work is on stderr: the code, its output, and where the plots went.
+	for _, want := range []string{"── python", "df['accidents'].hist()", "(8000, 10)", "saved cellbox-out/hist.png", "saved cellbox-out/cell-1-out-1.png"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, r.stderr)
+		}
+	}
+	for _, f := range []string{"hist.png", "cell-1-out-1.png"} {
+		b, err := os.ReadFile(filepath.Join(r.dir, "cellbox-out", f))
+		if err != nil || !strings.HasPrefix(string(b), "\x89PNG") {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+}
+
+func TestChatConversationAsksFirst(t *testing.T) {
+	needRunc(t)
+	s := llmtest.NewAnthropic(t, llmtest.Replies(
+		llmtest.CallTool("python", `{"code": "open('/mnt/data/secret.txt', 'w').write('x')"}`),
+		llmtest.Text("OK, I will not write it."),
+		llmtest.CallTool("python", `{"code": "print(6 * 7)"}`),
+		llmtest.Text("It is 42."),
+	))
+	t.Setenv("ANTHROPIC_BASE_URL", s.URL)
+	t.Setenv("ANTHROPIC_API_KEY", s.Key)
+	t.Setenv("OPENAI_API_KEY", "")
+	// Two requests; the first call is declined ("n"), the second run (Enter).
+	r := cellbox(t, "write a secret\nn\nwhat is 6*7?\n\n", "chat", "--approve", "ask")
+	r.want(t, exitOK)
+	reqs := s.Requests()
+	if len(reqs) != 4 {
+		t.Fatalf("%d requests; stderr:\n%s", len(reqs), r.stderr)
+	}
+	if res, _ := lastResult(reqs[1]); !strings.Contains(res.Text, "declined") {
+		t.Errorf("the model was not told of the decline: %q", res.Text)
+	}
+	if res, _ := lastResult(reqs[3]); res.Text != "42" {
+		t.Errorf("the model got %q", res.Text)
+	}
+	for _, req := range reqs {
+		if !req.Stream || req.Model != "claude-sonnet-4-5" {
+			t.Errorf("request: stream %v, model %q", req.Stream, req.Model)
+		}
+	}
+	for _, want := range []string{"OK, I will not write it.", "(not run)", "print(6 * 7)", "42\n", "It is 42."} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	if strings.Count(r.stderr, "Run it?") != 2 {
+		t.Errorf("asked %d times:\n%s", strings.Count(r.stderr, "Run it?"), r.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(r.dir, "cellbox-out", "secret.txt")); err == nil {
+		t.Error("the declined code ran")
+	}
+}
+
+func TestChatErrors(t *testing.T) {
+	needRunc(t)
+	s := llmtest.NewOpenAI(t, llmtest.Replies(llmtest.Fail(401, "Incorrect API key provided")))
+	t.Setenv("OPENAI_BASE_URL", s.URL)
+	t.Setenv("OPENAI_API_KEY", "sk-wrong")
+	tests := []struct {
+		args []string
+		code int
+		msg  string
+	}{
+		{[]string{"chat", "--approve", "maybe", "-p", "x"}, exitUsage, "--approve"},
+		{[]string{"chat", "--provider", "gemini", "-p", "x"}, exitUsage, "gemini"},
+		{[]string{"chat", "--max-steps", "0", "-p", "x"}, exitUsage, "--max-steps"},
+		{[]string{"chat", "-p", "x", "extra"}, exitUsage, "unexpected argument"},
+		{[]string{"chat", "--file", "/nonexistent.csv", "-p", "x"}, exitService, "nonexistent.csv"},
+		{[]string{"chat", "--provider", "openai", "-p", "x"}, exitService, "OPENAI_API_KEY"},
+	}
+	for _, tt := range tests {
+		r := cellbox(t, "", tt.args...)
+		if r.code != tt.code || !strings.Contains(r.stderr, tt.msg) {
+			t.Errorf("%v: exit %d, stderr %q; want %d with %q", tt.args, r.code, r.stderr, tt.code, tt.msg)
+		}
+		if strings.Contains(r.stderr, "sk-wrong") {
+			t.Errorf("%v: the API key is in the message", tt.args)
+		}
+	}
+}
