@@ -1,7 +1,9 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"fmt"
 	"net/http"
 	"strings"
@@ -10,6 +12,7 @@ import (
 	"github.com/cellbox/cellbox/internal/agent"
 	"github.com/cellbox/cellbox/internal/errdefs"
 	"github.com/cellbox/cellbox/internal/tool"
+	"github.com/cellbox/cellbox/internal/workspace"
 )
 
 // maxAgentSteps bounds max_steps of POST /v1/agent.
@@ -137,7 +140,11 @@ func runAgent(ctx context.Context, cfg agent.Config, req *api.AgentRequest) (*ap
 	if err != nil {
 		return nil, err
 	}
-	turn, err := a.Send(ctx, req.Input)
+	input := req.Input
+	if note := describeInputs(req.Files); note != "" {
+		input = note + "\n\n" + input
+	}
+	turn, err := a.Send(ctx, input)
 	if err != nil {
 		if ctx.Err() == nil && errdefs.Code(err) == api.CodeInternal {
 			// The model API failed: the server cannot do its job right now.
@@ -169,4 +176,21 @@ func agentStep(st agent.Step) api.AgentStep {
 		out.Result, out.CommandResult = st.Result.Execute, st.Result.Command
 	}
 	return out
+}
+
+// describeInputs tells the model about the request's files (already checked and placed).
+func describeInputs(files []api.InputFile) string {
+	var descs []string
+	for _, f := range files {
+		body := []byte(f.Content)
+		if f.ContentBase64 != "" {
+			body, _ = base64.StdEncoding.DecodeString(f.ContentBase64)
+		}
+		rel, err := workspace.Clean(f.Path)
+		if err != nil {
+			continue
+		}
+		descs = append(descs, agent.DescribeFile(rel, int64(len(body)), bytes.NewReader(body)))
+	}
+	return agent.FilesNote(descs)
 }

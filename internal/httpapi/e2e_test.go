@@ -268,9 +268,9 @@ func TestFilesUploadArtifactsDownload(t *testing.T) {
 }
 
 func sharedData(t *testing.T) string {
-	p := filepath.Join("..", "..", "..", "shared", "data", "traffic_accidents.csv")
+	p := filepath.Join("..", "..", "examples", "data", "traffic_accidents.csv")
 	if _, err := os.Stat(p); err != nil {
-		t.Skipf("shared data set not found at %s", p)
+		t.Fatal(err)
 	}
 	return p
 }
