@@ -334,4 +334,3 @@ func (r clientRunner) Execute(ctx context.Context, id string, req api.ExecuteReq
 func (r clientRunner) Command(ctx context.Context, id string, req api.CommandRequest) (*api.CommandResult, error) {
 	return r.c.Command(ctx, id, req)
 }
-
