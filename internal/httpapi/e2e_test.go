@@ -479,7 +479,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 			}
 		}
 	}
-	for _, p := range []string{"/v1/sessions", "/v1/sessions/{id}/execute", "/v1/sessions/{id}/files/{path}", "/v1/execute", "/healthz", "/metrics"} {
+	for _, p := range []string{"/v1/sessions", "/v1/sessions/{id}/execute", "/v1/sessions/{id}/files/{path}", "/v1/execute", "/v1/tools", "/v1/agent", "/healthz", "/metrics"} {
 		if _, ok := doc.Paths[p]; !ok {
 			t.Errorf("%s is routed but not documented", p)
 		}
