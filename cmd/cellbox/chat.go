@@ -121,6 +121,7 @@ type chat struct {
 	work  io.Writer     // where the code, its output and saved files are shown
 	color bool
 	text  *markdown // the model's streamed text, rendered
+	gap   bool      // a blank line before the model's next text
 }
 
 func joinNote(note, input string) string {
@@ -155,8 +156,10 @@ func (c *chat) once(ctx context.Context, a *agent.Agent, input string) int {
 // running code is interrupted); at the prompt it ends the conversation.
 func (c *chat) converse(ctx context.Context, a *agent.Agent, note string) int {
 	fmt.Fprintln(os.Stdout, "Ask about your data; Ctrl-D ends. Ctrl-C stops a running answer.")
-	if note != "" {
-		fmt.Fprintln(os.Stdout, note)
+	for _, l := range strings.Split(note, "\n") {
+		if strings.HasPrefix(l, "- ") { // a file's line; its preview is for the model
+			fmt.Fprintln(os.Stdout, "uploaded "+strings.TrimPrefix(l, "- "))
+		}
 	}
 	c.text = newMarkdown(os.Stdout, isTerminal(os.Stdout))
 	for {
@@ -187,12 +190,13 @@ func (c *chat) converse(ctx context.Context, a *agent.Agent, note string) int {
 		fmt.Fprintln(os.Stdout)
 		_, err := c.send(turnCtx, a, line)
 		restore()
+		stopped := turnCtx.Err() != nil
 		cancel()
 		c.text.Flush()
 		switch {
 		case ctx.Err() != nil:
 			return exitOK
-		case turnCtx.Err() != nil:
+		case stopped:
 			fmt.Fprintln(os.Stdout, "(stopped)")
 		case err != nil:
 			fmt.Fprintf(os.Stderr, "cellbox chat: %v\n", err)
@@ -219,6 +223,10 @@ func (c *chat) send(ctx context.Context, a *agent.Agent, input string) (*agent.T
 func (c *chat) event(ctx context.Context, e agent.Event) {
 	switch e.Kind {
 	case agent.EventText:
+		if c.gap {
+			fmt.Fprintln(c.work)
+			c.gap = false
+		}
 		io.WriteString(c.text, e.Text)
 	case agent.EventCall:
 		if c.text != nil {
@@ -229,6 +237,7 @@ func (c *chat) event(ctx context.Context, e agent.Event) {
 	case agent.EventOutput:
 		c.s.show(*e.Output)
 	case agent.EventStep:
+		c.gap = true
 		st := e.Step
 		switch {
 		case st.Declined:

@@ -68,7 +68,7 @@ func (m *markdown) line(l string) string {
 	if h := mdHeading.FindStringSubmatch(l); h != nil {
 		return m.style(ansiBold, m.inline(h[2], false))
 	}
-	if b := mdBullet.FindStringSubmatch(l); b != nil && !strings.HasPrefix(b[2], "*") {
+	if b := mdBullet.FindStringSubmatch(l); b != nil {
 		return b[1] + "  • " + m.inline(b[2], true)
 	}
 	return m.inline(l, true)

@@ -1,0 +1,201 @@
+package main
+
+// cellbox mcp as an MCP client starts it, and cellbox serve's /mcp: the Go SDK's client on
+// stdio (local-unsafe backend: fast, no root), and the official TypeScript SDK's client on
+// both transports with the runc backend.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/cellbox/cellbox/internal/mcpserver"
+	"github.com/cellbox/cellbox/internal/testbin"
+)
+
+// mcpProcess is a `cellbox mcp` with a Go SDK client on its stdio.
+type mcpProcess struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	stderr bytes.Buffer
+	cs     *mcp.ClientSession
+}
+
+func startMCP(t *testing.T, args ...string) *mcpProcess {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts sandboxes; not in -short mode")
+	}
+	if err := exec.Command("/usr/bin/python3", "-c", "import IPython").Run(); err != nil {
+		t.Skip("needs Debian's python3-ipython (make test installs it)")
+	}
+	p := &mcpProcess{}
+	p.cmd = exec.Command(testbin.Cellbox(t), append([]string{"mcp", "--state-dir", t.TempDir(), "--log-level", "info"}, args...)...)
+	p.cmd.Stderr = &p.stderr
+	var err error
+	if p.stdin, err = p.cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := p.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		p.cmd.Process.Kill()
+		p.cmd.Wait()
+	})
+	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
+	p.cs, err = c.Connect(context.Background(), &mcp.IOTransport{Reader: stdout, Writer: p.stdin}, nil)
+	if err != nil {
+		t.Fatalf("connect: %v\n%s", err, &p.stderr)
+	}
+	return p
+}
+
+// wait waits for the process to exit and returns its exit code.
+func (p *mcpProcess) wait(t *testing.T) int {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if ee, ok := err.(*exec.ExitError); ok {
+			return ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return 0
+	case <-time.After(time.Minute):
+		t.Fatalf("cellbox mcp did not exit\n%s", &p.stderr)
+	}
+	return -1
+}
+
+// TestMCPStdioEnds: the session of cellbox mcp ends, and the process exits 0, when stdin
+// closes and on SIGTERM.
+func TestMCPStdioEnds(t *testing.T) {
+	for _, how := range []string{"stdin closed", "SIGTERM"} {
+		t.Run(how, func(t *testing.T) {
+			p := startMCP(t, "--backend", "local-unsafe", "--pool-size", "0", "--preimport", "")
+			res, err := p.cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "python", Arguments: map[string]any{"code": "6 * 7"}})
+			if err != nil || res.IsError {
+				t.Fatalf("%v %+v\n%s", err, res, &p.stderr)
+			}
+			id, _ := res.Meta[mcpserver.MetaSessionID].(string)
+			if how == "SIGTERM" {
+				p.cmd.Process.Signal(syscall.SIGTERM)
+			} else {
+				p.stdin.Close()
+			}
+			if code := p.wait(t); code != 0 {
+				t.Fatalf("exit code %d\n%s", code, &p.stderr)
+			}
+			if id == "" || !strings.Contains(p.stderr.String(), `session ended" session_id=`+id) {
+				t.Fatalf("session %q not ended:\n%s", id, &p.stderr)
+			}
+		})
+	}
+}
+
+// tsReport is what testdata/tsclient/client.mjs prints.
+type tsReport struct {
+	Transport string            `json:"transport"`
+	Server    map[string]string `json:"server"`
+	Tools     []string          `json:"tools"`
+	SessionID string            `json:"sessionId"`
+	FirstText string            `json:"firstText"`
+	State     struct {
+		IsError bool   `json:"isError"`
+		Text    string `json:"text"`
+	} `json:"state"`
+	Progress int `json:"progress"`
+	Images   []struct {
+		MIMEType string `json:"mimeType"`
+		PNG      bool   `json:"png"`
+	} `json:"images"`
+	ZeroDivision struct {
+		IsError bool   `json:"isError"`
+		Text    string `json:"text"`
+	} `json:"zeroDivision"`
+	Resources    []string `json:"resources"`
+	ResourceText string   `json:"resourceText"`
+	HostileRead  string   `json:"hostileRead"`
+	Error        string   `json:"error"`
+}
+
+// TestMCPTypeScriptClient runs the official MCP TypeScript SDK's client against cellbox mcp
+// (stdio) and cellbox serve's /mcp (streamable HTTP), on the runc backend.
+func TestMCPTypeScriptClient(t *testing.T) {
+	needRunc(t)
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("needs Node.js (make test installs it)")
+	}
+	dir, err := filepath.Abs(filepath.Join("..", "..", "internal", "mcpserver", "testdata", "tsclient"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@modelcontextprotocol", "sdk")); err != nil {
+		t.Skipf("needs the MCP TypeScript SDK: run npm ci in %s (make test does)", dir)
+	}
+	bin := testbin.Cellbox(t)
+	run := func(t *testing.T, args ...string) tsReport {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, node, append([]string{"client.mjs"}, args...)...)
+		cmd.Dir = dir
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		var r tsReport
+		if jerr := json.Unmarshal(stdout.Bytes(), &r); jerr != nil || err != nil || r.Error != "" {
+			t.Fatalf("client: %v, %v\nreport: %s\nstderr: %s", err, jerr, &stdout, &stderr)
+		}
+		return r
+	}
+	check := func(t *testing.T, r tsReport) {
+		t.Helper()
+		if r.Server["name"] != "cellbox" || strings.Join(r.Tools, ",") != "python,shell" {
+			t.Errorf("server %v, tools %v", r.Server, r.Tools)
+		}
+		if r.SessionID == "" || !strings.Contains(r.FirstText, "session_id: "+r.SessionID) {
+			t.Errorf("session %q not named in the first result %q", r.SessionID, r.FirstText)
+		}
+		if r.State.IsError || strings.TrimSpace(r.State.Text) != "42" {
+			t.Errorf("state not kept: %+v", r.State)
+		}
+		if r.Progress == 0 {
+			t.Error("no progress notification")
+		}
+		if len(r.Images) != 1 || r.Images[0].MIMEType != "image/png" || !r.Images[0].PNG {
+			t.Errorf("plot: %+v, want one image/png", r.Images)
+		}
+		if !r.ZeroDivision.IsError || !strings.Contains(r.ZeroDivision.Text, "ZeroDivisionError") {
+			t.Errorf("1/0: %+v", r.ZeroDivision)
+		}
+		if r.ResourceText != "hello from cellbox" || r.HostileRead != "refused" {
+			t.Errorf("resources %v: read %q, hostile read %s", r.Resources, r.ResourceText, r.HostileRead)
+		}
+	}
+	t.Run("stdio", func(t *testing.T) {
+		check(t, run(t, "stdio", bin, "mcp", "--backend", "runc", "--state-dir", stateDir))
+	})
+	t.Run("streamable HTTP", func(t *testing.T) {
+		srv := serve(t, t.TempDir(), "--pool-size", "1")
+		check(t, run(t, "http", srv.url+"/mcp"))
+	})
+}
