@@ -120,7 +120,7 @@ func (f *cliFlags) connect(ctx context.Context) (c *client.Client, stop func(), 
 	if err := cfg.Validate(); err != nil {
 		return nil, nil, fmt.Errorf("bad settings:\n%w", err)
 	}
-	s, err := startEmbedded(ctx, cfg)
+	s, err := startEmbedded(ctx, cfg, server.Options{Logger: server.NewLogger(cfg.LogLevel)})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -138,11 +138,11 @@ func (f *cliFlags) connect(ctx context.Context) (c *client.Client, stop func(), 
 // when it starts, so an embedded server must never share one with `cellbox serve` or with
 // another run. The slots are reused: the next run cleans up after a crashed one, and keeps
 // the font cache.
-func startEmbedded(ctx context.Context, cfg config.Config) (*server.Server, error) {
+func startEmbedded(ctx context.Context, cfg config.Config, opts server.Options) (*server.Server, error) {
 	base := cfg.StateDir
 	for i := 0; i < 1000; i++ {
 		cfg.StateDir = filepath.Join(base, "embedded", strconv.Itoa(i))
-		s, err := server.Start(ctx, cfg, server.Options{Logger: server.NewLogger(cfg.LogLevel)})
+		s, err := server.Start(ctx, cfg, opts)
 		if !errors.Is(err, server.ErrStateDirInUse) {
 			return s, err
 		}

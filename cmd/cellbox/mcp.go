@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"path/filepath"
-	"strconv"
 	"syscall"
 	"time"
 
@@ -30,6 +28,11 @@ func mcpMain(args []string) int {
 	cfg.PoolSize = 1 // the first call finds a warm sandbox; more would idle
 	fs := flag.NewFlagSet("mcp", flag.ContinueOnError)
 	cfg.Flags(fs)
+	fs.Usage = func() {
+		fmt.Fprint(os.Stderr, "Usage: cellbox mcp [flags]\n\nServes the python and shell tools over MCP on stdin/stdout (logs on stderr) until\n"+
+			"stdin closes. The runc backend needs root. Settings are those of cellbox serve (--addr is\nunused); see docs/mcp.md.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
 	if err := config.Load(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -47,7 +50,9 @@ func mcpMain(args []string) int {
 	log := server.NewLogger(cfg.LogLevel)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	s, err := startSlot(ctx, cfg, server.Options{Logger: log, NoListen: true})
+	// A slot of its own, as run and repl take: Claude Desktop may start several cellbox mcp,
+	// and a cellbox serve may use the state dir too.
+	s, err := startEmbedded(ctx, cfg, server.Options{Logger: log, NoListen: true})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "cellbox mcp:", err)
 		return 1
@@ -72,19 +77,4 @@ func mcpMain(args []string) int {
 		return 1
 	}
 	return 0
-}
-
-// startSlot starts a server on the first slot <state-dir>/embedded/N that no other server
-// holds, as run and repl do (see startEmbedded): Claude Desktop may start several cellbox
-// mcp, and a cellbox serve may use the state dir too.
-func startSlot(ctx context.Context, cfg config.Config, opts server.Options) (*server.Server, error) {
-	base := cfg.StateDir
-	for i := 0; i < 1000; i++ {
-		cfg.StateDir = filepath.Join(base, "embedded", strconv.Itoa(i))
-		s, err := server.Start(ctx, cfg, opts)
-		if !errors.Is(err, server.ErrStateDirInUse) {
-			return s, err
-		}
-	}
-	return nil, fmt.Errorf("state dir %s: 1000 embedded servers are running", base)
 }

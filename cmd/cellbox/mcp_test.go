@@ -19,6 +19,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/cellbox/cellbox/client"
 	"github.com/cellbox/cellbox/internal/mcpserver"
 	"github.com/cellbox/cellbox/internal/testbin"
 )
@@ -108,6 +109,69 @@ func TestMCPStdioEnds(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestMCPServeShutdown sends SIGTERM to a server with an MCP connection over HTTP whose
+// call runs: the call gets its (interrupted) result, and the server exits 0 although the
+// connection's event stream is open.
+func TestMCPServeShutdown(t *testing.T) {
+	needRunc(t)
+	srv := serve(t, t.TempDir(), "--pool-size", "0", "--log-level", "info")
+	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
+	cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: srv.url + "/mcp"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	type answer struct {
+		res *mcp.CallToolResult
+		err error
+	}
+	running := make(chan answer, 1)
+	go func() {
+		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "python", Arguments: map[string]any{"code": "import time; time.sleep(600)"}})
+		running <- answer{res, err}
+	}()
+	rc := client.New(srv.url)
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		list, err := rc.ListSessions(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list) == 1 && list[0].State == "busy" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sessions %+v after a minute", list)
+		}
+	}
+	srv.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case a := <-running:
+		if a.err != nil || !a.res.IsError || !strings.Contains(text(a.res), "interrupted") {
+			t.Errorf("running call's answer: %+v, %v; want an interrupted result", a.res, a.err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatalf("no answer to the running call\n%s", srv.output())
+	}
+	select {
+	case <-srv.exited:
+		if srv.err != nil {
+			t.Errorf("cellbox serve: %v, want exit 0\n%s", srv.err, srv.output())
+		}
+	case <-time.After(40 * time.Second): // its own shutdown gives up after 30 s
+		t.Fatalf("cellbox serve still runs 40 s after SIGTERM\n%s", srv.output())
+	}
+}
+
+func text(res *mcp.CallToolResult) string {
+	var b strings.Builder
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	return b.String()
 }
 
 // tsReport is what testdata/tsclient/client.mjs prints.

@@ -19,22 +19,28 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/cellbox/cellbox/internal/agent"
 	"github.com/cellbox/cellbox/internal/config"
 	"github.com/cellbox/cellbox/internal/httpapi"
+	"github.com/cellbox/cellbox/internal/llm"
+	"github.com/cellbox/cellbox/internal/mcpserver"
 	"github.com/cellbox/cellbox/internal/sandbox"
 	"github.com/cellbox/cellbox/internal/sandbox/local"
 	"github.com/cellbox/cellbox/internal/sandbox/runc"
 	"github.com/cellbox/cellbox/internal/session"
+	"github.com/cellbox/cellbox/internal/tool"
 	"github.com/cellbox/cellbox/internal/workspace"
 )
 
 // Server is a running cellbox server.
 type Server struct {
 	Manager *session.Manager
-	// URL is where the REST API listens, e.g. http://127.0.0.1:8080.
+	// MCP serves the tools over MCP: at /mcp, and on stdio for cellbox mcp.
+	MCP *mcpserver.Server
+	// URL is where the REST API listens, e.g. http://127.0.0.1:8080; "" with NoListen.
 	URL    string
-	http   *http.Server
-	unlock func() // of the state dir
+	http   *http.Server // nil with NoListen
+	unlock func()       // of the state dir
 }
 
 // Options are what the config does not say.
@@ -45,6 +51,8 @@ type Options struct {
 	Logger      *slog.Logger
 	// Quiet drops the local-unsafe warning on stderr (the log still has it).
 	Quiet bool
+	// NoListen starts no HTTP server: the caller uses Manager and MCP in process.
+	NoListen bool
 }
 
 // NewLogger returns the text logger on stderr at the given level name.
@@ -97,8 +105,9 @@ func fontCache(cfg config.Config, log *slog.Logger) string {
 }
 
 // Start locks cfg.StateDir (an error matching ErrStateDirInUse when another server holds
-// it), wires config → backend → workspaces → manager → HTTP and starts listening on cfg.Addr
-// (port 0 picks a free one; see URL). The lock is held until Shutdown.
+// it), wires config → backend → workspaces → manager → MCP and HTTP and, unless NoListen,
+// starts listening on cfg.Addr (port 0 picks a free one; see URL). The lock is held until
+// Shutdown.
 func Start(ctx context.Context, cfg config.Config, opts Options) (_ *Server, err error) {
 	log := opts.Logger
 	if log == nil {
@@ -135,6 +144,19 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (_ *Server, err
 	if err != nil {
 		return nil, err
 	}
+	s := &Server{
+		Manager: m,
+		MCP: mcpserver.New(m, mcpserver.Options{
+			Logger:         log,
+			TimeoutS:       cfg.ExecTimeout.Seconds(),
+			MemoryMB:       cfg.MemoryMB,
+			SessionTimeout: cfg.IdleTimeout,
+		}),
+		unlock: unlock,
+	}
+	if opts.NoListen {
+		return s, nil
+	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		m.Shutdown(ctx)
@@ -145,13 +167,12 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (_ *Server, err
 		MaxUploadBytes: cfg.MaxUploadBytes,
 		Logger:         log,
 		Gatherer:       reg,
+		MCP:            s.MCP.Handler(),
+		Tools:          tool.Options{TimeoutS: cfg.ExecTimeout.Seconds(), MemoryMB: cfg.MemoryMB},
+		NewProvider:    providers(cfg),
 	})
-	s := &Server{
-		Manager: m,
-		http:    &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second},
-		URL:     "http://" + ln.Addr().String(),
-		unlock:  unlock,
-	}
+	s.http = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	s.URL = "http://" + ln.Addr().String()
 	go func() {
 		if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("http server", "err", err)
@@ -160,13 +181,34 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (_ *Server, err
 	return s, nil
 }
 
-// Shutdown interrupts running cells, stops every sandbox, closes the listener once the
-// running requests have their answers, and unlocks the state dir; workspaces are kept.
+// providers returns the model providers of POST /v1/agent: by name, "" for --provider.
+// --model and --base-url apply to that provider only; the others use their variables
+// (OPENAI_BASE_URL, ...). Each request reads the environment afresh.
+func providers(cfg config.Config) func(string) (llm.Provider, string, error) {
+	return func(name string) (llm.Provider, string, error) {
+		pc := agent.ProviderConfig{Name: name}
+		if name == "" || name == cfg.Provider {
+			pc = agent.ProviderConfig{Name: cfg.Provider, Model: cfg.Model, BaseURL: cfg.BaseURL}
+		}
+		return agent.NewProvider(pc)
+	}
+}
+
+// Shutdown interrupts running cells, stops every sandbox, closes the listener and the MCP
+// connections once the running requests have their answers, and unlocks the state dir;
+// workspaces are kept.
 func (s *Server) Shutdown(ctx context.Context) error {
 	defer s.unlock()
 	// Stop taking requests, but let running ones end: the manager interrupts their cells.
+	s.MCP.Close()
 	done := make(chan error, 1)
-	go func() { done <- s.http.Shutdown(ctx) }()
+	go func() {
+		if s.http == nil {
+			done <- nil
+			return
+		}
+		done <- s.http.Shutdown(ctx)
+	}()
 	err := s.Manager.Shutdown(ctx)
 	return errors.Join(err, <-done)
 }

@@ -1,0 +1,255 @@
+// Package mcpserver serves cellbox over the Model Context Protocol with the official Go
+// SDK: the python and shell tools of package tool, run in sessions of the session manager,
+// and a session's workspace files as resources. One Server gives both transports: Run on
+// stdio (cellbox mcp) and Handler for streamable HTTP (/mcp on cellbox serve).
+//
+// Each MCP connection gets its own session, started at its first tool call and ended when
+// the connection closes; a call that names a session_id runs in that session instead. A
+// failure of the code, of the call's arguments or of the service is a result with isError
+// set, written for the model; a protocol problem stays a protocol error.
+//
+// Not for: REST (package httpapi), the tool definitions and result text (package tool), or
+// deciding anything about sessions (package session).
+package mcpserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/cellbox/cellbox/api"
+	"github.com/cellbox/cellbox/internal/errdefs"
+	"github.com/cellbox/cellbox/internal/session"
+	"github.com/cellbox/cellbox/internal/tool"
+)
+
+// Version is the server version announced to MCP clients (set with -ldflags -X).
+var Version = "dev"
+
+// Options configure a Server. Zero values take defaults.
+type Options struct {
+	Logger *slog.Logger
+	// TimeoutS and MemoryMB are the limits the tool descriptions state (the manager applies
+	// them); 0 leaves them out.
+	TimeoutS float64
+	MemoryMB int
+	// SessionTimeout closes an MCP session over HTTP that sent no request for this long,
+	// which ends its cellbox session too; 0: never (the manager's idle timeout still ends
+	// the cellbox session).
+	SessionTimeout time.Duration
+	// Render bounds what one tool result carries (tool.RenderLimits defaults).
+	Render tool.RenderLimits
+}
+
+// Server is cellbox's MCP server over a session manager.
+type Server struct {
+	m    *session.Manager
+	opts Options
+	log  *slog.Logger
+	srv  *mcp.Server
+	http http.Handler
+	stop context.Context // done at Close: ends the open event streams
+	halt context.CancelFunc
+
+	mu     sync.Mutex
+	conns  map[*mcp.ServerSession]*conn
+	closed bool           // Close was called: the manager ends the sessions now
+	ending sync.WaitGroup // connections that closed, ending their sessions
+}
+
+// conn is what a server keeps of one MCP connection.
+type conn struct {
+	mu     sync.Mutex // held while the connection's own session starts
+	own    string     // the session this connection started; "" before its first tool call
+	last   string     // the session of its latest tool call: the one its resources list
+	closed bool
+}
+
+// instructions tell a model how to use the server (MCP's initialize result).
+const instructions = "cellbox runs Python (a stateful IPython session, like a notebook) and shell commands " +
+	"in a sandbox with no network access. This connection has its own session, started at the first " +
+	"tool call: variables and the files in " + api.WorkspaceDir + " persist between calls. The session's " +
+	"files are resources (cellbox://<session_id>" + api.WorkspaceDir + "/<path>). A tool result with " +
+	"isError set means the code failed (an exception, a timeout, ...) or the call could not run: read it, fix, retry."
+
+// New returns a server over m.
+func New(m *session.Manager, opts Options) *Server {
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{m: m, opts: opts, log: log, conns: map[*mcp.ServerSession]*conn{}}
+	s.stop, s.halt = context.WithCancel(context.Background())
+	s.srv = mcp.NewServer(&mcp.Implementation{Name: "cellbox", Title: "cellbox code interpreter", Version: Version},
+		&mcp.ServerOptions{
+			Instructions: instructions,
+			Logger:       sdkLogger(log),
+			// Tools and resources, no logging; the lists do not change.
+			Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}, Resources: &mcp.ResourceCapabilities{}},
+		})
+	for _, d := range tool.Definitions(tool.Options{TimeoutS: opts.TimeoutS, MemoryMB: opts.MemoryMB, SessionID: true}) {
+		s.srv.AddTool(&mcp.Tool{Name: d.Name, Description: d.Description, InputSchema: d.InputSchema}, s.callTool)
+	}
+	s.srv.AddResourceTemplate(&mcp.ResourceTemplate{
+		Name:        "workspace-file",
+		Title:       "A workspace file",
+		Description: "A file in a session's workspace (" + api.WorkspaceDir + "), readable when it is at most " + maxReadText + ".",
+		URITemplate: uriTemplate,
+	}, s.readResource)
+	// resources/list answers with the files of the connection's session, which the SDK's
+	// fixed list of resources cannot.
+	s.srv.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if r, ok := req.(*mcp.ListResourcesRequest); ok && method == "resources/list" {
+				return s.listResources(ctx, r)
+			}
+			return next(ctx, method, req)
+		}
+	})
+	s.http = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.srv },
+		&mcp.StreamableHTTPOptions{SessionTimeout: opts.SessionTimeout, Logger: sdkLogger(log)})
+	return s
+}
+
+// Handler serves MCP over streamable HTTP (mounted at /mcp). Requests to a loopback
+// address must carry a loopback Host header (DNS rebinding protection).
+func (s *Server) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet { // the event stream a client keeps open: it ends at Close
+			ctx, cancel := context.WithCancel(r.Context())
+			defer cancel()
+			defer context.AfterFunc(s.stop, cancel)()
+			r = r.WithContext(ctx)
+		}
+		s.http.ServeHTTP(w, r)
+	})
+}
+
+// Run serves one connection over t (stdio: &mcp.IOTransport{...}) until it closes or ctx
+// ends.
+func (s *Server) Run(ctx context.Context, t mcp.Transport) error {
+	return s.srv.Run(ctx, t)
+}
+
+// Close prepares the server's end, before the HTTP server's Shutdown and the manager's:
+// the open event streams end (an HTTP server could not shut down while they last), new tool
+// calls are refused, and the sessions are left to the manager, which interrupts running
+// cells, so that their calls get their results. Sessions of connections that closed before
+// are ended when Close returns. The connections themselves are not closed: the SDK would
+// drop the results of calls still running.
+func (s *Server) Close() {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	s.halt()
+	s.ending.Wait()
+}
+
+// conn returns the state of a connection, watching for its end on first use; nil once
+// the server is closed.
+func (s *Server) conn(ss *mcp.ServerSession) *conn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	c := s.conns[ss]
+	if c == nil {
+		c = &conn{}
+		s.conns[ss] = c
+		go s.watch(ss, c)
+	}
+	return c
+}
+
+// watch ends the connection's session when the connection closes.
+func (s *Server) watch(ss *mcp.ServerSession, c *conn) {
+	ss.Wait()
+	c.mu.Lock() // after a session being started
+	c.closed = true
+	own := c.own
+	c.mu.Unlock()
+	s.mu.Lock()
+	delete(s.conns, ss)
+	if s.closed || own == "" {
+		s.mu.Unlock()
+		return
+	}
+	s.ending.Add(1)
+	s.mu.Unlock()
+	defer s.ending.Done()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.m.Delete(ctx, own); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+		s.log.Warn("end the session of a closed MCP connection", "session_id", own, "err", err)
+	}
+}
+
+var errClosed = fmt.Errorf("the connection or the server is closing: %w", errdefs.ErrUnavailable)
+
+// ownSession returns the connection's session, starting it at the first call, or again when
+// it ended (idle too long, or deleted over REST). When it starts one, note says so for the
+// model, with the session's id.
+func (s *Server) ownSession(ctx context.Context, c *conn) (id, note string, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return "", "", errClosed
+	}
+	if c.own != "" {
+		if _, err := s.m.Get(c.own); err == nil {
+			return c.own, "", nil
+		}
+		note = "[note: this connection's earlier session had ended (idle too long, or deleted), so this call ran in a new one: variables and files from before are gone]\n"
+	}
+	sess, err := s.m.Create(ctx, api.CreateSessionRequest{})
+	if err != nil {
+		return "", "", err
+	}
+	c.own = sess.ID
+	s.log.Debug("mcp connection started its session", "session_id", sess.ID)
+	note += "[session_id: " + sess.ID + " is this connection's session. Another connection can use it, while this one is open, by passing it as session_id.]"
+	return sess.ID, note, nil
+}
+
+// session returns the session a call or a read is about: the connection's latest.
+func (c *conn) session() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.last != "" {
+		return c.last
+	}
+	return c.own
+}
+
+func (c *conn) used(id string) {
+	c.mu.Lock()
+	c.last = id
+	c.mu.Unlock()
+}
+
+// sdkLogger is the SDK's logger: its warnings and errors only. Its info lines, one per
+// connection, would reuse the key session_id for MCP's own session ids.
+func sdkLogger(log *slog.Logger) *slog.Logger {
+	return slog.New(warnHandler{log.Handler()})
+}
+
+type warnHandler struct{ slog.Handler }
+
+func (h warnHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelWarn && h.Handler.Enabled(ctx, l)
+}
+
+func (h warnHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return warnHandler{h.Handler.WithAttrs(as)}
+}
+
+func (h warnHandler) WithGroup(name string) slog.Handler {
+	return warnHandler{h.Handler.WithGroup(name)}
+}
