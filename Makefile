@@ -17,6 +17,9 @@ GOFMT := $(GOBIN_DIR)/gofmt
 
 FUZZTIME ?= 20s
 
+# The official MCP TypeScript SDK, for the MCP client tests (npm ci, again when the lock changes).
+TSCLIENT := internal/mcpserver/testdata/tsclient
+
 .PHONY: help build deps run test fuzz bench lint clean
 
 help: ## list the targets
@@ -34,7 +37,7 @@ run: deps build ## run the server on 127.0.0.1:8080 with the runc backend, state
 
 test: ## install test needs, lint, then run every test with the race detector (as root)
 	scripts/install-deps.sh --test
-	$(MAKE) --no-print-directory lint
+	$(MAKE) --no-print-directory $(TSCLIENT)/node_modules/.package-lock.json lint
 	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 25m ./...
 
 fuzz: ## run every Fuzz target for FUZZTIME (default 20s) each
@@ -48,6 +51,9 @@ fuzz: ## run every Fuzz target for FUZZTIME (default 20s) each
 
 bench: build ## run the benchmarks (cellbox bench)
 	./bin/cellbox bench --state-dir ./.state/bench
+
+$(TSCLIENT)/node_modules/.package-lock.json: $(TSCLIENT)/package-lock.json
+	npm ci --prefix $(TSCLIENT) --no-audit --no-fund --prefer-offline --loglevel=error
 
 lint: ## go vet, and gofmt (fails listing the files it would change)
 	$(GO) vet ./...
