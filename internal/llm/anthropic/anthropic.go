@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 
 	"github.com/anthropics/anthropic-sdk-go"
@@ -56,24 +55,12 @@ var _ llm.Provider = (*Provider)(nil)
 // for api.anthropic.com; it does not connect. Of the environment it reads only
 // ANTHROPIC_API_KEY and ANTHROPIC_BASE_URL.
 func New(o Options) (*Provider, error) {
-	key := o.APIKey
-	if key == "" {
-		key = os.Getenv("ANTHROPIC_API_KEY")
+	key, u, err := llm.Endpoint{Provider: "anthropic", KeyEnv: "ANTHROPIC_API_KEY", BaseEnv: "ANTHROPIC_BASE_URL",
+		DefaultBase: DefaultBaseURL, KeyHost: "api.anthropic.com", NoKeyHint: ""}.Resolve(o.APIKey, o.BaseURL)
+	if err != nil {
+		return nil, err
 	}
-	base := o.BaseURL
-	if base == "" {
-		base = os.Getenv("ANTHROPIC_BASE_URL")
-	}
-	if base == "" {
-		base = DefaultBaseURL
-	}
-	u, err := url.Parse(base)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, errdefs.New(api.CodeInvalidArgument, "anthropic: the base URL must be an http:// or https:// URL, like "+DefaultBaseURL)
-	}
-	if key == "" && u.Hostname() == "api.anthropic.com" {
-		return nil, errdefs.New(api.CodeFailedPrecondition, "anthropic: no API key: set ANTHROPIC_API_KEY")
-	}
+	base := u.String()
 	// The SDK's own environment defaults would also read profiles and federation settings
 	// from disk; this package resolves its two variables itself.
 	opts := []option.RequestOption{option.WithoutEnvironmentDefaults(), option.WithBaseURL(base)}

@@ -15,7 +15,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 
 	"github.com/openai/openai-go/v3"
@@ -56,25 +55,12 @@ var _ llm.Provider = (*Provider)(nil)
 // New returns a Provider. It fails on a base URL that is not http(s) and on a missing key
 // for api.openai.com; it does not connect.
 func New(o Options) (*Provider, error) {
-	key := o.APIKey
-	if key == "" {
-		key = os.Getenv("OPENAI_API_KEY")
+	key, u, err := llm.Endpoint{Provider: "openai", KeyEnv: "OPENAI_API_KEY", BaseEnv: "OPENAI_BASE_URL",
+		DefaultBase: DefaultBaseURL, KeyHost: "api.openai.com", NoKeyHint: "a local server such as Ollama needs none: set its base URL instead"}.Resolve(o.APIKey, o.BaseURL)
+	if err != nil {
+		return nil, err
 	}
-	base := o.BaseURL
-	if base == "" {
-		base = os.Getenv("OPENAI_BASE_URL")
-	}
-	if base == "" {
-		base = DefaultBaseURL
-	}
-	u, err := url.Parse(base)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, errdefs.New(api.CodeInvalidArgument, "openai: the base URL must be an http:// or https:// URL, like "+DefaultBaseURL)
-	}
-	if key == "" && u.Hostname() == "api.openai.com" {
-		return nil, errdefs.New(api.CodeFailedPrecondition,
-			"openai: no API key: set OPENAI_API_KEY (a local server such as Ollama needs none: set its base URL instead)")
-	}
+	base := u.String()
 	opts := []option.RequestOption{option.WithBaseURL(base), option.WithMiddleware(errorShape)}
 	if key != "" {
 		opts = append(opts, option.WithAPIKey(key))
