@@ -22,7 +22,7 @@ import (
 	"github.com/cellbox/cellbox/internal/tool"
 )
 
-func newServer(t *testing.T) (*Server, *session.Manager) {
+func newServer(t testing.TB) (*Server, *session.Manager) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("starts sandboxes; not in -short mode")
@@ -35,7 +35,7 @@ func newServer(t *testing.T) (*Server, *session.Manager) {
 
 // client is one MCP connection, with the progress notifications it got.
 type client struct {
-	t  *testing.T
+	t  testing.TB
 	cs *mcp.ClientSession
 
 	mu       sync.Mutex
@@ -52,7 +52,7 @@ func connect(t *testing.T, s *Server) *client {
 	return newClient(t, ct)
 }
 
-func newClient(t *testing.T, tr mcp.Transport) *client {
+func newClient(t testing.TB, tr mcp.Transport) *client {
 	t.Helper()
 	c := &client{t: t}
 	mc := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, &mcp.ClientOptions{
