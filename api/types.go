@@ -178,6 +178,7 @@ const (
 	CodeTooLarge           = "too_large"
 	CodeInternal           = "internal"
 	CodeCanceled           = "canceled"
+	CodePermissionDenied   = "permission_denied"
 )
 
 // ErrorBody is the body of every HTTP 4xx/5xx response.

@@ -79,6 +79,7 @@ var statusCodes = map[string]int{
 	api.CodeTooLarge:           http.StatusRequestEntityTooLarge,
 	api.CodeResourceExhausted:  http.StatusTooManyRequests,
 	api.CodeCanceled:           499,
+	api.CodePermissionDenied:   http.StatusForbidden,
 	api.CodeUnavailable:        http.StatusServiceUnavailable,
 	api.CodeInternal:           http.StatusInternalServerError,
 }

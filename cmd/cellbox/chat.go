@@ -144,7 +144,7 @@ func (c *chat) once(ctx context.Context, a *agent.Agent, input string) int {
 	}
 	if isTerminal(os.Stdout) {
 		md := newMarkdown(os.Stdout, true)
-		io.WriteString(md, turn.Output)
+		io.WriteString(md, termSafe(turn.Output, false))
 		md.Flush()
 	} else {
 		fmt.Println(strings.TrimRight(turn.Output, "\n"))
@@ -155,7 +155,7 @@ func (c *chat) once(ctx context.Context, a *agent.Agent, input string) int {
 // converse reads requests until end of input. Ctrl-C during a turn cancels the turn (the
 // running code is interrupted); at the prompt it ends the conversation.
 func (c *chat) converse(ctx context.Context, a *agent.Agent, note string) int {
-	fmt.Fprintln(os.Stdout, "Ask about your data; Ctrl-D ends. Ctrl-C stops a running answer.")
+	fmt.Fprintln(os.Stdout, "Ask about your data. Ctrl-C stops a running answer, /reset starts a new conversation, Ctrl-D ends.")
 	for _, l := range strings.Split(note, "\n") {
 		if strings.HasPrefix(l, "- ") { // a file's line; its preview is for the model
 			fmt.Fprintln(os.Stdout, "uploaded "+strings.TrimPrefix(l, "- "))
@@ -181,6 +181,10 @@ func (c *chat) converse(ctx context.Context, a *agent.Agent, note string) int {
 			continue
 		case "exit", "quit", "/exit", "/quit":
 			return exitOK
+		case "/reset":
+			a.Reset()
+			fmt.Fprintln(os.Stdout, "(a new conversation; the session's variables and files are kept)")
+			continue
 		}
 		if note != "" {
 			line, note = joinNote(note, line), ""
@@ -227,7 +231,7 @@ func (c *chat) event(ctx context.Context, e agent.Event) {
 			fmt.Fprintln(c.work)
 			c.gap = false
 		}
-		io.WriteString(c.text, e.Text)
+		io.WriteString(c.text, termSafe(e.Text, false))
 	case agent.EventCall:
 		if c.text != nil {
 			c.text.Flush()
@@ -235,7 +239,7 @@ func (c *chat) event(ctx context.Context, e agent.Event) {
 		c.s.images = 0
 		c.showCode(e.Call)
 	case agent.EventOutput:
-		c.s.show(*e.Output)
+		c.s.show(safeOutput(*e.Output))
 	case agent.EventStep:
 		c.gap = true
 		st := e.Step
@@ -243,14 +247,14 @@ func (c *chat) event(ctx context.Context, e agent.Event) {
 		case st.Declined:
 			fmt.Fprintln(c.work, c.dim("(not run)"))
 		case st.Error != "":
-			fmt.Fprintln(c.work, c.dim("(not run: "+st.Error+")"))
+			fmt.Fprintln(c.work, c.dim("(not run: "+termSafe(st.Error, false)+")"))
 		case st.Result != nil && st.Result.Execute != nil:
 			c.s.count = st.Result.Execute.ExecutionCount
 			c.saveFiles(ctx, st.Result.Execute.Files)
 		case st.Result != nil && st.Result.Command != nil:
 			r := st.Result.Command
-			io.WriteString(c.work, r.Stdout)
-			io.WriteString(c.work, r.Stderr)
+			io.WriteString(c.work, termSafe(r.Stdout, true))
+			io.WriteString(c.work, termSafe(r.Stderr, true))
 			if r.ExitCode != 0 {
 				fmt.Fprintln(c.work, c.dim(fmt.Sprintf("(exit code %d)", r.ExitCode)))
 			}
@@ -273,7 +277,7 @@ func (c *chat) showCode(call *tool.Call) {
 		label = "shell"
 	}
 	fmt.Fprintf(c.work, "%s\n", c.dim("── "+label+" ─────────────────────────────"))
-	fmt.Fprintln(c.work, strings.TrimRight(call.Code, "\n"))
+	fmt.Fprintln(c.work, termSafe(strings.TrimRight(call.Code, "\n"), false))
 	fmt.Fprintf(c.work, "%s\n", c.dim("──────────────────────────────────────"))
 }
 
@@ -342,4 +346,26 @@ func (r clientRunner) Execute(ctx context.Context, id string, req api.ExecuteReq
 
 func (r clientRunner) Command(ctx context.Context, id string, req api.CommandRequest) (*api.CommandResult, error) {
 	return r.c.Command(ctx, id, req)
+}
+
+// safeOutput is an output of model-written code made safe to print (see termSafe).
+func safeOutput(o api.Output) api.Output {
+	o.Text = termSafe(o.Text, true)
+	if len(o.Traceback) > 0 {
+		tb := make([]string, len(o.Traceback))
+		for i, l := range o.Traceback {
+			tb[i] = termSafe(l, false)
+		}
+		o.Traceback = tb
+	}
+	o.EName, o.EValue = termSafe(o.EName, false), termSafe(o.EValue, false)
+	if t, ok := o.Data["text/plain"].(string); ok {
+		data := make(map[string]any, len(o.Data))
+		for k, v := range o.Data {
+			data[k] = v
+		}
+		data["text/plain"] = termSafe(t, false)
+		o.Data = data
+	}
+	return o
 }

@@ -139,3 +139,25 @@ func TestChatErrors(t *testing.T) {
 		}
 	}
 }
+
+// Text from the model and its code must not drive the terminal: escape sequences are shown,
+// not obeyed, so that the code at the approval prompt is the code that runs.
+func TestChatShowsEscapesInsteadOfObeyingThem(t *testing.T) {
+	needRunc(t)
+	s := llmtest.NewOpenAI(t, llmtest.Replies(
+		llmtest.CallTool("python", `{"code": "x = 1 # \u001b[2K\u001b[1A\nprint('\\x1b]52;c;ZXZpbA==\\x07out')"}`),
+		llmtest.Text("done"),
+	))
+	t.Setenv("OPENAI_BASE_URL", s.URL)
+	t.Setenv("OPENAI_API_KEY", s.Key)
+	r := cellbox(t, "\n", "chat", "--provider", "openai", "--approve", "ask", "-p", "go")
+	r.want(t, exitOK)
+	if strings.ContainsAny(r.stderr, "\x1b\a") || strings.Contains(r.stderr, "\r") {
+		t.Errorf("control characters reached the terminal: %q", r.stderr)
+	}
+	for _, want := range []string{"x = 1 # ^[[2K^[[1A\n", "^[]52;c;ZXZpbA==^Gout"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("stderr lacks %q: %q", want, r.stderr)
+		}
+	}
+}

@@ -155,7 +155,7 @@ func (x *session) download(ctx context.Context, path string) {
 // written outside it: rel must be a local path, and the folder is opened as an os.Root,
 // so neither ".." nor a symlink in it leads out.
 func (x *session) save(rel string, write func(io.Writer) error) {
-	shown := filepath.Join(x.outDir, filepath.FromSlash(rel))
+	shown := termSafe(filepath.Join(x.outDir, filepath.FromSlash(rel)), false)
 	err := saveIn(x.outDir, rel, write)
 	if err != nil {
 		fmt.Fprintf(x.stderr, "cellbox: not saved: %s: %v\n", shown, err)

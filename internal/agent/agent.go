@@ -96,9 +96,46 @@ type Turn struct {
 
 // Agent holds one conversation with a model about one session.
 type Agent struct {
-	cfg     Config
-	history []llm.Message
+	cfg         Config
+	history     []llm.Message
+	pendingText string // the text of the last message before addUser joined the request to it
 }
+
+// keptImageResults is how many of the latest tool-result messages keep their images in the
+// history; older images are replaced by a note. Images are re-sent with every request, and
+// the APIs cap them (Anthropic: 100 a request) as well as the context.
+const keptImageResults = 3
+
+// forgetOldImages drops the images of all but the latest keptImageResults messages that
+// carry some.
+func (a *Agent) forgetOldImages() {
+	seen := 0
+	for i := len(a.history) - 1; i >= 0; i-- {
+		msg := &a.history[i]
+		has := false
+		for _, r := range msg.ToolResults {
+			has = has || len(r.Images) > 0
+		}
+		if !has {
+			continue
+		}
+		if seen++; seen <= keptImageResults {
+			continue
+		}
+		results := make([]llm.ToolResult, len(msg.ToolResults))
+		for j, r := range msg.ToolResults {
+			if len(r.Images) > 0 {
+				r.Text += fmt.Sprintf("\n[%d image(s) shown earlier, no longer kept in the conversation]", len(r.Images))
+				r.Images = nil
+			}
+			results[j] = r
+		}
+		msg.ToolResults = results
+	}
+}
+
+// Reset forgets the conversation; the session (its variables and files) stays.
+func (a *Agent) Reset() { a.history = nil }
 
 // New returns an agent with an empty conversation.
 func New(cfg Config) (*Agent, error) {
@@ -127,7 +164,9 @@ func (a *Agent) emit(e Event) {
 // answers. The error is a failure of the model API or of cellbox, or ctx's; the
 // conversation stays usable after it.
 func (a *Agent) Send(ctx context.Context, input string) (*Turn, error) {
+	before := len(a.history)
 	a.addUser(input)
+	a.forgetOldImages()
 	turn := &Turn{}
 	files := map[string]int{} // path → index in turn.Files
 	var onText func(string)
@@ -139,6 +178,14 @@ func (a *Agent) Send(ctx context.Context, input string) (*Turn, error) {
 		req := llm.Request{Model: a.cfg.Model, System: a.cfg.System, Messages: a.history, Tools: a.cfg.Tools, MaxTokens: a.cfg.MaxTokens, NoToolCalls: final}
 		resp, err := a.cfg.Provider.Complete(ctx, req, onText)
 		if err != nil {
+			if len(turn.Steps) == 0 {
+				// Nothing happened: forget the request, so that the next one is not
+				// answered together with it.
+				a.history = a.history[:before]
+				if before > 0 && a.history[before-1].Role == llm.RoleUser {
+					a.history[before-1].Text = a.pendingText
+				}
+			}
 			return turn, err
 		}
 		turn.Usage.InputTokens += resp.Usage.InputTokens
@@ -212,6 +259,7 @@ func (a *Agent) abandon(calls []llm.ToolCall, results []llm.ToolResult) {
 func (a *Agent) addUser(input string) {
 	if n := len(a.history); n > 0 && a.history[n-1].Role == llm.RoleUser {
 		last := &a.history[n-1]
+		a.pendingText = last.Text
 		last.Text = strings.TrimSpace(last.Text + "\n\n" + input)
 		return
 	}

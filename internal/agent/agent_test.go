@@ -309,15 +309,16 @@ func TestProviderErrorKeepsTheConversation(t *testing.T) {
 		if fail {
 			return nil, errors.New("openai: 429 Too Many Requests")
 		}
-		return answer(fmt.Sprint(len(req.Messages), " messages")), nil
+		return answer(fmt.Sprint(len(req.Messages), " messages: ", req.Messages[0].Text)), nil
 	}}
 	a := newAgent(t, m, p, nil)
 	if _, err := a.Send(context.Background(), "one"); err == nil || !strings.Contains(err.Error(), "429") {
 		t.Fatalf("err = %v", err)
 	}
 	fail = false
+	// The failed request is forgotten, not answered with the next one.
 	turn, err := a.Send(context.Background(), "two")
-	if err != nil || turn.Output != "1 messages" {
+	if err != nil || turn.Output != "1 messages: two" {
 		t.Fatalf("turn %+v, %v", turn, err)
 	}
 }
@@ -347,5 +348,38 @@ func TestCanceledTurnLeavesAValidConversation(t *testing.T) {
 	a.cfg.Approve = nil
 	if turn, err := a.Send(context.Background(), "next"); err != nil || turn.Output != "ok" {
 		t.Fatalf("turn %+v, %v", turn, err)
+	}
+}
+
+func TestOldImagesAreDropped(t *testing.T) {
+	m := sessiontest.New(t, nil)
+	const plot = "import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()"
+	var images []int // images in each request's history
+	p := &scripted{reply: func(n int, req llm.Request) (*llm.Response, error) {
+		count := 0
+		for _, msg := range req.Messages {
+			for _, r := range msg.ToolResults {
+				count += len(r.Images)
+			}
+		}
+		images = append(images, count)
+		if last := req.Messages[len(req.Messages)-1]; len(last.ToolResults) > 0 {
+			return answer("a plot"), nil
+		}
+		return callPython(fmt.Sprint("c", n), plot), nil
+	}}
+	a := newAgent(t, m, p, nil)
+	for range 5 {
+		if _, err := a.Send(context.Background(), "plot again"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Each turn adds one image; the history keeps those of the latest 3 results.
+	want := []int{0, 1, 1, 2, 2, 3, 3, 4, 3, 4}
+	if fmt.Sprint(images) != fmt.Sprint(want) {
+		t.Errorf("images per request %v, want %v", images, want)
+	}
+	if !strings.Contains(a.history[2].ToolResults[0].Text, "no longer kept") {
+		t.Errorf("the dropped image is not noted: %q", a.history[2].ToolResults[0].Text)
 	}
 }

@@ -17,10 +17,12 @@ import (
 
 // Preview bounds: what a file's description may cost the model's context.
 const (
-	previewRows      = 5
-	previewLineChars = 300
-	previewColumns   = 60
-	countRowsBytes   = 64 << 20 // rows are counted in files up to this size
+	previewRows        = 5
+	previewLineChars   = 300
+	previewColumns     = 60
+	previewColumnChars = 100
+	previewMaxChars    = 4000     // one file's whole description
+	countRowsBytes     = 64 << 20 // rows are counted in files up to this size
 )
 
 // FilesNote tells the model which files the user gave and what is in them: one
@@ -52,7 +54,7 @@ func DescribeFile(rel string, size int64, r io.Reader) string {
 	if err != nil {
 		return line + fmt.Sprintf(": could not be read as a table (%v); look at it before loading it", err)
 	}
-	return line + desc
+	return clip(line+desc, previewMaxChars)
 }
 
 func describeTable(r io.Reader, comma rune, countAll bool) (string, error) {
@@ -70,7 +72,10 @@ func describeTable(r io.Reader, comma rune, countAll bool) (string, error) {
 		}
 		return "", err
 	}
-	cols := append([]string(nil), header...)
+	cols := make([]string, len(header))
+	for i, c := range header {
+		cols[i] = clip(c, previewColumnChars)
+	}
 	rows := 0
 	for {
 		_, err := cr.Read()
@@ -107,16 +112,21 @@ func describeTable(r io.Reader, comma rune, countAll bool) (string, error) {
 		if l == "" {
 			continue
 		}
-		if len(l) > previewLineChars {
-			l = l[:previewLineChars]
-			for !utf8.ValidString(l) {
-				l = l[:len(l)-1]
-			}
-			l += " ..."
-		}
-		b.WriteString("  " + l + "\n")
+		b.WriteString("  " + clip(l, previewLineChars) + "\n")
 	}
 	return strings.TrimRight(b.String(), "\n"), nil
+}
+
+// clip cuts s to at most n bytes (at a character boundary), marking the cut with " ...".
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[:n]
+	for !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s + " ..."
 }
 
 // capped keeps the first max bytes written to it and drops the rest.

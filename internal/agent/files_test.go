@@ -19,6 +19,8 @@ func TestDescribeFile(t *testing.T) {
 		{"bad.csv", "a,b\n\"unterminated,1\n", []string{"2 columns"}},
 		{"wide.csv", strings.Repeat("c,", 99) + "c\n", []string{"100 columns", "... (40 more)"}},
 		{"long.csv", "a\n" + strings.Repeat("x", 1000) + "\n", []string{"x ...", "1 rows"}},
+		{"oneline.csv", strings.Repeat("y", 4<<20), []string{"0 rows, 1 columns: yyy", "y ..."}},
+		{"longnames.csv", strings.Repeat(strings.Repeat("n", 50000)+",", 59) + "n\n", []string{"60 columns"}},
 	}
 	for _, tt := range tests {
 		got := DescribeFile(tt.name, int64(len(tt.content)), strings.NewReader(tt.content))

@@ -30,14 +30,11 @@ type ProviderConfig struct {
 }
 
 // NewProvider returns the provider and the model to use. An unknown name is
-// invalid_argument.
+// invalid_argument; a provider that cannot be set up (no key, a bad base URL) unavailable.
 func NewProvider(c ProviderConfig) (llm.Provider, string, error) {
 	name := c.Name
 	if name == "" {
-		name = api.ProviderOpenAI
-		if os.Getenv("OPENAI_API_KEY") == "" && os.Getenv("ANTHROPIC_API_KEY") != "" {
-			name = api.ProviderAnthropic
-		}
+		name = DefaultProvider()
 	}
 	var p llm.Provider
 	var err error
@@ -57,7 +54,18 @@ func NewProvider(c ProviderConfig) (llm.Provider, string, error) {
 		return nil, "", errdefs.New(api.CodeInvalidArgument, fmt.Sprintf("unknown provider %q: choose %s (Chat Completions: OpenAI, Ollama, vLLM, ...) or %s", name, api.ProviderOpenAI, api.ProviderAnthropic))
 	}
 	if err != nil {
-		return nil, "", errdefs.New(api.CodeInvalidArgument, err.Error())
+		// A missing key or a bad base URL: the setup of whoever runs cellbox, not the
+		// request's fault.
+		return nil, "", errdefs.New(api.CodeUnavailable, err.Error())
 	}
 	return p, model, nil
+}
+
+// DefaultProvider is the provider when none is named: Anthropic when only ANTHROPIC_API_KEY
+// is set, else OpenAI.
+func DefaultProvider() string {
+	if os.Getenv("OPENAI_API_KEY") == "" && os.Getenv("ANTHROPIC_API_KEY") != "" {
+		return api.ProviderAnthropic
+	}
+	return api.ProviderOpenAI
 }

@@ -19,6 +19,7 @@ var (
 	ErrFailedPrecondition = errors.New("failed precondition")
 	ErrTooLarge           = errors.New("too large")
 	ErrCanceled           = errors.New("canceled")
+	ErrPermissionDenied   = errors.New("permission denied")
 )
 
 var byCode = map[string]error{
@@ -29,12 +30,13 @@ var byCode = map[string]error{
 	api.CodeFailedPrecondition: ErrFailedPrecondition,
 	api.CodeTooLarge:           ErrTooLarge,
 	api.CodeCanceled:           ErrCanceled,
+	api.CodePermissionDenied:   ErrPermissionDenied,
 }
 
 // codeOrder makes Code deterministic for an error that wraps more than one sentinel.
 var codeOrder = []string{
 	api.CodeInvalidArgument, api.CodeNotFound, api.CodeTooLarge, api.CodeResourceExhausted,
-	api.CodeFailedPrecondition, api.CodeCanceled, api.CodeUnavailable,
+	api.CodeFailedPrecondition, api.CodeCanceled, api.CodePermissionDenied, api.CodeUnavailable,
 }
 
 // coded is an error with a message of its own that still matches its sentinel.

@@ -48,14 +48,22 @@ func (s *server) agent(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	created := req.SessionID == ""
 	if err := s.startAgent(r.Context(), &req); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	cfg.SessionID = req.SessionID
+	// A session made for a request that fails is deleted: the caller never learns its id.
+	failed := func() {
+		if created {
+			s.m.Delete(context.WithoutCancel(r.Context()), req.SessionID)
+		}
+	}
 	if !strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
 		res, err := runAgent(r.Context(), cfg, &req)
 		if err != nil {
+			failed()
 			s.writeError(w, r, err)
 			return
 		}
@@ -79,6 +87,7 @@ func (s *server) agent(w http.ResponseWriter, r *http.Request) {
 	}
 	res, err := runAgent(r.Context(), cfg, &req)
 	if err != nil {
+		failed()
 		ev.send("error", api.ErrorBody{Error: s.errorDetail(r, err)})
 		return
 	}
@@ -112,7 +121,7 @@ func (s *server) agentConfig(req *api.AgentRequest) (agent.Config, error) {
 		return agent.Config{}, fmt.Errorf("input is empty: say what the model should do: %w", errdefs.ErrInvalidArgument)
 	}
 	if req.MaxSteps < 0 || req.MaxSteps > maxAgentSteps {
-		return agent.Config{}, fmt.Errorf("max_steps %d: give 1 to %d (default %d): %w", req.MaxSteps, maxAgentSteps, agent.DefaultMaxSteps, errdefs.ErrInvalidArgument)
+		return agent.Config{}, fmt.Errorf("max_steps %d: give 1 to %d (0 or none: %d): %w", req.MaxSteps, maxAgentSteps, agent.DefaultMaxSteps, errdefs.ErrInvalidArgument)
 	}
 	if s.opts.NewProvider == nil {
 		return agent.Config{}, fmt.Errorf("this server has no model provider configured: %w", errdefs.ErrUnavailable)

@@ -220,13 +220,56 @@ func TestAgentErrors(t *testing.T) {
 		{"unknown field", `{"input": "x", "temperature": 2}`, 400, "temperature"},
 		{"model API refuses the key", `{"input": "x", "provider": "openai"}`, 503, "OPENAI_API_KEY"},
 	}
+	sessions := func() int {
+		var l api.SessionList
+		c.do("GET", "/v1/sessions", nil, &l)
+		return len(l.Sessions)
+	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			before := sessions()
 			var e api.ErrorBody
 			if st := c.do("POST", "/v1/agent", tt.body, &e); st != tt.code || !strings.Contains(e.Error.Message, tt.msg) {
 				t.Errorf("status %d %+v, want %d with %q", st, e.Error, tt.code, tt.msg)
 			}
+			if after := sessions(); after != before {
+				t.Errorf("a failed request left %d session(s) behind", after-before)
+			}
 		})
+	}
+}
+
+// A web page must not reach the API: not across origins, and not by DNS rebinding.
+func TestBrowserRequestsRefused(t *testing.T) {
+	c := newClient(t)
+	tests := []struct {
+		name, method, path string
+		header             map[string]string
+		status             int
+	}{
+		{"cross-site fetch", "POST", "/v1/agent", map[string]string{"Sec-Fetch-Site": "cross-site"}, 403},
+		{"foreign origin", "POST", "/v1/execute", map[string]string{"Origin": "http://evil.example"}, 403},
+		{"rebound host", "GET", "/v1/sessions", map[string]string{"Host": "evil.example:8080"}, 403},
+		{"rebound host, MCP", "POST", "/mcp", map[string]string{"Host": "evil.example:8080"}, 403},
+		{"cross-site read of a safe method", "GET", "/healthz", map[string]string{"Sec-Fetch-Site": "cross-site"}, 200},
+		{"localhost by name", "GET", "/healthz", map[string]string{"Host": "localhost:8080"}, 200},
+	}
+	for _, tt := range tests {
+		req, _ := http.NewRequest(tt.method, c.url+tt.path, strings.NewReader(`{"code": "1", "input": "x"}`))
+		for k, v := range tt.header {
+			req.Header.Set(k, v)
+		}
+		req.Host = req.Header.Get("Host")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e api.ErrorBody
+		json.NewDecoder(resp.Body).Decode(&e)
+		resp.Body.Close()
+		if resp.StatusCode != tt.status || (tt.status == 403 && tt.path != "/mcp" && e.Error.Code != api.CodePermissionDenied) {
+			t.Errorf("%s: status %d %+v, want %d", tt.name, resp.StatusCode, e.Error, tt.status)
+		}
 	}
 }
 

@@ -11,8 +11,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,6 +34,9 @@ type Options struct {
 	Logger         *slog.Logger
 	Gatherer       prometheus.Gatherer // for /metrics; nil: none
 	MCP            http.Handler        // MCP over streamable HTTP, served at /mcp; nil: none
+	// LoopbackOnly refuses requests whose Host is not a loopback name or address: set it
+	// when listening on loopback, so that a web page cannot reach the API by DNS rebinding.
+	LoopbackOnly bool
 
 	// Tools says what the tool descriptions of /v1/tools and /v1/agent state (limits).
 	Tools tool.Options
@@ -82,7 +87,9 @@ func (s *server) wrap(mux *http.ServeMux) http.Handler {
 		start := time.Now()
 		_, pattern := mux.Handler(r)
 		rw := &statusWriter{ResponseWriter: w}
-		if pattern == "" {
+		if err := s.refuse(r); err != nil {
+			s.writeError(rw, r, err)
+		} else if pattern == "" {
 			// Tell 405 from 404 the way the mux would, but with the error shape.
 			code, msg := http.StatusNotFound, fmt.Sprintf("no route %s %s: see GET /v1/openapi.json", r.Method, r.URL.Path)
 			for _, m := range []string{"GET", "POST", "PUT", "DELETE"} {
@@ -99,6 +106,34 @@ func (s *server) wrap(mux *http.ServeMux) http.Handler {
 		}
 		s.log.Debug("http request", "method", r.Method, "path", r.URL.Path, "status", rw.status, "duration_ms", time.Since(start).Milliseconds())
 	})
+}
+
+// crossOrigin refuses state-changing requests that a browser sends for another site's page
+// (by Sec-Fetch-Site, else Origin): no web page may run code or spend the model key.
+var crossOrigin = http.NewCrossOriginProtection()
+
+// refuse says why a request must not be served, or nil.
+func (s *server) refuse(r *http.Request) error {
+	if s.opts.LoopbackOnly && !loopbackHost(r.Host) {
+		return fmt.Errorf("this server listens on loopback only and refuses Host %q (a guard against DNS rebinding): use localhost or 127.0.0.1: %w", r.Host, errdefs.ErrPermissionDenied)
+	}
+	if err := crossOrigin.Check(r); err != nil {
+		return fmt.Errorf("cross-origin requests from web pages are refused: %w", errdefs.ErrPermissionDenied)
+	}
+	return nil
+}
+
+func loopbackHost(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.Trim(host, "[]")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func codeForStatus(status int) string {
@@ -150,6 +185,8 @@ func httpStatus(code string) int {
 		return http.StatusConflict
 	case api.CodeUnavailable:
 		return http.StatusServiceUnavailable
+	case api.CodePermissionDenied:
+		return http.StatusForbidden
 	case api.CodeCanceled:
 		return 499
 	}

@@ -168,6 +168,7 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (_ *Server, err
 		Logger:         log,
 		Gatherer:       reg,
 		MCP:            s.MCP.Handler(),
+		LoopbackOnly:   ln.Addr().(*net.TCPAddr).IP.IsLoopback(),
 		Tools:          tool.Options{TimeoutS: cfg.ExecTimeout.Seconds(), MemoryMB: cfg.MemoryMB},
 		NewProvider:    providers(cfg),
 	})
@@ -186,11 +187,14 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (_ *Server, err
 // (OPENAI_BASE_URL, ...). Each request reads the environment afresh.
 func providers(cfg config.Config) func(string) (llm.Provider, string, error) {
 	return func(name string) (llm.Provider, string, error) {
-		pc := agent.ProviderConfig{Name: name}
-		if name == "" || name == cfg.Provider {
-			pc = agent.ProviderConfig{Name: cfg.Provider, Model: cfg.Model, BaseURL: cfg.BaseURL}
+		def := cfg.Provider
+		if def == "" {
+			def = agent.DefaultProvider() // the environment may change while the server runs
 		}
-		return agent.NewProvider(pc)
+		if name == "" || name == def {
+			return agent.NewProvider(agent.ProviderConfig{Name: def, Model: cfg.Model, BaseURL: cfg.BaseURL})
+		}
+		return agent.NewProvider(agent.ProviderConfig{Name: name})
 	}
 }
 

@@ -5,7 +5,10 @@ import (
 	"log/slog"
 	"testing"
 
+	"github.com/cellbox/cellbox/api"
+	"github.com/cellbox/cellbox/internal/agent"
 	"github.com/cellbox/cellbox/internal/config"
+	"github.com/cellbox/cellbox/internal/errdefs"
 )
 
 // TestNoListen starts a server for use in process (cellbox mcp): a manager and the MCP
@@ -25,5 +28,31 @@ func TestNoListen(t *testing.T) {
 	}
 	if err := s.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestProvidersApplyTheDefaults(t *testing.T) {
+	cfg := config.Default()
+	cfg.Model, cfg.BaseURL = "llama3.1", "http://127.0.0.1:11434/v1"
+	tests := []struct {
+		openaiKey, anthropicKey string
+		name                    string
+		provider, model         string
+	}{
+		{"sk-x", "", "", "openai", "llama3.1"},
+		{"sk-x", "", "openai", "openai", "llama3.1"}, // naming the default provider keeps --model
+		{"sk-x", "sk-y", "anthropic", "anthropic", agent.DefaultAnthropicModel},
+		{"", "sk-y", "", "anthropic", "llama3.1"},
+	}
+	for _, tt := range tests {
+		t.Setenv("OPENAI_API_KEY", tt.openaiKey)
+		t.Setenv("ANTHROPIC_API_KEY", tt.anthropicKey)
+		p, model, err := providers(cfg)(tt.name)
+		if err != nil || p.Name() != tt.provider || model != tt.model {
+			t.Errorf("%+v: %v %q %v", tt, p, model, err)
+		}
+	}
+	if _, _, err := providers(cfg)("gemini"); errdefs.Code(err) != api.CodeInvalidArgument {
+		t.Errorf("unknown provider: %v", err)
 	}
 }

@@ -30,7 +30,7 @@ type Image struct {
 type RenderLimits struct {
 	MaxText       int // characters of printed output; past it, the middle is cut (default 20,000)
 	MaxImages     int // images per result (default 4)
-	MaxImageBytes int // one image, decoded (default 5 MiB, what the model APIs accept)
+	MaxImageBytes int // one image, base64-encoded (default 5 MiB: Anthropic's limit, counted on the encoded data)
 }
 
 func (l RenderLimits) withDefaults() RenderLimits {
@@ -207,12 +207,11 @@ func pickImage(data map[string]any, maxBytes int) (img Image, ok bool, why strin
 			continue
 		}
 		s = strings.Join(strings.Fields(s), "") // base64 may be wrapped
-		raw, err := base64.StdEncoding.DecodeString(s)
-		if err != nil {
+		if _, err := base64.StdEncoding.DecodeString(s); err != nil {
 			return Image{}, false, m + " data that is not valid base64"
 		}
-		if len(raw) > maxBytes {
-			return Image{}, false, fmt.Sprintf("a %s of %s, over the %s a model takes", m, Size(int64(len(raw))), Size(int64(maxBytes)))
+		if len(s) > maxBytes {
+			return Image{}, false, fmt.Sprintf("a %s of %s (base64), over the %s a model takes; save it to a file instead, or plot at a lower dpi", m, Size(int64(len(s))), Size(int64(maxBytes)))
 		}
 		return Image{MIME: m, Data: s}, true, ""
 	}

@@ -54,7 +54,8 @@ try {
     await client.readResource({ uri: `cellbox://${report.sessionId}/mnt/data/%2e%2e/%2e%2e/etc/passwd` });
     report.hostileRead = 'allowed';
   } catch (e) {
-    report.hostileRead = 'refused';
+    // Refused by the URI parser (invalid params), not merely not found.
+    report.hostileRead = e?.code === -32602 ? 'refused' : `failed otherwise: ${e?.code} ${e?.message}`;
   }
 } catch (e) {
   report.error = String(e?.stack ?? e);
