@@ -7,12 +7,14 @@ package main
 import (
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/cellbox/cellbox/internal/llm"
 	"github.com/cellbox/cellbox/internal/llm/llmtest"
+	"github.com/cellbox/cellbox/internal/testbin"
 )
 
 func lastResult(r llmtest.Request) (llm.ToolResult, bool) {
@@ -159,5 +161,56 @@ func TestChatShowsEscapesInsteadOfObeyingThem(t *testing.T) {
 		if !strings.Contains(r.stderr, want) {
 			t.Errorf("stderr lacks %q: %q", want, r.stderr)
 		}
+	}
+}
+
+// On a terminal, chat asks before running code by default, and renders the answer. The
+// terminal is a real pseudo-terminal (Python's pty module drives the binary like a person).
+func TestChatOnATerminal(t *testing.T) {
+	needRunc(t)
+	s := llmtest.NewAnthropic(t, llmtest.Replies(
+		llmtest.CallTool("python", `{"code": "print(6 * 7)"}`),
+		llmtest.Text("## Result\n- it is **42**"),
+	))
+	t.Setenv("ANTHROPIC_BASE_URL", s.URL)
+	t.Setenv("ANTHROPIC_API_KEY", s.Key)
+	t.Setenv("OPENAI_API_KEY", "")
+	// expect(pattern) reads the terminal until pattern shows (or 120 s pass), then answers.
+	const driver = `
+import os, pty, select, sys, time
+pid, fd = pty.fork()
+if pid == 0:
+    os.execv(sys.argv[1], sys.argv[1:])
+out = b""
+def expect(pattern):
+    global out
+    end = time.time() + 120
+    while pattern.encode() not in out and time.time() < end:
+        r, _, _ = select.select([fd], [], [], 0.5)
+        if r:
+            try:
+                out += os.read(fd, 65536)
+            except OSError:
+                break
+expect("> "); os.write(fd, b"what is 6*7?\n")
+expect("Run it?"); os.write(fd, b"\n")
+expect("42\x1b[0m"); expect("> "); os.write(fd, b"\x04")
+os.waitpid(pid, 0)
+sys.stdout.write(out.decode(errors="replace"))
+`
+	cmd := exec.Command("python3", "-c", driver, testbin.Cellbox(t), "chat")
+	cmd.Env = append(os.Environ(), "CELLBOX_STATE_DIR="+stateDir)
+	cmd.Dir = t.TempDir()
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	for _, want := range []string{"Run it? [Y]es, [n]o, [s]top:", "print(6 * 7)", "42\r\n", ansiBold + "Result" + ansiReset, "  • it is " + ansiBold + "42" + ansiReset} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("the terminal lacks %q:\n%q", want, out)
+		}
+	}
+	if n := len(s.Requests()); n != 2 {
+		t.Errorf("%d model requests, want 2", n)
 	}
 }
