@@ -14,7 +14,7 @@ import (
 )
 
 func init() {
-	register("serve", "run the cellbox server (REST API, metrics)", serveMain)
+	register("serve", "run the cellbox server (REST API, MCP at /mcp, the agent loop, metrics)", serveMain)
 }
 
 func serveMain(args []string) int {
