@@ -1,8 +1,10 @@
 package llm
 
 import (
+	"net/http"
 	"net/url"
 	"os"
+	"strings"
 
 	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/internal/errdefs"
@@ -44,4 +46,29 @@ func (e Endpoint) Resolve(key, base string) (string, *url.URL, error) {
 		return "", nil, errdefs.New(api.CodeFailedPrecondition, msg)
 	}
 	return key, u, nil
+}
+
+// StatusError classifies a failed HTTP status of the API, adding to msg (the message so far)
+// what a person can do about it, with key kept out: 401 and 403 are unavailable and name
+// KeyEnv (not the caller's fault: over REST, the server's model API refused it), 429 is
+// resource_exhausted, another 4xx invalid_argument, anything else unavailable.
+func (e Endpoint) StatusError(status int, msg, key string) error {
+	code := api.CodeUnavailable
+	switch {
+	case status == http.StatusUnauthorized || status == http.StatusForbidden:
+		msg += "; set " + e.KeyEnv + " to a valid key"
+	case status == http.StatusTooManyRequests:
+		code = api.CodeResourceExhausted
+	case status >= 400 && status < 500:
+		code = api.CodeInvalidArgument
+	}
+	return errdefs.New(code, Redact(msg, key))
+}
+
+// Redact keeps an API key out of a message.
+func Redact(s, key string) string {
+	if key == "" {
+		return s
+	}
+	return strings.ReplaceAll(s, key, "[API key]")
 }

@@ -39,6 +39,9 @@ type Options struct {
 // DefaultBaseURL is Anthropic's API.
 const DefaultBaseURL = "https://api.anthropic.com"
 
+var endpoint = llm.Endpoint{Provider: "anthropic", KeyEnv: "ANTHROPIC_API_KEY", BaseEnv: "ANTHROPIC_BASE_URL",
+	DefaultBase: DefaultBaseURL, KeyHost: "api.anthropic.com"}
+
 // DefaultMaxTokens is the answer's limit when a request sets none (the API requires one).
 const DefaultMaxTokens = 8192
 
@@ -55,8 +58,7 @@ var _ llm.Provider = (*Provider)(nil)
 // for api.anthropic.com; it does not connect. Of the environment it reads only
 // ANTHROPIC_API_KEY and ANTHROPIC_BASE_URL.
 func New(o Options) (*Provider, error) {
-	key, u, err := llm.Endpoint{Provider: "anthropic", KeyEnv: "ANTHROPIC_API_KEY", BaseEnv: "ANTHROPIC_BASE_URL",
-		DefaultBase: DefaultBaseURL, KeyHost: "api.anthropic.com", NoKeyHint: ""}.Resolve(o.APIKey, o.BaseURL)
+	key, u, err := endpoint.Resolve(o.APIKey, o.BaseURL)
 	if err != nil {
 		return nil, err
 	}
@@ -249,26 +251,11 @@ func (p *Provider) apiError(status int, msg string) error {
 	if msg != "" {
 		s += ": " + msg
 	}
-	code := api.CodeUnavailable
-	switch {
-	case status == http.StatusUnauthorized || status == http.StatusForbidden:
-		// Unavailable, not the caller's fault: over REST, the server's model API refused it.
-		s += " (set ANTHROPIC_API_KEY to a valid key)"
-	case status == http.StatusTooManyRequests:
-		code = api.CodeResourceExhausted
-	case status >= 400 && status < 500:
-		code = api.CodeInvalidArgument
-	}
-	return errdefs.New(code, p.redact(s))
+	return endpoint.StatusError(status, s, p.key)
 }
 
 // redact keeps the API key out of a message.
-func (p *Provider) redact(s string) string {
-	if p.key == "" {
-		return s
-	}
-	return strings.ReplaceAll(s, p.key, "[API key]")
-}
+func (p *Provider) redact(s string) string { return llm.Redact(s, p.key) }
 
 // errorMessage picks the message out of an error body {"type":"error","error":{"message":...}},
 // or returns the body trimmed.

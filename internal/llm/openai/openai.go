@@ -43,6 +43,9 @@ type Options struct {
 // DefaultBaseURL is OpenAI's API.
 const DefaultBaseURL = "https://api.openai.com/v1"
 
+var endpoint = llm.Endpoint{Provider: "openai", KeyEnv: "OPENAI_API_KEY", BaseEnv: "OPENAI_BASE_URL",
+	DefaultBase: DefaultBaseURL, KeyHost: "api.openai.com", NoKeyHint: "a local server such as Ollama needs none: set its base URL instead"}
+
 // Provider talks to one Chat Completions server.
 type Provider struct {
 	client openai.Client
@@ -55,8 +58,7 @@ var _ llm.Provider = (*Provider)(nil)
 // New returns a Provider. It fails on a base URL that is not http(s) and on a missing key
 // for api.openai.com; it does not connect.
 func New(o Options) (*Provider, error) {
-	key, u, err := llm.Endpoint{Provider: "openai", KeyEnv: "OPENAI_API_KEY", BaseEnv: "OPENAI_BASE_URL",
-		DefaultBase: DefaultBaseURL, KeyHost: "api.openai.com", NoKeyHint: "a local server such as Ollama needs none: set its base URL instead"}.Resolve(o.APIKey, o.BaseURL)
+	key, u, err := endpoint.Resolve(o.APIKey, o.BaseURL)
 	if err != nil {
 		return nil, err
 	}
@@ -315,32 +317,14 @@ func (p *Provider) apiError(status int, msg string) error {
 	s := fmt.Sprintf("openai: %s answered %d %s", p.base, status, http.StatusText(status))
 	if msg != "" {
 		s += ": " + strings.TrimRight(msg, ". ")
+	} else if status == http.StatusNotFound {
+		s += "; is the model name right, and is the base URL the API's (often ending in /v1)?"
 	}
-	code := api.CodeUnavailable
-	switch {
-	case status == http.StatusUnauthorized || status == http.StatusForbidden:
-		// Unavailable, not the caller's fault: over REST, the server's model API refused it.
-		s += "; set OPENAI_API_KEY to a valid key"
-	case status == http.StatusNotFound:
-		code = api.CodeInvalidArgument
-		if msg == "" {
-			s += "; is the model name right, and is the base URL the API's (often ending in /v1)?"
-		}
-	case status == http.StatusTooManyRequests:
-		code = api.CodeResourceExhausted
-	case status >= 400 && status < 500:
-		code = api.CodeInvalidArgument
-	}
-	return errdefs.New(code, p.redact(s))
+	return endpoint.StatusError(status, s, p.key)
 }
 
 // redact keeps the API key out of a message.
-func (p *Provider) redact(s string) string {
-	if p.key == "" {
-		return s
-	}
-	return strings.ReplaceAll(s, p.key, "[API key]")
-}
+func (p *Provider) redact(s string) string { return llm.Redact(s, p.key) }
 
 // errorShape rewrites an error body into OpenAI's {"error": {"message": ...}}: other servers
 // answer {"error": "..."} (which the SDK fails to decode), {"message": ...} or plain text.
