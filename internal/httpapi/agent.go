@@ -36,7 +36,7 @@ func (s *server) tools(w http.ResponseWriter, r *http.Request) {
 
 // agent answers POST /v1/agent: the tool-calling loop, in a session, with the server's
 // model credentials. With Accept: text/event-stream it streams "text", "call", "output" and
-// "step" events, then one "result" (or "error").
+// "step" events (see answer).
 func (s *server) agent(w http.ResponseWriter, r *http.Request) {
 	var req api.AgentRequest
 	if err := s.decode(w, r, &req); err != nil {
@@ -54,44 +54,29 @@ func (s *server) agent(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	cfg.SessionID = req.SessionID
-	// A session made for a request that fails is deleted: the caller never learns its id.
-	failed := func() {
-		if created {
+	answer(s, w, r, func(send func(string, any)) (*api.AgentResponse, error) {
+		if send != nil {
+			cfg.Stream = true
+			cfg.OnEvent = func(e agent.Event) {
+				switch e.Kind {
+				case agent.EventText:
+					send("text", map[string]string{"text": e.Text})
+				case agent.EventCall:
+					send("call", map[string]string{"tool": e.Call.Name, "code": e.Call.Code})
+				case agent.EventOutput:
+					send("output", e.Output)
+				case agent.EventStep:
+					send("step", agentStep(*e.Step))
+				}
+			}
+		}
+		res, err := runAgent(r.Context(), cfg, &req)
+		if err != nil && created {
+			// A session made for a request that fails is deleted: the caller never learns its id.
 			s.m.Delete(context.WithoutCancel(r.Context()), req.SessionID)
 		}
-	}
-	if !strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
-		res, err := runAgent(r.Context(), cfg, &req)
-		if err != nil {
-			failed()
-			s.writeError(w, r, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, res)
-		return
-	}
-	ev := startSSE(w)
-	defer ev.stop()
-	cfg.Stream = true
-	cfg.OnEvent = func(e agent.Event) {
-		switch e.Kind {
-		case agent.EventText:
-			ev.send("text", map[string]string{"text": e.Text})
-		case agent.EventCall:
-			ev.send("call", map[string]string{"tool": e.Call.Name, "code": e.Call.Code})
-		case agent.EventOutput:
-			ev.send("output", e.Output)
-		case agent.EventStep:
-			ev.send("step", agentStep(*e.Step))
-		}
-	}
-	res, err := runAgent(r.Context(), cfg, &req)
-	if err != nil {
-		failed()
-		ev.send("error", api.ErrorBody{Error: s.errorDetail(r, err)})
-		return
-	}
-	ev.send("result", res)
+		return res, err
+	})
 }
 
 // startAgent picks or creates the request's session and uploads its files. A session it

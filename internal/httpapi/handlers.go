@@ -95,12 +95,22 @@ func (s *server) oneShot(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// run answers an execution as one JSON result, or as Server-Sent Events when the client
-// accepts text/event-stream: an "output" event per output as it happens, then one "result"
-// (or "error") event, then the end of the response.
+// run answers an execution (see answer): an "output" event per output as it happens.
 func (s *server) run(w http.ResponseWriter, r *http.Request, exec func(onOutput func(api.Output)) (*api.ExecuteResult, error)) {
+	answer(s, w, r, func(send func(string, any)) (*api.ExecuteResult, error) {
+		if send == nil {
+			return exec(nil)
+		}
+		return exec(func(o api.Output) { send("output", o) })
+	})
+}
+
+// answer answers a call as one JSON result, or as Server-Sent Events when the client accepts
+// text/event-stream: the events work sends as it goes (send is nil without SSE), then one
+// "result" (or "error") event, then the end of the response.
+func answer[T any](s *server, w http.ResponseWriter, r *http.Request, work func(send func(event string, v any)) (T, error)) {
 	if !strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
-		res, err := exec(nil)
+		res, err := work(nil)
 		if err != nil {
 			s.writeError(w, r, err)
 			return
@@ -110,7 +120,7 @@ func (s *server) run(w http.ResponseWriter, r *http.Request, exec func(onOutput 
 	}
 	ev := startSSE(w)
 	defer ev.stop()
-	res, err := exec(func(o api.Output) { ev.send("output", o) })
+	res, err := work(ev.send)
 	if err != nil {
 		ev.send("error", api.ErrorBody{Error: s.errorDetail(r, err)})
 		return
