@@ -220,17 +220,24 @@ func (m *Manager) obtain(ctx context.Context, limits api.Limits, env map[string]
 	return m.startBox(ctx, newID(), limits, env, "")
 }
 
+// checkSandbox checks what a request asks of its sandbox, Create's and OneShot's alike, and
+// returns the language and the limits with the server's defaults filled in.
+func (m *Manager) checkSandbox(language string, req *api.Limits, env map[string]string) (string, api.Limits, error) {
+	lang, err := checkLanguage(language)
+	if err != nil {
+		return "", api.Limits{}, err
+	}
+	limits, err := m.limits(req)
+	if err != nil {
+		return "", api.Limits{}, err
+	}
+	return lang, limits, checkEnv(env)
+}
+
 // Create starts a new session.
 func (m *Manager) Create(ctx context.Context, req api.CreateSessionRequest) (*api.Session, error) {
-	lang, err := checkLanguage(req.Language)
+	lang, limits, err := m.checkSandbox(req.Language, req.Limits, req.Env)
 	if err != nil {
-		return nil, err
-	}
-	limits, err := m.limits(req.Limits)
-	if err != nil {
-		return nil, err
-	}
-	if err := checkEnv(req.Env); err != nil {
 		return nil, err
 	}
 	idle := m.cfg.IdleTimeout

@@ -63,14 +63,8 @@ func (m *Manager) PutFiles(ctx context.Context, id string, in []api.InputFile) e
 // OneShot runs code once in a fresh sandbox that nobody used before, then discards the
 // sandbox and its workspace. Outputs go to onOutput as they happen (may be nil).
 func (m *Manager) OneShot(ctx context.Context, req api.OneShotRequest, onOutput func(api.Output)) (*api.ExecuteResult, error) {
-	if _, err := checkLanguage(req.Language); err != nil {
-		return nil, err
-	}
-	limits, err := m.limits(req.Limits)
+	_, limits, err := m.checkSandbox(req.Language, req.Limits, req.Env)
 	if err != nil {
-		return nil, err
-	}
-	if err := checkEnv(req.Env); err != nil {
 		return nil, err
 	}
 	if req.TimeoutS, err = m.timeout(req.TimeoutS); err != nil {
