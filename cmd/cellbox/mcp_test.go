@@ -37,9 +37,7 @@ func startMCP(t *testing.T, args ...string) *mcpProcess {
 	if testing.Short() {
 		t.Skip("starts sandboxes; not in -short mode")
 	}
-	if err := exec.Command("/usr/bin/python3", "-c", "import IPython").Run(); err != nil {
-		t.Skip("needs Debian's python3-ipython (make test installs it)")
-	}
+	testbin.NeedIPython(t)
 	p := &mcpProcess{}
 	p.cmd = exec.Command(testbin.Cellbox(t), append([]string{"mcp", "--state-dir", t.TempDir(), "--log-level", "info"}, args...)...)
 	p.cmd.Stderr = &p.stderr
@@ -204,16 +202,13 @@ type tsReport struct {
 // (stdio) and cellbox serve's /mcp (streamable HTTP), on the runc backend.
 func TestMCPTypeScriptClient(t *testing.T) {
 	needRunc(t)
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("needs Node.js (make test installs it)")
-	}
+	node := testbin.NeedProgram(t, "node", "nodejs")
 	dir, err := filepath.Abs(filepath.Join("..", "..", "internal", "mcpserver", "testdata", "tsclient"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@modelcontextprotocol", "sdk")); err != nil {
-		t.Skipf("needs the MCP TypeScript SDK: run npm ci in %s (make test does)", dir)
+		testbin.Missing(t, "needs the MCP TypeScript SDK: run npm ci in %s (make test does)", dir)
 	}
 	bin := testbin.Cellbox(t)
 	run := func(t *testing.T, args ...string) tsReport {

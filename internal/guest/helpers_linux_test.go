@@ -11,6 +11,7 @@ import (
 
 	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/internal/guestproto"
+	"github.com/cellbox/cellbox/internal/testbin"
 )
 
 // python is Debian's interpreter, which has IPython, numpy, pandas and matplotlib.
@@ -31,7 +32,7 @@ func needIPython(t testing.TB) {
 		}
 	})
 	if pyErr != nil {
-		t.Skipf("%s cannot import IPython and matplotlib_inline (install python3-ipython and python3-matplotlib-inline): %v", python, pyErr)
+		testbin.Missing(t, "%s cannot import IPython and matplotlib_inline (install python3-ipython and python3-matplotlib-inline): %v", python, pyErr)
 	}
 }
 

@@ -510,6 +510,6 @@ func hostIP(t *testing.T) string {
 			return ip.IP.String()
 		}
 	}
-	t.Skip("no non-loopback IPv4 address on this host")
+	testbin.Missing(t, "no non-loopback IPv4 address on this host")
 	return ""
 }

@@ -6,7 +6,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -26,9 +25,7 @@ import (
 // fast, and enough for what this package decides (isolation is tested on runc elsewhere).
 func newManager(t *testing.T, mod func(*config.Config)) *Manager {
 	t.Helper()
-	if err := exec.Command("/usr/bin/python3", "-c", "import IPython").Run(); err != nil {
-		t.Skip("needs Debian's python3-ipython (make test installs it)")
-	}
+	testbin.NeedIPython(t)
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	b, err := local.New(local.Config{GuestBinary: testbin.Cellbox(t), Logger: log})
 	if err != nil {

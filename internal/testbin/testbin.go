@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -41,17 +42,55 @@ func Cellbox(t testing.TB) string {
 	return path
 }
 
-// NeedRunc skips a test when this machine cannot run the runc backend with Debian's Python
-// stack. `make test` runs as root with all of it installed, so in CI nothing is skipped.
-func NeedRunc(t testing.TB) {
+// Missing skips a test that needs a component this machine lacks (root, runc, IPython,
+// Node.js, ...), saying which and how to get it. With the environment variable CI set it
+// fails the test instead: `make test` installs everything, so a green CI means every test
+// ran, and a broken install step cannot hide behind a skip.
+func Missing(t testing.TB, format string, args ...any) {
+	t.Helper()
+	if os.Getenv("CI") != "" {
+		t.Fatalf("CI is set, so a missing component fails the test: "+format, args...)
+	}
+	t.Skipf(format, args...)
+}
+
+// NeedRoot calls Missing unless the test runs as root.
+func NeedRoot(t testing.TB, why string) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("needs root for the runc backend (make test runs as root)")
+		Missing(t, "needs root (%s); make test runs as root", why)
 	}
-	if _, err := exec.LookPath("runc"); err != nil {
-		t.Skip("needs runc (make test installs it)")
+}
+
+// NeedIPython calls Missing unless /usr/bin/python3 imports IPython and each of more.
+func NeedIPython(t testing.TB, more ...string) {
+	t.Helper()
+	mods := strings.Join(append([]string{"IPython"}, more...), ", ")
+	if out, err := exec.Command("/usr/bin/python3", "-c", "import "+mods).CombinedOutput(); err != nil {
+		Missing(t, "needs /usr/bin/python3 with %s (Debian's python3-ipython etc.; make test installs them): %v: %s", mods, err, lastLine(out))
 	}
-	if err := exec.Command("/usr/bin/python3", "-c", "import IPython, pandas, matplotlib").Run(); err != nil {
-		t.Skip("needs Debian's python3-ipython, python3-pandas and python3-matplotlib (make test installs them)")
+}
+
+// NeedProgram calls Missing unless name is in PATH; pkg is the Debian package with it.
+func NeedProgram(t testing.TB, name, pkg string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		Missing(t, "needs %s (apt-get install %s; make test installs it)", name, pkg)
 	}
+	return p
+}
+
+// NeedRunc calls Missing when this machine cannot run the runc backend with Debian's
+// Python stack.
+func NeedRunc(t testing.TB) {
+	t.Helper()
+	NeedRoot(t, "the runc backend creates namespaces and cgroups")
+	NeedProgram(t, "runc", "runc")
+	NeedIPython(t, "pandas", "matplotlib")
+}
+
+func lastLine(b []byte) string {
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return lines[len(lines)-1]
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cellbox/cellbox/internal/errdefs"
+	"github.com/cellbox/cellbox/internal/testbin"
 )
 
 const ownerUID, ownerGID = 1000, 1000
@@ -37,11 +38,9 @@ func loopStore(t *testing.T, dir string) *Store {
 
 func needLoop(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("skipped: workspace quotas need root (loop mounts); run the tests as root (make test), as CI does")
-	}
+	testbin.NeedRoot(t, "workspace quotas are loop mounts")
 	if _, err := os.Stat("/dev/loop-control"); err != nil {
-		t.Skip("skipped: workspace quotas need loop devices, and /dev/loop-control is missing")
+		testbin.Missing(t, "workspace quotas need loop devices, and /dev/loop-control is missing")
 	}
 }
 

@@ -15,9 +15,7 @@ import (
 )
 
 func TestConformance(t *testing.T) {
-	if _, err := os.Stat(sandboxtest.Python); err != nil {
-		t.Skipf("needs %s with IPython: apt-get install python3-ipython", sandboxtest.Python)
-	}
+	testbin.NeedIPython(t)
 	level := slog.LevelInfo
 	if testing.Verbose() {
 		level = slog.LevelDebug
@@ -32,7 +30,7 @@ func TestConformance(t *testing.T) {
 
 func TestCleanupKillsOrphans(t *testing.T) {
 	if runtime.GOOS != "linux" {
-		t.Skip("finding leftovers needs /proc")
+		testbin.Missing(t, "finding leftovers needs /proc (Linux)")
 	}
 	b, err := New(Config{GuestBinary: testbin.Cellbox(t)})
 	if err != nil {

@@ -32,12 +32,8 @@ func TestConformanceCrun(t *testing.T) {
 // needRuntime skips a test that needs root and the OCI runtime name.
 func needRuntime(t testing.TB, name string) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skipf("needs root to run %s containers: run the tests as root", name)
-	}
-	if _, err := exec.LookPath(name); err != nil {
-		t.Skipf("%s is not installed: apt-get install %s", name, name)
-	}
+	testbin.NeedRoot(t, "runs "+name+" containers")
+	testbin.NeedProgram(t, name, name)
 }
 
 // crun returns the runtime to run crun with. crun refuses a hybrid cgroup host whose v2

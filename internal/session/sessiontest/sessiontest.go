@@ -7,7 +7,6 @@ import (
 	"context"
 	"log/slog"
 	"os"
-	"os/exec"
 	"testing"
 	"time"
 
@@ -23,9 +22,7 @@ import (
 // where IPython is missing.
 func New(t testing.TB, mod func(*config.Config)) *session.Manager {
 	t.Helper()
-	if err := exec.Command("/usr/bin/python3", "-c", "import IPython").Run(); err != nil {
-		t.Skip("needs Debian's python3-ipython (make test installs it)")
-	}
+	testbin.NeedIPython(t)
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	b, err := local.New(local.Config{GuestBinary: testbin.Cellbox(t), Logger: log})
 	if err != nil {
