@@ -132,7 +132,7 @@ func (s *server) command(ctx context.Context, req *api.CommandRequest) guestprot
 	oom0 := s.oom.read()
 	start := time.Now()
 	pid, exit, err := procs().start(path, req.Cmd, &syscall.ProcAttr{Dir: dir, Env: env,
-		Files: []uintptr{inR.Fd(), outW.Fd(), errW.Fd()}})
+		Files: []uintptr{inR.Fd(), outW.Fd(), errW.Fd()}, Sys: &syscall.SysProcAttr{Credential: s.user}})
 	inR.Close()
 	outW.Close()
 	errW.Close()

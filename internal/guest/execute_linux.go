@@ -40,7 +40,7 @@ func (s *server) kernelSpec(cfg *guestproto.Config) kernelSpec {
 		"PYTHONDONTWRITEBYTECODE": "1", // no __pycache__ folders among the user's files
 	}, cfg.Env)
 	maxLine := min(cfg.MaxRichBytes+cfg.MaxOutputBytes+1<<20, guestproto.MaxMessageSize)
-	return kernelSpec{python: cfg.Python, env: env, dir: s.opts.Workspace, maxLine: maxLine}
+	return kernelSpec{user: s.user, python: cfg.Python, env: env, dir: s.opts.Workspace, maxLine: maxLine}
 }
 
 // restartLocked replaces the kernel with a fresh one and runs the preimport code in it.

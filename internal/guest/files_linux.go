@@ -155,8 +155,11 @@ func (s *server) putFile(path string, br *bufio.Reader) guestproto.Message {
 		return fail(fsError(rel, err))
 	}
 	f := os.NewFile(uintptr(tfd), tmp)
-	buf := make([]byte, 256<<10)
-	_, err = io.CopyBuffer(writerOnly{f}, body, buf)
+	err = s.root.chown(tfd)
+	if err == nil {
+		buf := make([]byte, 256<<10)
+		_, err = io.CopyBuffer(writerOnly{f}, body, buf)
+	}
 	if err == nil {
 		err = unix.Fstat(tfd, &st)
 	}

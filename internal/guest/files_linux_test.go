@@ -349,7 +349,7 @@ func TestResolver(t *testing.T) {
 	ws, _ := attackWorkspace(t)
 	os.Symlink("dir/ok.txt", filepath.Join(ws, "rel-inside"))
 	for _, fallback := range []bool{false, true} {
-		r, err := openRoot(ws)
+		r, err := openRoot(ws, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -423,7 +423,7 @@ func FuzzResolve(f *testing.F) {
 	os.Symlink("../..", filepath.Join(ws, "dir", "upup"))
 	os.Symlink("ok.txt", filepath.Join(ws, "dir", "in"))
 	real, _ := filepath.EvalSymlinks(ws)
-	r, err := openRoot(ws)
+	r, err := openRoot(ws, nil)
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -452,7 +452,7 @@ func TestSnapshotCap(t *testing.T) {
 	for i := range 30 {
 		os.WriteFile(filepath.Join(ws, fmt.Sprintf("f%02d", i)), nil, 0o644)
 	}
-	r, err := openRoot(ws)
+	r, err := openRoot(ws, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,8 +17,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/cellbox/cellbox/api"
 )
@@ -34,6 +32,12 @@ type Options struct {
 	// MplCache is an optional folder holding a prebuilt matplotlib font cache; the kernel's
 	// private MPLCONFIGDIR is seeded from it.
 	MplCache string
+	// UserUID and UserGID, when UserUID is not 0, are the user that user code runs as: the
+	// kernel, commands and everything they start. The guest itself keeps its own uid, so
+	// user code can neither signal nor trace it; files the guest creates in the workspace
+	// are given to this user. Switching needs CAP_SETUID, CAP_SETGID and CAP_KILL (and
+	// CAP_DAC_OVERRIDE and CAP_CHOWN for the workspace) in a guest that is not root.
+	UserUID, UserGID int
 	// Init makes the guest act as process 1: it becomes a child subreaper and reaps every
 	// child of the process, its own or orphaned. Set it only in a process that runs nothing
 	// but the guest: os/exec's Wait cannot work beside it.
@@ -54,6 +58,8 @@ func Main(args []string) int {
 	workspace := fs.String("workspace", api.WorkspaceDir, "the workspace folder, seen by users as "+api.WorkspaceDir)
 	cgroup := fs.String("cgroup", "", "folder with the sandbox's own cgroup files, e.g. /sys/fs/cgroup (empty: no OOM accounting)")
 	mplCache := fs.String("mpl-cache", "", "optional read-only folder with a prebuilt matplotlib font cache")
+	userUID := fs.Int("user-uid", 0, "run user code (kernel, commands) as this uid; 0: as the guest's own")
+	userGID := fs.Int("user-gid", 0, "with --user-uid: the gid of user code")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			return 0
@@ -64,14 +70,18 @@ func Main(args []string) int {
 		fmt.Fprintf(os.Stderr, "cellbox guest: unexpected arguments: %q\n", fs.Args())
 		return 2
 	}
+	if *userUID < 0 || *userGID < 0 || (*userUID == 0) != (*userGID == 0) {
+		fmt.Fprintln(os.Stderr, "cellbox guest: --user-uid and --user-gid go together and must be positive")
+		return 2
+	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
+	protect(log)
+	ctx := context.Background()
 	// stdout carries the protocol from here on: nothing else may write to it.
 	conn := stdio{r: os.Stdin, w: os.Stdout}
 	os.Stdout = os.Stderr
 	err := Serve(ctx, conn, Options{Workspace: *workspace, Cgroup: *cgroup, MplCache: *mplCache,
-		Init: true, Logger: log})
+		UserUID: *userUID, UserGID: *userGID, Init: true, Logger: log})
 	killAll()
 	if err != nil {
 		log.Error("guest stopped", "error", err)

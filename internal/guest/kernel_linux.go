@@ -132,6 +132,7 @@ type kernel struct {
 }
 
 type kernelSpec struct {
+	user   *syscall.Credential // nil: the guest's own uid
 	python string
 	env    []string
 	dir    string
@@ -178,7 +179,7 @@ func startKernel(spec kernelSpec) (*kernel, error) {
 	argv := []string{spec.python, "-c", pyrunner.Bootstrap}
 	env := mergeEnv(spec.env, map[string]string{pyrunner.Env: pyrunner.Script})
 	pid, exit, err := procs().start(path, argv, &syscall.ProcAttr{
-		Dir: spec.dir, Env: env,
+		Dir: spec.dir, Env: env, Sys: &syscall.SysProcAttr{Credential: spec.user},
 		Files: []uintptr{uintptr(devnull), uintptr(outW), uintptr(errW), uintptr(inR), uintptr(prW)},
 	})
 	if err != nil {

@@ -151,16 +151,29 @@ func TestMainProcess(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	})
-	for _, how := range []string{"SIGTERM", "connection closed"} {
+	t.Run("ignores catchable signals", func(t *testing.T) {
+		t.Parallel()
+		g := startGuestProcess(t)
+		for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGPIPE, syscall.SIGQUIT} {
+			if err := g.cmd.Process.Signal(sig); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Signals are asynchronous: the guest's answer after them says it lived through them,
+		// and the kernel it starts has the default dispositions, not an inherited SIG_IGN.
+		if pids := g.pids(t, "import os, signal\nprint(os.getpid(), end='') if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL else print('SIGTERM is', signal.getsignal(signal.SIGTERM))"); len(pids) != 1 {
+			t.Fatalf("after the signals: %v", pids)
+		}
+		if st := procState(g.cmd.Process.Pid); st == "" || st == "Z" {
+			t.Fatalf("the guest is gone after catchable signals (state %q)", st)
+		}
+	})
+	for _, how := range []string{"connection closed"} {
 		t.Run("kills everything on "+how, func(t *testing.T) {
 			t.Parallel()
 			g := startGuestProcess(t)
 			pids := g.pids(t, spawnCode)
-			if how == "SIGTERM" {
-				g.cmd.Process.Signal(syscall.SIGTERM)
-			} else {
-				g.stdin.Close()
-			}
+			g.stdin.Close()
 			done := make(chan error, 1)
 			go func() { done <- g.cmd.Wait() }()
 			select {

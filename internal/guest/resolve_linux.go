@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync/atomic"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -20,17 +21,20 @@ var (
 // root is the workspace folder, held open; every path is opened beneath it.
 type root struct {
 	fd int // O_PATH|O_DIRECTORY
+	// owner, when set, gets every file and folder the guest creates here: user code runs
+	// under another uid than the guest.
+	owner *syscall.Credential
 	// noOpenat2 is set when the kernel (or a seccomp filter) lacks openat2; paths are then
 	// walked a component at a time and symbolic links refused.
 	noOpenat2 atomic.Bool
 }
 
-func openRoot(dir string) (*root, error) {
+func openRoot(dir string, owner *syscall.Credential) (*root, error) {
 	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, err
 	}
-	r := &root{fd: fd}
+	r := &root{fd: fd, owner: owner}
 	probe, err := unix.Openat2(fd, ".", &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC,
 		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS})
 	if err == nil {
@@ -42,6 +46,14 @@ func openRoot(dir string) (*root, error) {
 }
 
 func (r *root) close() { unix.Close(r.fd) }
+
+// chown gives what fd (any kind of descriptor, O_PATH included) refers to the owner, if any.
+func (r *root) chown(fd int) error {
+	if r.owner == nil {
+		return nil
+	}
+	return unix.Fchownat(fd, "", int(r.owner.Uid), int(r.owner.Gid), unix.AT_EMPTY_PATH)
+}
 
 // open opens rel, a path from workspace.Clean ("." or a/b/c), beneath the root.
 // Symbolic links inside the workspace are followed as long as they stay inside it.
@@ -135,14 +147,22 @@ func (r *root) mkdirAll(rel string) (int, error) {
 		return -1, err
 	}
 	for i, name := range parts {
-		if err := unix.Mkdirat(cur, name, 0o755); err != nil && err != unix.EEXIST {
+		err := unix.Mkdirat(cur, name, 0o755)
+		if err != nil && err != unix.EEXIST {
 			unix.Close(cur)
 			return -1, err
 		}
+		made := err == nil
 		unix.Close(cur)
 		// Resolve again from the root: what exists now may be a symbolic link.
 		if cur, err = r.open(strings.Join(parts[:i+1], "/"), dirFlags, 0); err != nil {
 			return -1, err
+		}
+		if made {
+			if err := r.chown(cur); err != nil {
+				unix.Close(cur)
+				return -1, err
+			}
 		}
 	}
 	return cur, nil

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/yamux"
@@ -38,7 +39,8 @@ type server struct {
 	opts   Options
 	log    *slog.Logger
 	root   *root
-	tmp    string // private folder for IPYTHONDIR and MPLCONFIGDIR
+	tmp    string              // private folder for IPYTHONDIR and MPLCONFIGDIR
+	user   *syscall.Credential // what user code runs as; nil: the guest's own uid
 	oom    oomCounter
 	procFD bool // /proc/self/fd works: a command's cwd is passed as its open descriptor
 
@@ -71,24 +73,23 @@ func Serve(ctx context.Context, conn io.ReadWriteCloser, opts Options) error {
 			log.Warn("cannot become a child subreaper", "error", err)
 		}
 	}
-	r, err := openRoot(opts.Workspace)
+	var user *syscall.Credential
+	if opts.UserUID > 0 && opts.UserUID != os.Getuid() {
+		user = &syscall.Credential{Uid: uint32(opts.UserUID), Gid: uint32(opts.UserGID), Groups: []uint32{}}
+	}
+	r, err := openRoot(opts.Workspace, user)
 	if err != nil {
 		conn.Close()
 		return fmt.Errorf("open workspace %s: %w", opts.Workspace, err)
 	}
-	tmp, err := os.MkdirTemp("", "cellbox-guest-")
+	tmp, err := userTemp(opts.MplCache, user)
 	if err != nil {
 		r.close()
 		conn.Close()
 		return fmt.Errorf("create the guest's temporary folder: %w", err)
 	}
-	os.Mkdir(filepath.Join(tmp, "ipython"), 0o700)
-	os.Mkdir(filepath.Join(tmp, "matplotlib"), 0o700)
-	if opts.MplCache != "" {
-		seedDir(opts.MplCache, filepath.Join(tmp, "matplotlib"))
-	}
 	_, procErr := os.Stat("/proc/self/fd")
-	s := &server{opts: opts, log: log, root: r, tmp: tmp, oom: newOOMCounter(opts.Cgroup),
+	s := &server{opts: opts, log: log, root: r, tmp: tmp, user: user, oom: newOOMCounter(opts.Cgroup),
 		procFD: procErr == nil, cmds: map[int]bool{}}
 	if testHookServe != nil {
 		testHookServe(s)
@@ -132,21 +133,48 @@ func Serve(ctx context.Context, conn io.ReadWriteCloser, opts Options) error {
 	return nil
 }
 
-// seedDir copies the regular files of src into dst (best effort).
-func seedDir(src, dst string) {
+// userTemp makes the kernel's private folder (IPYTHONDIR and MPLCONFIGDIR in it, the
+// latter seeded from mplCache) and gives it to user, when set: the kernel runs as user.
+func userTemp(mplCache string, user *syscall.Credential) (string, error) {
+	tmp, err := os.MkdirTemp("", "cellbox-guest-")
+	if err != nil {
+		return "", err
+	}
+	paths := []string{tmp, filepath.Join(tmp, "ipython"), filepath.Join(tmp, "matplotlib")}
+	os.Mkdir(paths[1], 0o700)
+	os.Mkdir(paths[2], 0o700)
+	if mplCache != "" {
+		paths = append(paths, seedDir(mplCache, paths[2])...)
+	}
+	if user != nil {
+		for _, p := range paths {
+			if err := os.Lchown(p, int(user.Uid), int(user.Gid)); err != nil {
+				os.RemoveAll(tmp)
+				return "", err
+			}
+		}
+	}
+	return tmp, nil
+}
+
+// seedDir copies the regular files of src into dst (best effort) and returns their paths.
+func seedDir(src, dst string) []string {
 	entries, err := os.ReadDir(src)
 	if err != nil {
-		return
+		return nil
 	}
+	var made []string
 	for _, e := range entries {
 		if !e.Type().IsRegular() {
 			continue
 		}
 		b, err := os.ReadFile(filepath.Join(src, e.Name()))
-		if err == nil {
-			os.WriteFile(filepath.Join(dst, e.Name()), b, 0o600)
+		p := filepath.Join(dst, e.Name())
+		if err == nil && os.WriteFile(p, b, 0o600) == nil {
+			made = append(made, p)
 		}
 	}
+	return made
 }
 
 // shutdown kills the kernel and every running command.

@@ -55,6 +55,10 @@ type Capabilities struct {
 	Limits bool
 	// NoNetwork: the sandbox has no network interface but loopback.
 	NoNetwork bool
+	// GuestProtected: user code runs under a uid other than the guest's, and can neither
+	// signal the guest, nor read its memory, descriptors or environment, nor reach its
+	// control channel.
+	GuestProtected bool
 }
 
 // Backend creates sandboxes.

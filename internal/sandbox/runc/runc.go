@@ -52,7 +52,8 @@ type Config struct {
 	// MPLCache is an optional host folder holding a prebuilt matplotlib font cache, mounted
 	// read-only and passed to the guest as --mpl-cache.
 	MPLCache string
-	// UID and GID the guest runs as; 0 means the default, 1000:1000. Never root.
+	// UID and GID user code runs as; 0 means the default, 1000:1000. Never root. The guest
+	// runs as root inside the sandbox, holding only the capabilities of guestCaps.
 	UID, GID int
 	Logger   *slog.Logger
 }
@@ -131,19 +132,21 @@ func New(cfg Config) (*Backend, error) {
 	if cfg.GID <= 0 {
 		cfg.GID = 1000
 	}
+
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	b := &Backend{
-		runtime:   runtimePath,
-		root:      filepath.Join(stateDir, "runtime"),
-		bundles:   filepath.Join(stateDir, "bundles"),
-		rootfs:    filepath.Join(stateDir, "rootfs"),
-		guest:     guest,
-		mplCache:  cfg.MPLCache,
-		uid:       uint32(cfg.UID),
-		gid:       uint32(cfg.GID),
+		runtime:  runtimePath,
+		root:     filepath.Join(stateDir, "runtime"),
+		bundles:  filepath.Join(stateDir, "bundles"),
+		rootfs:   filepath.Join(stateDir, "rootfs"),
+		guest:    guest,
+		mplCache: cfg.MPLCache,
+		uid:      uint32(cfg.UID),
+		gid:      uint32(cfg.GID),
+
 		limitSwap: swapLimitSupported(),
 		log:       log.With("backend", "runc"),
 		live:      map[string]*Sandbox{},
@@ -178,7 +181,7 @@ func (b *Backend) Name() string { return "runc" }
 
 // Capabilities: everything is enforced.
 func (b *Backend) Capabilities() sandbox.Capabilities {
-	return sandbox.Capabilities{Isolated: true, Limits: true, NoNetwork: true}
+	return sandbox.Capabilities{Isolated: true, Limits: true, NoNetwork: true, GuestProtected: true}
 }
 
 var validID = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)

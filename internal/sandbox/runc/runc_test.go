@@ -133,7 +133,9 @@ func TestContainer(t *testing.T) {
 			b := newBackend(t, rt, shellGuest(t))
 			sh := startShell(t, b, sandbox.Limits{MemoryMB: 200, Pids: 50, CPUs: 0.5, TmpMB: 10})
 			for _, c := range []struct{ cmd, want string }{
-				{"id -u; id -g", "1000\n1000"},
+				// The guest's place: root in the sandbox with guestCaps (0xe3) and nothing else.
+				{"id -u; id -g", "0\n0"},
+				{"grep -E '^Cap(Eff|Prm|Bnd|Inh|Amb):' /proc/self/status | tr -s '\t ' ' '", "CapInh: 0000000000000000\nCapPrm: 00000000000000e3\nCapEff: 00000000000000e3\nCapBnd: 00000000000000e3\nCapAmb: 0000000000000000"},
 				{"grep -E '^(Seccomp|NoNewPrivs):' /proc/self/status | tr -s '\\t ' ' '", "NoNewPrivs: 1\nSeccomp: 2"},
 				{"unshare -U true 2>/dev/null || echo refused", "refused"},
 				{"ls /sys/class/net", "lo"},

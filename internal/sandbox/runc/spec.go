@@ -5,6 +5,7 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"strconv"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -25,6 +26,15 @@ const (
 	sandboxDomain = "cellbox"
 )
 
+// guestCaps are the guest's capabilities, and all the sandbox has (the bounding set): to
+// start user code under its own uid (SETUID, SETGID), to stop it (KILL), and to create
+// workspace files on its behalf and give them to it (DAC_OVERRIDE, CHOWN). The guest is
+// uid 0 in the sandbox, so it keeps them across its own execve. User code gets none: it is
+// started by setuid from 0 to a non-zero uid, which clears every set, and no_new_privs
+// forbids regaining any through execve. The guest is not one of the user's uid: user code
+// can neither signal it nor read its /proc files.
+var guestCaps = []string{"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_KILL", "CAP_SETGID", "CAP_SETUID"}
+
 // ociVersion is the spec version written: the fields used here are all in 1.0.2, and older
 // runtimes (crun 1.8) refuse a version newer than theirs.
 const ociVersion = "1.0.2"
@@ -36,7 +46,7 @@ type specInput struct {
 	binds    []string // host paths bind-mounted read-only at the same path
 	guest    string   // host path of the cellbox binary
 	mplCache string   // host folder of matplotlib's font cache, or ""
-	uid, gid uint32
+	uid, gid uint32   // user code; the guest is root with guestCaps only
 	// limitSwap: set the memory+swap limit equal to the memory limit, so a memory bomb is
 	// killed instead of swapping (needs swap accounting on cgroup v1).
 	limitSwap bool
@@ -46,7 +56,8 @@ type specInput struct {
 // buildSpec returns the OCI runtime spec of one sandbox.
 func buildSpec(in specInput) *specs.Spec {
 	s := in.spec
-	args := []string{guestPath, "guest", "--workspace", api.WorkspaceDir, "--cgroup", cgroupMount}
+	args := []string{guestPath, "guest", "--workspace", api.WorkspaceDir, "--cgroup", cgroupMount,
+		"--user-uid", strconv.Itoa(int(in.uid)), "--user-gid", strconv.Itoa(int(in.gid))}
 	if in.mplCache != "" {
 		args = append(args, "--mpl-cache", mplCachePath)
 	}
@@ -61,6 +72,7 @@ func buildSpec(in specInput) *specs.Spec {
 		tmpMB = defaultTmpMB
 	}
 	noCaps := []string{}
+	caps := slices.Clone(guestCaps)
 
 	mounts := []specs.Mount{
 		{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
@@ -86,12 +98,12 @@ func buildSpec(in specInput) *specs.Spec {
 	return &specs.Spec{
 		Version: ociVersion,
 		Process: &specs.Process{
-			User: specs.User{UID: in.uid, GID: in.gid},
+			User: specs.User{UID: 0, GID: 0},
 			Args: args,
 			Env:  envList,
 			Cwd:  api.WorkspaceDir,
 			Capabilities: &specs.LinuxCapabilities{
-				Bounding: noCaps, Effective: noCaps, Permitted: noCaps, Inheritable: noCaps, Ambient: noCaps,
+				Bounding: caps, Effective: caps, Permitted: caps, Inheritable: noCaps, Ambient: noCaps,
 			},
 			Rlimits: []specs.POSIXRlimit{
 				{Type: "RLIMIT_NOFILE", Soft: 1024, Hard: 4096},

@@ -47,10 +47,11 @@ func hasAll(have []string, want ...string) bool {
 func TestSpecProcess(t *testing.T) {
 	s := buildSpec(testInput())
 	p := s.Process
-	if p.User.UID != 1000 || p.User.GID != 1000 || len(p.User.AdditionalGids) != 0 {
-		t.Errorf("user %+v, want 1000:1000 and no other groups", p.User)
+	if p.User.UID != 0 || p.User.GID != 0 || len(p.User.AdditionalGids) != 0 {
+		t.Errorf("user %+v, want the guest as 0:0 (with guestCaps only) and no other groups", p.User)
 	}
-	want := []string{guestPath, "guest", "--workspace", "/mnt/data", "--cgroup", "/sys/fs/cgroup", "--mpl-cache", mplCachePath}
+	want := []string{guestPath, "guest", "--workspace", "/mnt/data", "--cgroup", "/sys/fs/cgroup",
+		"--user-uid", "1000", "--user-gid", "1000", "--mpl-cache", mplCachePath}
 	if !slices.Equal(p.Args, want) {
 		t.Errorf("args %q, want %q", p.Args, want)
 	}
@@ -61,8 +62,12 @@ func TestSpecProcess(t *testing.T) {
 		t.Errorf("cwd %q terminal %v", p.Cwd, p.Terminal)
 	}
 	c := p.Capabilities
-	if c == nil || c.Bounding == nil || len(c.Bounding)+len(c.Effective)+len(c.Permitted)+len(c.Inheritable)+len(c.Ambient) != 0 {
-		t.Errorf("capabilities %+v, want every set empty", c)
+	// The guest keeps what it needs to run user code under another uid, and nothing else:
+	// user code is setuid'd from 0 to 1000, which clears its sets.
+	wantCaps := []string{"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_KILL", "CAP_SETGID", "CAP_SETUID"}
+	if c == nil || !slices.Equal(c.Bounding, wantCaps) || !slices.Equal(c.Effective, wantCaps) ||
+		!slices.Equal(c.Permitted, wantCaps) || c.Inheritable == nil || len(c.Inheritable)+len(c.Ambient) != 0 {
+		t.Errorf("capabilities %+v, want %v bounding, effective and permitted, nothing else", c, wantCaps)
 	}
 	if !p.NoNewPrivileges {
 		t.Error("no_new_privs is off")

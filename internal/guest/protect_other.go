@@ -1,0 +1,7 @@
+//go:build !linux
+
+package guest
+
+import "log/slog"
+
+func protect(*slog.Logger) {}
