@@ -52,7 +52,9 @@ func newCapture(f *os.File, limit int) *capture {
 	return c
 }
 
-func (s *server) command(ctx context.Context, req *api.CommandRequest) guestproto.Message {
+// command runs a program. Its run ends, and its process tree is killed, when ctx does (the
+// caller went away) or when an interrupt names runID, before or after it started.
+func (s *server) command(ctx context.Context, runID string, req *api.CommandRequest) guestproto.Message {
 	if req == nil || len(req.Cmd) == 0 || req.Cmd[0] == "" {
 		return errMsg(api.CodeInvalidArgument, "cmd must name a program to run, e.g. [\"ls\", \"-l\"]")
 	}
@@ -128,6 +130,12 @@ func (s *server) command(ctx context.Context, req *api.CommandRequest) guestprot
 		return errMsg(api.CodeUnavailable, "could not open /dev/null for the command")
 	}
 
+	ctx, end := s.runs.start(ctx, runID)
+	defer end()
+	if ctx.Err() != nil {
+		res.Status, res.ExitCode, res.Message = api.StatusInterrupted, -1, "the command was interrupted before it started"
+		return guestproto.Message{CommandResult: res}
+	}
 	before := s.root.snapshot()
 	oom0 := s.oom.read()
 	start := time.Now()
@@ -158,7 +166,7 @@ func (s *server) command(ctx context.Context, req *api.CommandRequest) guestprot
 	}
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
-	timedOut := false
+	timedOut, interrupted := false, false
 	var ws unix.WaitStatus
 	select {
 	case ws = <-exit:
@@ -167,6 +175,7 @@ func (s *server) command(ctx context.Context, req *api.CommandRequest) guestprot
 		killTree(pid, true)
 		ws = <-exit
 	case <-ctx.Done():
+		interrupted = true
 		killTree(pid, true)
 		ws = <-exit
 	}
@@ -189,6 +198,9 @@ func (s *server) command(ctx context.Context, req *api.CommandRequest) guestprot
 	res.DurationMS = time.Since(start).Milliseconds()
 	res.Files = diff(before, s.root.snapshot())
 	switch {
+	case interrupted:
+		res.Status = api.StatusInterrupted
+		res.Message = "the command was interrupted: it and every process it started were killed"
 	case timedOut:
 		res.Status = api.StatusTimeout
 		res.Message = fmt.Sprintf("the command ran past its time limit of %s and was killed", timeout)

@@ -2,6 +2,7 @@ package guest
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -69,6 +70,7 @@ func (s *server) restartLocked() error {
 	s.kernel = k
 	s.gen++
 	s.mu.Unlock()
+	s.count.Store(0)
 	// The runner reads its first command once IPython is up: the preimport (or an empty
 	// cell) finishing means the kernel is ready.
 	r := newRun(cfg.Preimport, true, max(startTimeout, seconds(cfg.DefaultTimeoutS)), 0, nil)
@@ -119,13 +121,15 @@ func (s *server) currentKernel() *kernel {
 	return s.kernel
 }
 
-// interrupt stops the running cell, if any.
-func (s *server) interrupt() {
-	if k := s.currentKernel(); k != nil && k.stopRun(stopInterrupt) {
+// interrupt stops run id (a cell or a command), now or, if it has not arrived yet, as soon
+// as it does. Without an id it stops the running cell, if any.
+func (s *server) interrupt(id string) {
+	if id != "" {
+		s.runs.interrupt(id)
 		return
 	}
-	if s.busy.Load() {
-		s.intPending.Store(true) // the cell has not begun yet: stop it when it does
+	if cancel := s.cell.Load(); cancel != nil {
+		(*cancel)()
 	}
 }
 
@@ -153,7 +157,9 @@ func (s *server) restart() guestproto.Message {
 	return guestproto.Message{OK: true}
 }
 
-func (s *server) execute(w io.Writer, req *api.ExecuteRequest) {
+// execute runs a cell. Its run ends (the cell is interrupted) when ctx does, which is when
+// the caller goes away, or when an interrupt names runID, before or after it began.
+func (s *server) execute(ctx context.Context, w io.Writer, runID string, req *api.ExecuteRequest) {
 	if req == nil {
 		writeMsg(w, errMsg(api.CodeInvalidArgument, "the execute request has no body"))
 		return
@@ -162,8 +168,14 @@ func (s *server) execute(w io.Writer, req *api.ExecuteRequest) {
 		writeMsg(w, errMsg(api.CodeFailedPrecondition, "another cell is still running in this session; wait for it or interrupt it"))
 		return
 	}
-	s.intPending.Store(false)
-	release := sync.OnceFunc(func() { s.busy.Store(false) })
+	ctx, end := s.runs.start(ctx, runID)
+	defer end()
+	cancel := context.CancelFunc(end)
+	s.cell.Store(&cancel)
+	release := sync.OnceFunc(func() {
+		s.cell.Store(nil)
+		s.busy.Store(false)
+	})
 	defer release()
 	s.kmu.Lock()
 	defer s.kmu.Unlock()
@@ -188,14 +200,21 @@ func (s *server) execute(w io.Writer, req *api.ExecuteRequest) {
 	if timeout <= 0 {
 		timeout = seconds(cfg.DefaultTimeoutS)
 	}
+	if ctx.Err() != nil {
+		// Interrupted before it began: none of the code runs.
+		release()
+		writeMsg(w, guestproto.Message{Result: &api.ExecuteResult{Status: api.StatusInterrupted,
+			ExecutionCount: int(s.count.Load()), Outputs: []api.Output{}, Files: []api.FileChange{},
+			Message: "the cell was interrupted before it started; none of it ran"}})
+		return
+	}
 	r := newRun(req.Code, false, timeout, seconds(cfg.InterruptGraceS), newBudget(cfg.MaxOutputBytes, cfg.MaxRichBytes))
 	before := s.root.snapshot()
 	oom0 := s.oom.read()
 	start := time.Now()
 	k.begin(r)
-	if s.intPending.Swap(false) {
-		k.stopRun(stopInterrupt)
-	}
+	stopOnEnd := context.AfterFunc(ctx, func() { k.stopRun(stopInterrupt) })
+	defer stopOnEnd()
 	failed := false
 	send := func() {
 		for _, o := range r.take() {
@@ -264,6 +283,7 @@ func (s *server) execute(w io.Writer, req *api.ExecuteRequest) {
 		res.Message = note + " " + res.Message
 	}
 	res.Files = diff(before, s.root.snapshot())
+	s.count.Store(int64(res.ExecutionCount))
 	release() // the next cell may queue up now; it waits for kmu
 	writeMsg(w, guestproto.Message{Result: res})
 	if r.died {

@@ -44,9 +44,11 @@ type server struct {
 	oom    oomCounter
 	procFD bool // /proc/self/fd works: a command's cwd is passed as its open descriptor
 
-	busy       atomic.Bool // a cell is running: a second Execute is refused
-	intPending atomic.Bool // an Interrupt came before the running Execute's cell began
-	kmu        sync.Mutex  // held while the kernel runs a cell or is replaced
+	busy  atomic.Bool                        // a cell is running: a second Execute is refused
+	runs  *runs                              // cells and commands by run id, for interrupts
+	cell  atomic.Pointer[context.CancelFunc] // interrupts the running cell (an Interrupt without run id)
+	kmu   sync.Mutex                         // held while the kernel runs a cell or is replaced
+	count atomic.Int64                       // the kernel's execution count after its latest cell
 
 	mu      sync.Mutex // guards what follows
 	cfg     *guestproto.Config
@@ -90,7 +92,7 @@ func Serve(ctx context.Context, conn io.ReadWriteCloser, opts Options) error {
 	}
 	_, procErr := os.Stat("/proc/self/fd")
 	s := &server{opts: opts, log: log, root: r, tmp: tmp, user: user, oom: newOOMCounter(opts.Cgroup),
-		procFD: procErr == nil, cmds: map[int]bool{}}
+		procFD: procErr == nil, cmds: map[int]bool{}, runs: newRuns()}
 	if testHookServe != nil {
 		testHookServe(s)
 	}
@@ -203,6 +205,18 @@ func (s *server) handle(ctx context.Context, st *yamux.Stream) {
 		writeMsg(st, errMsg(api.CodeInvalidArgument, "the guest could not read the request"))
 		return
 	}
+	if req.Op != guestproto.OpPutFile {
+		// The server writes nothing after the request but for an upload: the stream's end
+		// (the server closed it, or the connection is gone) is the caller going away, and
+		// ends what it asked for.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			io.Copy(io.Discard, io.LimitReader(br, 1<<10))
+			cancel()
+		}()
+	}
 	switch req.Op {
 	case guestproto.OpHello:
 		writeMsg(st, guestproto.Message{Hello: &guestproto.Hello{Version: guestproto.Version,
@@ -210,14 +224,14 @@ func (s *server) handle(ctx context.Context, st *yamux.Stream) {
 	case guestproto.OpConfigure:
 		writeMsg(st, s.configure(req.Config))
 	case guestproto.OpExecute:
-		s.execute(st, req.Execute)
+		s.execute(ctx, st, req.RunID, req.Execute)
 	case guestproto.OpInterrupt:
-		s.interrupt()
+		s.interrupt(req.RunID)
 		writeMsg(st, guestproto.Message{OK: true})
 	case guestproto.OpRestart:
 		writeMsg(st, s.restart())
 	case guestproto.OpCommand:
-		writeMsg(st, s.command(ctx, req.Command))
+		writeMsg(st, s.command(ctx, req.RunID, req.Command))
 	case guestproto.OpPutFile:
 		writeMsg(st, s.putFile(req.Path, br))
 	case guestproto.OpGetFile:

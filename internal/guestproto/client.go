@@ -3,6 +3,8 @@ package guestproto
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -185,22 +187,45 @@ func (c *Client) Configure(ctx context.Context, cfg Config) error {
 	return nil
 }
 
-// Execute runs code in the kernel. Outputs are passed to onOutput as they arrive (from the
-// calling goroutine) and also collected in the result. If ctx ends first, the cell is
-// interrupted and Execute still waits for its result, so the kernel is idle on return.
-// req.TimeoutS must be set: it bounds how long the client waits for a silent guest.
-func (c *Client) Execute(ctx context.Context, req api.ExecuteRequest, onOutput func(api.Output)) (*api.ExecuteResult, error) {
-	wait := time.Duration(req.TimeoutS*float64(time.Second)) + c.Slack
-	// The stream outlives ctx: cancelling means interrupt, not abandon.
+// newRunID names one run (a cell or a command) for the guest.
+func newRunID() string {
+	var b [12]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// runContext is the context of a run's stream: it outlives ctx (ending ctx means interrupt,
+// not abandon) and ends after wait, bounding how long a silent guest is waited for. When
+// ctx ends, the guest is told to interrupt run id: it stops the run if it is going, or as
+// soon as it arrives if the interrupt overtook it. stop cleans up.
+func (c *Client) runContext(ctx context.Context, id string, wait time.Duration) (sctx context.Context, stop func()) {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait)
-	defer cancel()
 	stopInterrupt := context.AfterFunc(ctx, func() {
-		ictx, icancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		ictx, icancel := context.WithTimeout(sctx, 5*time.Second)
 		defer icancel()
-		c.Interrupt(ictx)
+		c.InterruptRun(ictx, id)
 	})
-	defer stopInterrupt()
-	_, br, done, err := c.call(sctx, Request{Op: OpExecute, Execute: &req})
+	return sctx, func() {
+		stopInterrupt()
+		cancel()
+	}
+}
+
+// Execute runs code in the kernel. Outputs are passed to onOutput as they arrive (from the
+// calling goroutine) and also collected in the result. If ctx ends, before the cell began
+// or while it runs, the cell is interrupted and Execute still waits for its result (status
+// interrupted), so the kernel is idle on return. req.TimeoutS must be set: it bounds how
+// long the client waits for a silent guest.
+func (c *Client) Execute(ctx context.Context, req api.ExecuteRequest, onOutput func(api.Output)) (*api.ExecuteResult, error) {
+	return c.ExecuteRun(ctx, newRunID(), req, onOutput)
+}
+
+// ExecuteRun is Execute with the run's id chosen by the caller, for InterruptRun.
+func (c *Client) ExecuteRun(ctx context.Context, id string, req api.ExecuteRequest, onOutput func(api.Output)) (*api.ExecuteResult, error) {
+	wait := time.Duration(req.TimeoutS*float64(time.Second)) + c.Slack
+	sctx, stop := c.runContext(ctx, id, wait)
+	defer stop()
+	_, br, done, err := c.call(sctx, Request{Op: OpExecute, RunID: id, Execute: &req})
 	if err != nil {
 		return nil, err
 	}
@@ -247,8 +272,14 @@ func validStatus(s string) bool {
 // interrupted; if the kernel ignored the interrupt and had to be killed and restarted, the
 // result's Message says so.
 func (c *Client) Interrupt(ctx context.Context) error {
+	return c.InterruptRun(ctx, "")
+}
+
+// InterruptRun stops run id: now if it runs, else as soon as it arrives ("": the running
+// cell).
+func (c *Client) InterruptRun(ctx context.Context, id string) error {
 	var m Message
-	return c.roundTrip(ctx, Request{Op: OpInterrupt}, &m)
+	return c.roundTrip(ctx, Request{Op: OpInterrupt, RunID: id}, &m)
 }
 
 // Restart replaces the kernel with a fresh one; workspace files stay.
@@ -257,18 +288,24 @@ func (c *Client) Restart(ctx context.Context) error {
 	return c.roundTrip(ctx, Request{Op: OpRestart}, &m)
 }
 
-// Command runs a program in the sandbox. req.TimeoutS must be set.
+// Command runs a program in the sandbox. If ctx ends, before the program started or while
+// it runs, the guest kills it and everything it started, and Command still returns the
+// result (status interrupted). req.TimeoutS must be set.
 func (c *Client) Command(ctx context.Context, req api.CommandRequest) (*api.CommandResult, error) {
 	wait := time.Duration(req.TimeoutS*float64(time.Second)) + c.Slack
-	sctx, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
-	_, br, done, err := c.call(sctx, Request{Op: OpCommand, Command: &req})
+	id := newRunID()
+	sctx, stop := c.runContext(ctx, id, wait)
+	defer stop()
+	_, br, done, err := c.call(sctx, Request{Op: OpCommand, RunID: id, Command: &req})
 	if err != nil {
 		return nil, err
 	}
 	defer done()
 	m, err := c.final(sctx, br, c.MaxExecutionBytes, nil)
 	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return nil, fmt.Errorf("guest gave no result within %s: %w", wait, errdefs.ErrUnavailable)
+		}
 		return nil, err
 	}
 	if m.CommandResult == nil || !validStatus(m.CommandResult.Status) {

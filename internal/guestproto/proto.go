@@ -18,7 +18,7 @@ package guestproto
 import "github.com/cellbox/cellbox/api"
 
 // Version is bumped on any change of behaviour. The server refuses a guest of another version.
-const Version = 1
+const Version = 2
 
 // MaxMessageSize caps one JSON line in either direction (a PNG output is one line).
 const MaxMessageSize = 32 << 20
@@ -42,6 +42,9 @@ type Request struct {
 	Op string `json:"op"`
 	// Hello: the server's protocol version.
 	Version int `json:"version,omitempty"`
+	// Execute, Command: the run's id, chosen by the server. Interrupt: the run to stop,
+	// whether it is going or has not arrived yet; "" stops the running cell.
+	RunID string `json:"run_id,omitempty"`
 	// Configure.
 	Config *Config `json:"config,omitempty"`
 	// Execute.

@@ -6,6 +6,7 @@ package httpapi_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -303,14 +304,14 @@ func TestInterruptAndRestart(t *testing.T) {
 	}
 }
 
-// waitBusy waits until the session reports a running execution.
+// waitBusy waits until the session reports a running execution. An interrupt sent from
+// then on reaches the run, even if the guest has not begun the cell yet.
 func waitBusy(t *testing.T, c *client, id string) {
 	t.Helper()
 	for i := 0; i < 200; i++ {
 		var s api.Session
 		c.do("GET", "/v1/sessions/"+id, nil, &s)
 		if s.State == "busy" {
-			time.Sleep(200 * time.Millisecond) // let the cell itself start
 			return
 		}
 		time.Sleep(25 * time.Millisecond)
@@ -512,4 +513,41 @@ func hostIP(t *testing.T) string {
 	}
 	testbin.Missing(t, "no non-loopback IPv4 address on this host")
 	return ""
+}
+
+// TestAttackCommandOutlivesCaller: a client that starts a long command and goes away no
+// longer leaves it running: the command and what it started are killed, and the session's
+// next call runs at once (one execution at a time holds).
+func TestAttackCommandOutlivesCaller(t *testing.T) {
+	c := newClient(t)
+	id := c.session(api.CreateSessionRequest{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	body, _ := json.Marshal(api.CommandRequest{Cmd: []string{"bash", "-c", "touch started; sleep 20 & sleep 21; touch late"}})
+	req, _ := http.NewRequestWithContext(ctx, "POST", c.url+"/v1/sessions/"+id+"/commands", bytes.NewReader(body))
+	gone := make(chan struct{})
+	go func() {
+		defer close(gone)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	for {
+		if st := c.do("GET", "/v1/sessions/"+id+"/files/started", nil, nil); st == http.StatusOK {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel() // the client goes away
+	<-gone
+	var r api.CommandResult
+	if st := c.do("POST", "/v1/sessions/"+id+"/commands", api.CommandRequest{Cmd: []string{"ps", "-eo", "args"}}, &r); st != http.StatusOK {
+		t.Fatalf("next command: status %d", st)
+	}
+	if strings.Contains(r.Stdout, "sleep 2") {
+		t.Errorf("the command outlived its caller:\n%s", r.Stdout)
+	}
+	if st := c.do("GET", "/v1/sessions/"+id+"/files/late", nil, nil); st != http.StatusNotFound {
+		t.Errorf("the command ran to its end: late file status %d", st)
+	}
 }

@@ -97,10 +97,14 @@ func (b *box) stop(ctx context.Context) error {
 
 // alive reports whether the sandbox and its guest still run.
 func (b *box) alive() bool {
+	var guestDone <-chan struct{}
+	if b.guest != nil {
+		guestDone = b.guest.Done()
+	}
 	select {
 	case <-b.sb.Done():
 		return false
-	case <-b.guest.Done():
+	case <-guestDone:
 		return false
 	default:
 		return true

@@ -34,15 +34,17 @@ type Manager struct {
 	log     *slog.Logger
 	metrics *metrics
 
+	pool *pool
+
 	mu       sync.Mutex
 	sessions map[string]*Session
 	starting int // slots reserved by sessions and one-shots being set up or running
-	pool     []*box
+	runs     map[*run]bool
 	closed   bool
 
-	poolWake chan struct{}
 	stopBg   context.CancelFunc
 	bg       sync.WaitGroup
+	running  sync.WaitGroup // runs: executions and commands, one-shots included
 	discards sync.WaitGroup // one-shot sandboxes being stopped
 }
 
@@ -56,6 +58,7 @@ type Session struct {
 
 	mu         sync.Mutex
 	box        *box
+	run        *run // the execution or command holding the turn
 	lastActive time.Time
 	busy       bool
 	execCount  int
@@ -75,16 +78,21 @@ func New(ctx context.Context, cfg config.Config, backend sandbox.Backend, store 
 		store:    store,
 		log:      log,
 		sessions: map[string]*Session{},
-		poolWake: make(chan struct{}, 1),
+		runs:     map[*run]bool{},
 	}
+	m.pool = newPool(cfg.PoolSize, func(ctx context.Context) (*box, error) {
+		return m.startBox(ctx, newID(), m.defaults(), nil, "")
+	}, func(b *box) { m.discard(context.Background(), b, false) }, log)
 	m.metrics = newMetrics(reg, m)
 	m.sweep(ctx) // a short-lived server (cellbox run) may never see its periodic sweep
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	m.stopBg = cancel
 	m.bg.Add(2)
-	go m.fillPool(bg)
+	go func() {
+		defer m.bg.Done()
+		m.pool.run(bg)
+	}()
 	go m.reap(bg)
-	m.wakePool()
 	return m, nil
 }
 
@@ -94,8 +102,9 @@ func (m *Manager) Backend() string { return m.backend.Name() }
 // Stats returns the number of live sessions and of warm sandboxes.
 func (m *Manager) Stats() (sessions, pool int) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	return len(m.sessions), len(m.pool)
+	n := len(m.sessions)
+	m.mu.Unlock()
+	return n, m.pool.len()
 }
 
 // defaults are the limits a session gets when it asks for nothing.
@@ -211,7 +220,7 @@ func (m *Manager) unreserve() {
 // else a new one.
 func (m *Manager) obtain(ctx context.Context, limits api.Limits, env map[string]string) (*box, error) {
 	if limits == m.defaults() && len(env) == 0 {
-		if b := m.takePool(); b != nil {
+		if b := m.pool.take(); b != nil {
 			m.metrics.poolHits.Inc()
 			return b, nil
 		}
@@ -370,28 +379,38 @@ func (m *Manager) discard(ctx context.Context, b *box, keep bool) error {
 	return errors.Join(err, werr)
 }
 
-// acquire waits for the session's turn. The returned func gives it back.
-func (s *Session) acquire(ctx context.Context) (*box, func(), error) {
+// acquire waits for the session's turn and starts a run in it (see startRun): the returned
+// context is the run's, which Interrupt ends; release ends the run and gives the turn back.
+func (m *Manager) acquire(ctx context.Context, s *Session) (_ *box, _ context.Context, release func(), _ error) {
 	select {
 	case s.turn <- struct{}{}:
 	case <-ctx.Done():
-		return nil, nil, fmt.Errorf("waiting for the session's running execution to finish: %w", ctx.Err())
+		return nil, nil, nil, fmt.Errorf("waiting for the session's running execution to finish: %w", ctx.Err())
+	}
+	rctx, r, end, err := m.startRun(ctx)
+	if err != nil {
+		<-s.turn
+		return nil, nil, nil, err
 	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
+		end()
 		<-s.turn
-		return nil, nil, fmt.Errorf("session %s ended: %w", s.id, errdefs.ErrNotFound)
+		return nil, nil, nil, fmt.Errorf("session %s ended: %w", s.id, errdefs.ErrNotFound)
 	}
 	s.busy = true
+	s.run = r
 	s.lastActive = time.Now()
 	b := s.box
 	s.mu.Unlock()
-	return b, func() {
+	return b, rctx, func() {
 		s.mu.Lock()
 		s.busy = false
+		s.run = nil
 		s.lastActive = time.Now()
 		s.mu.Unlock()
+		end()
 		<-s.turn
 	}, nil
 }
@@ -425,12 +444,12 @@ func (m *Manager) Execute(ctx context.Context, id string, req api.ExecuteRequest
 	if req.TimeoutS, err = m.timeout(req.TimeoutS); err != nil {
 		return nil, err
 	}
-	b, release, err := s.acquire(ctx)
+	b, rctx, release, err := m.acquire(ctx, s)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	res, err := b.guest.Execute(ctx, req, onOutput)
+	res, err := b.guest.Execute(rctx, req, onOutput)
 	if err != nil {
 		if res, err = m.afterGuestFailure(ctx, s, b, err); err != nil {
 			return nil, err
@@ -481,13 +500,26 @@ func (m *Manager) afterGuestFailure(ctx context.Context, s *Session, b *box, err
 	}, nil
 }
 
-// Interrupt stops the session's running cell, if any.
+// Interrupt stops what runs in the session, if anything: a cell is interrupted (its state
+// kept), a command killed with everything it started. The run's caller gets its result.
 func (m *Manager) Interrupt(ctx context.Context, id string) error {
 	s, err := m.lookup(id)
 	if err != nil {
 		return err
 	}
-	return s.current().guest.Interrupt(ctx)
+	s.interrupt()
+	return nil
+}
+
+// interrupt ends the session's run, if any.
+func (s *Session) interrupt() {
+	s.mu.Lock()
+	r := s.run
+	s.lastActive = time.Now()
+	s.mu.Unlock()
+	if r != nil {
+		r.cancel()
+	}
 }
 
 // Restart interrupts whatever runs and gives the session a fresh kernel; files stay.
@@ -496,15 +528,13 @@ func (m *Manager) Restart(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	if err := s.current().guest.Interrupt(ctx); err != nil && !errors.Is(err, guestproto.ErrGuestGone) {
-		return err
-	}
-	b, release, err := s.acquire(ctx)
+	s.interrupt()
+	b, rctx, release, err := m.acquire(ctx, s)
 	if err != nil {
 		return err
 	}
 	defer release()
-	err = b.guest.Restart(ctx)
+	err = b.guest.Restart(rctx)
 	if err != nil && !b.alive() {
 		_, err = m.afterGuestFailure(ctx, s, b, err)
 	}
@@ -547,12 +577,12 @@ func (m *Manager) Command(ctx context.Context, id string, req api.CommandRequest
 	if req.TimeoutS, err = m.timeout(req.TimeoutS); err != nil {
 		return nil, err
 	}
-	b, release, err := s.acquire(ctx)
+	b, rctx, release, err := m.acquire(ctx, s)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	res, err := b.guest.Command(ctx, req)
+	res, err := b.guest.Command(rctx, req)
 	if err != nil {
 		if _, ferr := m.afterGuestFailure(ctx, s, b, err); ferr != nil {
 			return nil, ferr
@@ -617,8 +647,9 @@ func (m *Manager) DeleteFile(ctx context.Context, id, path string) error {
 	return g.DeleteFile(ctx, rel)
 }
 
-// Shutdown interrupts running cells, waits for them (until ctx ends), stops every sandbox
-// and keeps every workspace. The Manager is unusable afterwards.
+// Shutdown refuses new work, ends every run (cells are interrupted, commands killed; their
+// callers get their results), waits for them until ctx ends, then stops every sandbox and
+// keeps every workspace. The Manager is unusable afterwards.
 func (m *Manager) Shutdown(ctx context.Context) error {
 	m.mu.Lock()
 	if m.closed {
@@ -630,11 +661,26 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 	for _, s := range m.sessions {
 		all = append(all, s)
 	}
-	pool := m.pool
-	m.pool = nil
+	runs := make([]*run, 0, len(m.runs))
+	for r := range m.runs {
+		runs = append(runs, r)
+	}
 	m.mu.Unlock()
 	m.stopBg()
 	m.bg.Wait()
+	for _, r := range runs {
+		r.cancel()
+	}
+	ended := make(chan struct{})
+	go func() {
+		m.running.Wait()
+		close(ended)
+	}()
+	select {
+	case <-ended:
+	case <-ctx.Done():
+		m.log.Warn("shutdown: runs still going when time ran out; their sandboxes are stopped now")
+	}
 
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -643,25 +689,6 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s.mu.Lock()
-			s.closed = true // queued executions do not start; a dying sandbox is not replaced
-			b := s.box
-			s.mu.Unlock()
-			// Interrupt until the running cell, if any, hands back its turn (its answer is on
-			// its way to the client then): an interrupt that overtakes the Execute it is meant
-			// for finds nothing to stop. Then end the session.
-			for waiting := true; waiting; {
-				ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
-				b.guest.Interrupt(ictx)
-				cancel()
-				select {
-				case s.turn <- struct{}{}:
-					waiting = false
-				case <-ctx.Done():
-					waiting = false
-				case <-time.After(time.Second):
-				}
-			}
 			if err := m.Delete(ctx, s.id); err != nil {
 				mu.Lock()
 				errs = append(errs, err)
@@ -669,7 +696,7 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 			}
 		}()
 	}
-	for _, b := range pool {
+	for _, b := range m.pool.close() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

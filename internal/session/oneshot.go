@@ -78,6 +78,11 @@ func (m *Manager) OneShot(ctx context.Context, req api.OneShotRequest, onOutput 
 		return nil, err
 	}
 	defer m.unreserve()
+	ctx, _, end, err := m.startRun(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer end()
 	b, err := m.obtain(ctx, limits, req.Env)
 	if err != nil {
 		return nil, err

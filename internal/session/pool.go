@@ -2,59 +2,98 @@ package session
 
 import (
 	"context"
+	"log/slog"
+	"sync"
 	"time"
 )
 
-// wakePool asks the pool filler to look again.
-func (m *Manager) wakePool() {
+// pool keeps up to size ready boxes, started one at a time by its run loop, and hands each
+// out exactly once. A box is owned by the pool while it waits, then by whoever took it, or
+// by close's caller: the pool never stops a box it handed out.
+type pool struct {
+	size    int
+	start   func(context.Context) (*box, error)
+	discard func(*box) // for boxes that died waiting, and those started after close
+	log     *slog.Logger
+
+	mu     sync.Mutex
+	boxes  []*box
+	closed bool
+	wake   chan struct{}
+}
+
+func newPool(size int, start func(context.Context) (*box, error), discard func(*box), log *slog.Logger) *pool {
+	return &pool{size: size, start: start, discard: discard, log: log, wake: make(chan struct{}, 1)}
+}
+
+// len is the number of boxes waiting.
+func (p *pool) len() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.boxes)
+}
+
+func (p *pool) poke() {
 	select {
-	case m.poolWake <- struct{}{}:
+	case p.wake <- struct{}{}:
 	default:
 	}
 }
 
-// takePool returns a live warm box, or nil when none is ready.
-func (m *Manager) takePool() *box {
-	defer m.wakePool()
+// take returns a live box, now the caller's, or nil when none is ready (or the pool is
+// closed). Dead boxes it finds on the way are discarded.
+func (p *pool) take() *box {
+	defer p.poke()
 	for {
-		m.mu.Lock()
-		if len(m.pool) == 0 {
-			m.mu.Unlock()
+		p.mu.Lock()
+		if p.closed || len(p.boxes) == 0 {
+			p.mu.Unlock()
 			return nil
 		}
-		b := m.pool[0]
-		m.pool = m.pool[1:]
-		m.mu.Unlock()
+		b := p.boxes[0]
+		p.boxes = p.boxes[1:]
+		p.mu.Unlock()
 		if b.alive() {
 			return b
 		}
-		m.log.Warn("warm sandbox died while waiting; discarding it", "sandbox_id", b.id)
-		go m.discard(context.Background(), b, false)
+		p.log.Warn("warm sandbox died while waiting; discarding it", "sandbox_id", b.id)
+		go p.discard(b)
 	}
 }
 
-// fillPool keeps PoolSize warm boxes ready, one start at a time, backing off on failure.
-func (m *Manager) fillPool(ctx context.Context) {
-	defer m.bg.Done()
+// put adds a box, unless the pool is closed or full: then it reports false and the box is
+// still the caller's.
+func (p *pool) put(b *box) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || len(p.boxes) >= p.size {
+		return false
+	}
+	p.boxes = append(p.boxes, b)
+	return true
+}
+
+// run keeps the pool filled until ctx ends, one start at a time, backing off on failure.
+func (p *pool) run(ctx context.Context) {
 	backoff := time.Second
 	for {
-		m.mu.Lock()
-		need := !m.closed && len(m.pool) < m.cfg.PoolSize
-		m.mu.Unlock()
+		p.mu.Lock()
+		need := !p.closed && len(p.boxes) < p.size
+		p.mu.Unlock()
 		if !need {
 			select {
 			case <-ctx.Done():
 				return
-			case <-m.poolWake:
+			case <-p.wake:
 				continue
 			}
 		}
-		b, err := m.startBox(ctx, newID(), m.defaults(), nil, "")
+		b, err := p.start(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
-			m.log.Error("start warm sandbox", "err", err, "retry_in", backoff)
+			p.log.Error("start warm sandbox", "err", err, "retry_in", backoff)
 			select {
 			case <-ctx.Done():
 				return
@@ -64,55 +103,18 @@ func (m *Manager) fillPool(ctx context.Context) {
 			continue
 		}
 		backoff = time.Second
-		m.mu.Lock()
-		if m.closed {
-			m.mu.Unlock()
-			m.discard(ctx, b, false)
-			return
-		}
-		m.pool = append(m.pool, b)
-		m.mu.Unlock()
-	}
-}
-
-// reap ends idle sessions and sweeps old workspaces.
-func (m *Manager) reap(ctx context.Context) {
-	defer m.bg.Done()
-	tick := time.NewTicker(2 * time.Second)
-	defer tick.Stop()
-	lastSweep := time.Now() // New swept
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-tick.C:
-			m.mu.Lock()
-			var idle []string
-			for id, s := range m.sessions {
-				s.mu.Lock()
-				if !s.busy && now.Sub(s.lastActive) > s.idle {
-					idle = append(idle, id)
-				}
-				s.mu.Unlock()
-			}
-			m.mu.Unlock()
-			for _, id := range idle {
-				m.log.Info("ending idle session", "session_id", id)
-				m.Delete(ctx, id)
-			}
-			if now.Sub(lastSweep) > 10*time.Minute {
-				lastSweep = now
-				m.sweep(ctx)
-			}
+		if !p.put(b) {
+			p.discard(b)
 		}
 	}
 }
 
-// sweep deletes the workspaces whose retention has passed.
-func (m *Manager) sweep(ctx context.Context) {
-	if n, err := m.store.Sweep(ctx, m.cfg.Retention); err != nil {
-		m.log.Warn("sweep workspaces", "err", err)
-	} else if n > 0 {
-		m.log.Info("removed old workspaces", "count", n)
-	}
+// close stops handing out boxes and returns those waiting, now the caller's.
+func (p *pool) close() []*box {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	left := p.boxes
+	p.boxes = nil
+	return left
 }

@@ -1,0 +1,61 @@
+package session
+
+import (
+	"context"
+	"time"
+)
+
+// reap ends idle sessions and sweeps old workspaces.
+func (m *Manager) reap(ctx context.Context) {
+	defer m.bg.Done()
+	tick := time.NewTicker(2 * time.Second)
+	defer tick.Stop()
+	lastSweep := time.Now() // New swept
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-tick.C:
+			m.endIdle(ctx, now)
+			if now.Sub(lastSweep) > 10*time.Minute {
+				lastSweep = now
+				m.sweep(ctx)
+			}
+		}
+	}
+}
+
+// endIdle ends the sessions idle at now. A session is ended only while the reaper holds its
+// turn: one that an execution or command took meanwhile is left alone.
+func (m *Manager) endIdle(ctx context.Context, now time.Time) {
+	m.mu.Lock()
+	all := make([]*Session, 0, len(m.sessions))
+	for _, s := range m.sessions {
+		all = append(all, s)
+	}
+	m.mu.Unlock()
+	for _, s := range all {
+		select {
+		case s.turn <- struct{}{}:
+		default:
+			continue // something runs: not idle
+		}
+		s.mu.Lock()
+		idle := !s.closed && now.Sub(s.lastActive) > s.idle
+		s.mu.Unlock()
+		if idle {
+			m.log.Info("ending idle session", "session_id", s.id)
+			m.Delete(ctx, s.id)
+		}
+		<-s.turn
+	}
+}
+
+// sweep deletes the workspaces whose retention has passed.
+func (m *Manager) sweep(ctx context.Context) {
+	if n, err := m.store.Sweep(ctx, m.cfg.Retention); err != nil {
+		m.log.Warn("sweep workspaces", "err", err)
+	} else if n > 0 {
+		m.log.Info("removed old workspaces", "count", n)
+	}
+}
