@@ -187,6 +187,8 @@ func httpStatus(code string) int {
 		return http.StatusServiceUnavailable
 	case api.CodePermissionDenied:
 		return http.StatusForbidden
+	case api.CodeUnauthenticated:
+		return http.StatusUnauthorized
 	case api.CodeCanceled:
 		return 499
 	}
