@@ -203,7 +203,7 @@ func (s *Server) ownSession(ctx context.Context, c *conn) (id, note string, err 
 		return "", "", errClosed
 	}
 	if c.own != "" {
-		if _, err := s.m.Get(c.own); err == nil {
+		if _, err := s.m.Get(ctx, c.own); err == nil {
 			return c.own, "", nil
 		}
 		note = "[note: this connection's earlier session had ended (idle too long, or deleted), so this call ran in a new one: variables and files from before are gone]\n"

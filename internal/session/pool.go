@@ -98,7 +98,7 @@ func (m *Manager) reap(ctx context.Context) {
 			m.mu.Unlock()
 			for _, id := range idle {
 				m.log.Info("ending idle session", "session_id", id)
-				m.Delete(ctx, id)
+				m.end(ctx, id)
 			}
 			if now.Sub(lastSweep) > 10*time.Minute {
 				lastSweep = now
