@@ -27,7 +27,7 @@ func (s *Server) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp.C
 	if err != nil {
 		return errorResult(err.Error()), nil
 	}
-	c := s.conn(req.Session)
+	c := s.conn(ctx, req.Session)
 	if c == nil {
 		return s.serviceError(ctx, errClosed)
 	}
