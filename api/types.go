@@ -179,6 +179,7 @@ const (
 	CodeInternal           = "internal"
 	CodeCanceled           = "canceled"
 	CodePermissionDenied   = "permission_denied"
+	CodeUnauthenticated    = "unauthenticated" // no API key, or not a valid one (401)
 )
 
 // ErrorBody is the body of every HTTP 4xx/5xx response.

@@ -49,6 +49,16 @@ type Option func(*Client)
 // overall Timeout if you stream long executions; use the context of each call instead.
 func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc } }
 
+// WithAPIKey sends key with every request (Authorization: Bearer key), for a server that
+// requires API keys. An empty key sends nothing.
+func WithAPIKey(key string) Option {
+	return func(c *Client) {
+		if key != "" {
+			c.header.Set("Authorization", "Bearer "+key)
+		}
+	}
+}
+
 // WithHeader adds a header to every request, e.g. WithHeader("Authorization", "Bearer "+key).
 func WithHeader(key, value string) Option { return func(c *Client) { c.header.Add(key, value) } }
 

@@ -5,7 +5,9 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/cellbox/cellbox/api"
@@ -62,7 +64,8 @@ func TestNonJSONErrors(t *testing.T) {
 	}{
 		{http.StatusBadGateway, "<html>bad gateway</html>", api.CodeUnavailable},
 		{http.StatusNotFound, "404 page not found", api.CodeNotFound},
-		{http.StatusUnauthorized, "", api.CodeInvalidArgument},
+		{http.StatusUnauthorized, "", api.CodeUnauthenticated},
+		{http.StatusForbidden, "", api.CodePermissionDenied},
 		{http.StatusInternalServerError, "boom", api.CodeInternal},
 		{http.StatusTooManyRequests, `{"error":{"code":"resource_exhausted","message":"full"}}`, api.CodeResourceExhausted},
 	}
@@ -77,5 +80,33 @@ func TestNonJSONErrors(t *testing.T) {
 		if !errors.As(err, &e) || e.StatusCode != tt.status || e.Code != tt.code || e.Message == "" {
 			t.Errorf("status %d body %q: error %#v, want code %s", tt.status, tt.body, err, tt.code)
 		}
+	}
+}
+
+// TestAPIKey: WithAPIKey sends the key on every call, streams and files included, and a
+// 401 is IsUnauthenticated.
+func TestAPIKey(t *testing.T) {
+	var mu sync.Mutex
+	var got []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = append(got, r.Header.Get("Authorization"))
+		mu.Unlock()
+		w.WriteHeader(http.StatusUnauthorized)
+		io.WriteString(w, `{"error":{"code":"unauthenticated","message":"no key"}}`)
+	}))
+	defer srv.Close()
+	c := New(srv.URL, WithAPIKey("cbx_0123456789abcdef"))
+	ctx := t.Context()
+	_, err := c.ListSessions(ctx)
+	if !IsUnauthenticated(err) {
+		t.Errorf("ListSessions: %v, want unauthenticated", err)
+	}
+	c.ExecuteStream(ctx, "s", api.ExecuteRequest{Code: "1"}, func(api.Output) {})
+	c.UploadFile(ctx, "s", "a.txt", strings.NewReader("x"))
+	New(srv.URL, WithAPIKey("")).Health(ctx)
+	want := []string{"Bearer cbx_0123456789abcdef", "Bearer cbx_0123456789abcdef", "Bearer cbx_0123456789abcdef", ""}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Authorization headers %q, want %q", got, want)
 	}
 }

@@ -53,6 +53,10 @@ func IsResourceExhausted(err error) bool { return Code(err) == api.CodeResourceE
 // IsTooLarge reports whether a body or file was above the server's limit.
 func IsTooLarge(err error) bool { return Code(err) == api.CodeTooLarge }
 
+// IsUnauthenticated reports whether the server wants an API key (see WithAPIKey) and got
+// none, or one it does not know.
+func IsUnauthenticated(err error) bool { return Code(err) == api.CodeUnauthenticated }
+
 // IsUnavailable reports whether the server could not serve the request for now (shutting
 // down, sandbox failed to start); retrying later may work.
 func IsUnavailable(err error) bool { return Code(err) == api.CodeUnavailable }
@@ -80,6 +84,7 @@ var statusCodes = map[string]int{
 	api.CodeResourceExhausted:  http.StatusTooManyRequests,
 	api.CodeCanceled:           499,
 	api.CodePermissionDenied:   http.StatusForbidden,
+	api.CodeUnauthenticated:    http.StatusUnauthorized,
 	api.CodeUnavailable:        http.StatusServiceUnavailable,
 	api.CodeInternal:           http.StatusInternalServerError,
 }

@@ -90,7 +90,8 @@ func newFlags(name, synopsis string) *cliFlags {
 			}
 		}
 		show.PrintDefaults()
-		fmt.Fprintln(os.Stderr, "\nEvery setting of `cellbox serve -h` applies to the embedded server too,\nas do CELLBOX_* variables (CELLBOX_SERVER=URL, CELLBOX_BACKEND=local-unsafe, ...).")
+		fmt.Fprintln(os.Stderr, "\nEvery setting of `cellbox serve -h` applies to the embedded server too,\nas do CELLBOX_* variables (CELLBOX_SERVER=URL, CELLBOX_BACKEND=local-unsafe, ...).\n"+
+			"With --server, CELLBOX_API_KEY is the API key sent to it.")
 	}
 	return f
 }
@@ -108,11 +109,12 @@ func (f *cliFlags) parse(args []string) int {
 	return -1
 }
 
-// connect returns a client of the --server, or starts a server in this process; stop
-// ends the embedded one (every sandbox stopped).
+// connect returns a client of the --server (with the key in CELLBOX_API_KEY, if set), or
+// starts a keyless server on loopback in this process; stop ends the embedded one (every
+// sandbox stopped).
 func (f *cliFlags) connect(ctx context.Context) (c *client.Client, stop func(), err error) {
 	if f.server != "" {
-		return client.New(f.server), func() {}, nil
+		return client.New(f.server, client.WithAPIKey(os.Getenv("CELLBOX_API_KEY"))), func() {}, nil
 	}
 	cfg := f.cfg
 	cfg.Addr = "127.0.0.1:0"

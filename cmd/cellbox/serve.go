@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cellbox/cellbox/internal/auth"
 	"github.com/cellbox/cellbox/internal/config"
 	"github.com/cellbox/cellbox/internal/server"
 )
@@ -32,10 +33,16 @@ func serveMain(args []string) int {
 		fmt.Fprintln(os.Stderr, "cellbox serve: bad settings:\n", err)
 		return 2
 	}
+	// Keys come from the variable and the file only: on a command line, ps would show them.
+	keys, err := auth.Load(os.Getenv("CELLBOX_API_KEYS"), cfg.APIKeysFile)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "cellbox serve: API keys:", err)
+		return 2
+	}
 	log := server.NewLogger(cfg.LogLevel)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	s, err := server.Start(ctx, cfg, server.Options{Logger: log})
+	s, err := server.Start(ctx, cfg, server.Options{Logger: log, Keys: keys})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "cellbox serve:", err)
 		return 1

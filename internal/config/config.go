@@ -29,6 +29,15 @@ type Config struct {
 
 	MaxSessions int // --max-sessions
 
+	// API keys: with any, every call but /healthz needs one, and each key is a tenant that
+	// sees only its own sessions. The keys themselves come from the file and from the
+	// variable CELLBOX_API_KEYS (comma-separated), never from a flag or the config file.
+	APIKeysFile         string // --api-keys: file of keys, one a line, each optionally followed by its tenant's name
+	InsecureNoAuth      bool   // --insecure-no-auth: allow listening beyond loopback without keys
+	MetricsPublic       bool   // --metrics-public: /metrics without a key even when keys are configured
+	TenantMaxSessions   int    // --tenant-max-sessions: sessions (and one-shots) per tenant; 0: only --max-sessions
+	TenantMaxExecutions int    // --tenant-max-executions: executions and commands at once per tenant; 0: no cap
+
 	MemoryMB    int     // --memory-mb: default per session
 	CPUs        float64 // --cpus
 	Pids        int     // --pids
@@ -117,6 +126,11 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Preimport, "preimport", c.Preimport, "Python run when a kernel starts (warm imports)")
 	fs.IntVar(&c.PoolSize, "pool-size", c.PoolSize, "sandboxes kept warm, ready for new sessions")
 	fs.IntVar(&c.MaxSessions, "max-sessions", c.MaxSessions, "concurrent sessions; past it, resource_exhausted")
+	fs.StringVar(&c.APIKeysFile, "api-keys", c.APIKeysFile, "file of API keys, one a line, each optionally followed by a tenant name (keys also come from $CELLBOX_API_KEYS, comma-separated); with keys, every call but /healthz needs one")
+	fs.BoolVar(&c.InsecureNoAuth, "insecure-no-auth", c.InsecureNoAuth, "allow listening on an address beyond loopback without API keys (only behind something that authenticates)")
+	fs.BoolVar(&c.MetricsPublic, "metrics-public", c.MetricsPublic, "serve /metrics without an API key even when keys are configured")
+	fs.IntVar(&c.TenantMaxSessions, "tenant-max-sessions", c.TenantMaxSessions, "concurrent sessions (and one-shot executions) per API key; 0: only --max-sessions")
+	fs.IntVar(&c.TenantMaxExecutions, "tenant-max-executions", c.TenantMaxExecutions, "concurrent executions and commands per API key; 0: no cap")
 	fs.IntVar(&c.MemoryMB, "memory-mb", c.MemoryMB, "default memory limit per session (MiB)")
 	fs.Float64Var(&c.CPUs, "cpus", c.CPUs, "default CPU limit per session (cores)")
 	fs.IntVar(&c.Pids, "pids", c.Pids, "default process limit per session")
@@ -146,6 +160,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 // Load applies, in order, the JSON file named by --config (or CELLBOX_CONFIG) and the
 // CELLBOX_* environment (CELLBOX_STATE_DIR for --state-dir, ...) to the flags of fs, then
 // parses args. Keys of the file are flag names: {"state-dir": "/srv/cellbox", "pool-size": 4}.
+// CELLBOX_API_KEYS is not --api-keys: it holds the keys themselves (package auth reads it).
 func Load(fs *flag.FlagSet, args []string) error {
 	path := os.Getenv("CELLBOX_CONFIG")
 	for i, a := range args {
@@ -167,7 +182,7 @@ func Load(fs *flag.FlagSet, args []string) error {
 	var errs []error
 	fs.VisitAll(func(f *flag.Flag) {
 		env := "CELLBOX_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if v, ok := os.LookupEnv(env); ok && f.Name != "config" {
+		if v, ok := os.LookupEnv(env); ok && f.Name != "config" && f.Name != "api-keys" {
 			if err := fs.Set(f.Name, v); err != nil {
 				errs = append(errs, fmt.Errorf("%s=%q: %w", env, v, err))
 			}
@@ -238,6 +253,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxSessions < 1 {
 		bad("--max-sessions %d: must be at least 1", c.MaxSessions)
+	}
+	if c.TenantMaxSessions < 0 || c.TenantMaxExecutions < 0 {
+		bad("--tenant-max-sessions and --tenant-max-executions must not be negative (0: no cap)")
 	}
 	pos := func(name string, v, max float64) {
 		if v <= 0 {

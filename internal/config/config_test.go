@@ -49,6 +49,25 @@ func TestLoadErrors(t *testing.T) {
 	}
 }
 
+// CELLBOX_API_KEYS holds keys, not the file of --api-keys; the file comes from the flag or
+// the config file only.
+func TestAPIKeysVariableIsNotTheFile(t *testing.T) {
+	t.Setenv("CELLBOX_API_KEYS", "cbx_0123456789abcdef0123,cbx_fedcba9876543210fedc")
+	c, err := load(t)
+	if err != nil || c.APIKeysFile != "" {
+		t.Fatalf("CELLBOX_API_KEYS taken as --api-keys: %q, %v", c.APIKeysFile, err)
+	}
+	file := filepath.Join(t.TempDir(), "c.json")
+	os.WriteFile(file, []byte(`{"api-keys": "/etc/cellbox/keys", "tenant-max-sessions": 3}`), 0o644)
+	if c, err = load(t, "--config", file); err != nil || c.APIKeysFile != "/etc/cellbox/keys" || c.TenantMaxSessions != 3 {
+		t.Errorf("config file: %+v, %v", c, err)
+	}
+	if c, err = load(t, "--api-keys", "/k", "--insecure-no-auth", "--metrics-public", "--tenant-max-executions", "2"); err != nil ||
+		c.APIKeysFile != "/k" || !c.InsecureNoAuth || !c.MetricsPublic || c.TenantMaxExecutions != 2 {
+		t.Errorf("flags: %+v, %v", c, err)
+	}
+}
+
 func TestValidate(t *testing.T) {
 	tests := []struct {
 		name string
@@ -61,6 +80,7 @@ func TestValidate(t *testing.T) {
 		{"negative pool", func(c *Config) { c.PoolSize = -1 }, "--pool-size"},
 		{"zero timeout", func(c *Config) { c.ExecTimeout = 0 }, "--exec-timeout"},
 		{"quota", func(c *Config) { c.Quota = "xfs" }, "--quota"},
+		{"tenant cap", func(c *Config) { c.TenantMaxSessions = -1 }, "--tenant-max-sessions"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -20,6 +20,7 @@ var (
 	ErrTooLarge           = errors.New("too large")
 	ErrCanceled           = errors.New("canceled")
 	ErrPermissionDenied   = errors.New("permission denied")
+	ErrUnauthenticated    = errors.New("unauthenticated")
 )
 
 var byCode = map[string]error{
@@ -31,12 +32,14 @@ var byCode = map[string]error{
 	api.CodeTooLarge:           ErrTooLarge,
 	api.CodeCanceled:           ErrCanceled,
 	api.CodePermissionDenied:   ErrPermissionDenied,
+	api.CodeUnauthenticated:    ErrUnauthenticated,
 }
 
 // codeOrder makes Code deterministic for an error that wraps more than one sentinel.
 var codeOrder = []string{
 	api.CodeInvalidArgument, api.CodeNotFound, api.CodeTooLarge, api.CodeResourceExhausted,
-	api.CodeFailedPrecondition, api.CodeCanceled, api.CodePermissionDenied, api.CodeUnavailable,
+	api.CodeFailedPrecondition, api.CodeCanceled, api.CodePermissionDenied, api.CodeUnauthenticated,
+	api.CodeUnavailable,
 }
 
 // coded is an error with a message of its own that still matches its sentinel.

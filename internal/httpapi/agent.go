@@ -83,7 +83,7 @@ func (s *server) agent(w http.ResponseWriter, r *http.Request) {
 // created is deleted again if the files cannot be placed.
 func (s *server) startAgent(ctx context.Context, req *api.AgentRequest) error {
 	if req.SessionID != "" {
-		if _, err := s.m.Get(req.SessionID); err != nil {
+		if _, err := s.m.Get(ctx, req.SessionID); err != nil {
 			return err
 		}
 		return s.m.PutFiles(ctx, req.SessionID, req.Files)

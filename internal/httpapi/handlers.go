@@ -31,11 +31,11 @@ func (s *server) createSession(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) listSessions(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, api.SessionList{Sessions: s.m.List()})
+	writeJSON(w, http.StatusOK, api.SessionList{Sessions: s.m.List(r.Context())})
 }
 
 func (s *server) getSession(w http.ResponseWriter, r *http.Request) {
-	sess, err := s.m.Get(r.PathValue("id"))
+	sess, err := s.m.Get(r.Context(), r.PathValue("id"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -75,7 +75,7 @@ func (s *server) execute(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	if _, err := s.m.Get(id); err != nil {
+	if _, err := s.m.Get(r.Context(), id); err != nil {
 		s.writeError(w, r, err)
 		return
 	}

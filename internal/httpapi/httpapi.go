@@ -1,8 +1,10 @@
 // Package httpapi serves cellbox's REST API v1 (JSON, with Server-Sent Events for
 // executions), its OpenAPI document, /healthz and /metrics over a session.Manager.
 //
-// Errors become HTTP statuses in exactly one place (writeError). Not for: MCP, or anything
-// that decides what a session does (package session).
+// With API keys configured, one middleware checks the key of every request (MCP at /mcp
+// included) before anything reads its body, and hands its tenant on in the request's
+// context (session.WithTenant). Errors become HTTP statuses in exactly one place
+// (writeError). Not for: MCP, or anything that decides what a session does (package session).
 package httpapi
 
 import (
@@ -21,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/cellbox/cellbox/api"
+	"github.com/cellbox/cellbox/internal/auth"
 	"github.com/cellbox/cellbox/internal/errdefs"
 	"github.com/cellbox/cellbox/internal/llm"
 	"github.com/cellbox/cellbox/internal/session"
@@ -37,6 +40,11 @@ type Options struct {
 	// LoopbackOnly refuses requests whose Host is not a loopback name or address: set it
 	// when listening on loopback, so that a web page cannot reach the API by DNS rebinding.
 	LoopbackOnly bool
+	// Keys, when it holds any, are the API keys every request but GET /healthz must carry
+	// (Authorization: Bearer KEY, or X-API-Key: KEY); nil: no keys, everyone is tenant "".
+	Keys *auth.Keys
+	// MetricsPublic serves /metrics without a key even with Keys.
+	MetricsPublic bool
 
 	// Tools says what the tool descriptions of /v1/tools and /v1/agent state (limits).
 	Tools tool.Options
@@ -81,13 +89,17 @@ func New(m *session.Manager, opts Options) http.Handler {
 	return s.wrap(mux)
 }
 
-// wrap adds request logging and turns the mux's plain-text 404 and 405 into the error shape.
+// wrap adds request logging, refuses what must not be served and requests without a valid
+// API key, and turns the mux's plain-text 404 and 405 into the error shape.
 func (s *server) wrap(mux *http.ServeMux) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		_, pattern := mux.Handler(r)
 		rw := &statusWriter{ResponseWriter: w}
 		if err := s.refuse(r); err != nil {
+			s.writeError(rw, r, err)
+		} else if r, err = s.authenticate(r, pattern); err != nil {
+			rw.Header().Set("WWW-Authenticate", `Bearer realm="cellbox"`)
 			s.writeError(rw, r, err)
 		} else if pattern == "" {
 			// Tell 405 from 404 the way the mux would, but with the error shape.
@@ -121,6 +133,38 @@ func (s *server) refuse(r *http.Request) error {
 		return fmt.Errorf("cross-origin requests from web pages are refused: %w", errdefs.ErrPermissionDenied)
 	}
 	return nil
+}
+
+// authenticate returns r with the tenant of its API key in its context (r itself with an
+// error when the key is missing or wrong). Without keys
+// configured every request is the keyless tenant's; with keys, only GET /healthz (and
+// /metrics with MetricsPublic) may come without one.
+func (s *server) authenticate(r *http.Request, pattern string) (*http.Request, error) {
+	if s.opts.Keys.Len() == 0 || pattern == "GET /healthz" || (pattern == "GET /metrics" && s.opts.MetricsPublic) {
+		return r, nil
+	}
+	key, ok := presentedKey(r.Header)
+	if !ok {
+		return r, fmt.Errorf("this server needs an API key: send the header Authorization: Bearer KEY (or X-API-Key: KEY): %w", errdefs.ErrUnauthenticated)
+	}
+	tenant, ok := s.opts.Keys.Lookup(key)
+	if !ok {
+		return r, fmt.Errorf("the API key is not one of this server's: %w", errdefs.ErrUnauthenticated)
+	}
+	return r.WithContext(session.WithTenant(r.Context(), tenant)), nil
+}
+
+// presentedKey is the key of Authorization: Bearer KEY, else of X-API-Key: KEY.
+func presentedKey(h http.Header) (string, bool) {
+	if a := h.Get("Authorization"); a != "" {
+		f := strings.Fields(a)
+		if len(f) != 2 || !strings.EqualFold(f[0], "Bearer") {
+			return "", false
+		}
+		return f[1], true
+	}
+	k := h.Get("X-API-Key")
+	return k, k != ""
 }
 
 func loopbackHost(hostport string) bool {
@@ -187,6 +231,8 @@ func httpStatus(code string) int {
 		return http.StatusServiceUnavailable
 	case api.CodePermissionDenied:
 		return http.StatusForbidden
+	case api.CodeUnauthenticated:
+		return http.StatusUnauthorized
 	case api.CodeCanceled:
 		return 499
 	}

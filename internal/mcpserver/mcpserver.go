@@ -4,7 +4,8 @@
 // stdio (cellbox mcp) and Handler for streamable HTTP (/mcp on cellbox serve).
 //
 // Each MCP connection gets its own session, started at its first tool call and ended when
-// the connection closes; a call that names a session_id runs in that session instead. A
+// the connection closes; a call that names a session_id runs in that session instead, when
+// the session belongs to the connection's tenant (see Handler). A
 // failure of the code, of the call's arguments or of the service is a result with isError
 // set, written for the model; a protocol problem stays a protocol error.
 //
@@ -21,6 +22,7 @@ import (
 	"sync"
 	"time"
 
+	mcpauth "github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/cellbox/cellbox/api"
@@ -49,13 +51,14 @@ type Options struct {
 
 // Server is cellbox's MCP server over a session manager.
 type Server struct {
-	m    *session.Manager
-	opts Options
-	log  *slog.Logger
-	srv  *mcp.Server
-	http http.Handler
-	stop context.Context // done at Close: ends the open event streams
-	halt context.CancelFunc
+	m     *session.Manager
+	opts  Options
+	log   *slog.Logger
+	srv   *mcp.Server
+	http  http.Handler
+	bound http.Handler    // http, for requests with a tenant: see Handler
+	stop  context.Context // done at Close: ends the open event streams
+	halt  context.CancelFunc
 
 	mu     sync.Mutex
 	conns  map[*mcp.ServerSession]*conn
@@ -65,6 +68,7 @@ type Server struct {
 
 // conn is what a server keeps of one MCP connection.
 type conn struct {
+	tenant string     // of the requests that opened it; the SDK refuses other tenants'
 	mu     sync.Mutex // held while the connection's own session starts
 	own    string     // the session this connection started; "" before its first tool call
 	last   string     // the session of its latest tool call: the one its resources list
@@ -102,10 +106,11 @@ func New(m *session.Manager, opts Options) *Server {
 		Description: "A file in a session's workspace (" + api.WorkspaceDir + "), readable when it is at most " + maxReadText + ".",
 		URITemplate: uriTemplate,
 	}, s.readResource)
-	// resources/list answers with the files of the connection's session, which the SDK's
-	// fixed list of resources cannot.
+	// Every request runs as its tenant (see Handler). resources/list answers with the files
+	// of the connection's session, which the SDK's fixed list of resources cannot.
 	s.srv.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
 		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			ctx = session.WithTenant(ctx, tenant(req))
 			if r, ok := req.(*mcp.ListResourcesRequest); ok && method == "resources/list" {
 				return s.listResources(ctx, r)
 			}
@@ -114,11 +119,28 @@ func New(m *session.Manager, opts Options) *Server {
 	})
 	s.http = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.srv },
 		&mcp.StreamableHTTPOptions{SessionTimeout: opts.SessionTimeout, Logger: sdkLogger(log)})
+	s.bound = mcpauth.RequireBearerToken(func(ctx context.Context, _ string, _ *http.Request) (*mcpauth.TokenInfo, error) {
+		return &mcpauth.TokenInfo{UserID: session.Tenant(ctx)}, nil
+	}, &mcpauth.RequireBearerTokenOptions{AllowMissingExpiration: true})(s.http)
 	return s
+}
+
+// tenant is the tenant of a request: the user of its token info (see Handler); "" on stdio
+// and without API keys.
+func tenant(req mcp.Request) string {
+	if e := req.GetExtra(); e != nil && e.TokenInfo != nil {
+		return e.TokenInfo.UserID
+	}
+	return ""
 }
 
 // Handler serves MCP over streamable HTTP (mounted at /mcp). Requests to a loopback
 // address must carry a loopback Host header (DNS rebinding protection).
+//
+// A request whose context has a tenant (session.WithTenant: the API checked its key) goes
+// through the SDK's bearer token middleware, which hands the tenant on as the token's user:
+// the SDK binds each MCP session to the user that opened it and refuses (403) requests of
+// any other, and each tool call runs as that tenant.
 func (s *Server) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodGet { // the event stream a client keeps open: it ends at Close
@@ -127,7 +149,15 @@ func (s *Server) Handler() http.Handler {
 			defer context.AfterFunc(s.stop, cancel)()
 			r = r.WithContext(ctx)
 		}
-		s.http.ServeHTTP(w, r)
+		if session.Tenant(r.Context()) == "" {
+			s.http.ServeHTTP(w, r)
+			return
+		}
+		if r.Header.Get("Authorization") == "" { // the key came as X-API-Key; the SDK reads Authorization
+			r = r.Clone(r.Context())
+			r.Header.Set("Authorization", "Bearer "+r.Header.Get("X-API-Key"))
+		}
+		s.bound.ServeHTTP(w, r)
 	})
 }
 
@@ -152,8 +182,8 @@ func (s *Server) Close() {
 }
 
 // conn returns the state of a connection, watching for its end on first use; nil once
-// the server is closed.
-func (s *Server) conn(ss *mcp.ServerSession) *conn {
+// the server is closed. ctx is a request's, with the connection's tenant.
+func (s *Server) conn(ctx context.Context, ss *mcp.ServerSession) *conn {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -161,7 +191,7 @@ func (s *Server) conn(ss *mcp.ServerSession) *conn {
 	}
 	c := s.conns[ss]
 	if c == nil {
-		c = &conn{}
+		c = &conn{tenant: session.Tenant(ctx)}
 		s.conns[ss] = c
 		go s.watch(ss, c)
 	}
@@ -184,7 +214,7 @@ func (s *Server) watch(ss *mcp.ServerSession, c *conn) {
 	s.ending.Add(1)
 	s.mu.Unlock()
 	defer s.ending.Done()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(session.WithTenant(context.Background(), c.tenant), 30*time.Second)
 	defer cancel()
 	if err := s.m.Delete(ctx, own); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 		s.log.Warn("end the session of a closed MCP connection", "session_id", own, "err", err)
@@ -203,7 +233,7 @@ func (s *Server) ownSession(ctx context.Context, c *conn) (id, note string, err 
 		return "", "", errClosed
 	}
 	if c.own != "" {
-		if _, err := s.m.Get(c.own); err == nil {
+		if _, err := s.m.Get(ctx, c.own); err == nil {
 			return c.own, "", nil
 		}
 		note = "[note: this connection's earlier session had ended (idle too long, or deleted), so this call ran in a new one: variables and files from before are gone]\n"

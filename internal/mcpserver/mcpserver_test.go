@@ -324,7 +324,7 @@ func TestConnectionCloseEndsSession(t *testing.T) {
 	id := sessionOf(t, res)
 	c.cs.Close()
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if _, err := m.Get(id); errors.Is(err, errdefs.ErrNotFound) {
+		if _, err := m.Get(context.Background(), id); errors.Is(err, errdefs.ErrNotFound) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -344,7 +344,7 @@ func TestServerClose(t *testing.T) {
 		t.Fatalf("a call after Close: %q", out)
 	}
 	// The manager's Shutdown ends the session; Close leaves it alone.
-	if _, err := m.Get(id); err != nil {
+	if _, err := m.Get(context.Background(), id); err != nil {
 		t.Fatalf("Close ended the session itself: %v", err)
 	}
 }

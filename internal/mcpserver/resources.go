@@ -104,7 +104,7 @@ func validSessionID(id string) bool {
 // one its latest tool call ran in), breadth first, at most maxListed of them.
 func (s *Server) listResources(ctx context.Context, req *mcp.ListResourcesRequest) (*mcp.ListResourcesResult, error) {
 	res := &mcp.ListResourcesResult{Resources: []*mcp.Resource{}}
-	c := s.conn(req.Session)
+	c := s.conn(ctx, req.Session)
 	if c == nil {
 		return res, nil
 	}

@@ -27,13 +27,13 @@ func (s *Server) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp.C
 	if err != nil {
 		return errorResult(err.Error()), nil
 	}
-	c := s.conn(req.Session)
+	c := s.conn(ctx, req.Session)
 	if c == nil {
 		return s.serviceError(ctx, errClosed)
 	}
 	id, note := call.SessionID, ""
 	if id != "" {
-		if _, err := s.m.Get(id); err != nil {
+		if _, err := s.m.Get(ctx, id); err != nil {
 			return errorResult(fmt.Sprintf("There is no session %q: it never existed, ended, or was idle too long. "+
 				"Leave session_id out to use this connection's own session.", trim(id, 64))), nil
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/cellbox/cellbox/internal/agent"
+	"github.com/cellbox/cellbox/internal/auth"
 	"github.com/cellbox/cellbox/internal/config"
 	"github.com/cellbox/cellbox/internal/httpapi"
 	"github.com/cellbox/cellbox/internal/llm"
@@ -53,6 +54,9 @@ type Options struct {
 	Quiet bool
 	// NoListen starts no HTTP server: the caller uses Manager and MCP in process.
 	NoListen bool
+	// Keys are the API keys the HTTP API requires (auth.Load); nil: none, and then Start
+	// refuses an --addr beyond loopback unless --insecure-no-auth.
+	Keys *auth.Keys
 }
 
 // NewLogger returns the text logger on stderr at the given level name.
@@ -114,6 +118,11 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (_ *Server, err
 		log = NewLogger(cfg.LogLevel)
 		opts.Logger = log
 	}
+	if !opts.NoListen && opts.Keys.Len() == 0 && !cfg.InsecureNoAuth && !loopbackAddr(cfg.Addr) {
+		return nil, fmt.Errorf("--addr %s can be reached from other machines, and no API keys are configured: anyone who reaches it could run code here. "+
+			"Set CELLBOX_API_KEYS=KEY[,KEY...] or give --api-keys FILE (make a key with: cellbox keygen), or listen on 127.0.0.1, "+
+			"or, only if something in front of cellbox authenticates, pass --insecure-no-auth", cfg.Addr)
+	}
 	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
 		return nil, fmt.Errorf("state dir: %w", err)
 	}
@@ -162,13 +171,22 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (_ *Server, err
 		m.Shutdown(ctx)
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 	}
+	loopback := ln.Addr().(*net.TCPAddr).IP.IsLoopback()
+	switch {
+	case opts.Keys.Len() > 0:
+		log.Info("API keys required", "keys", opts.Keys.Len())
+	case !loopback:
+		log.Warn("NO AUTHENTICATION (--insecure-no-auth): anyone who can reach this address can run code here", "addr", ln.Addr().String())
+	}
 	h := httpapi.New(m, httpapi.Options{
 		MaxBodyBytes:   cfg.MaxBodyBytes,
 		MaxUploadBytes: cfg.MaxUploadBytes,
 		Logger:         log,
 		Gatherer:       reg,
 		MCP:            s.MCP.Handler(),
-		LoopbackOnly:   ln.Addr().(*net.TCPAddr).IP.IsLoopback(),
+		LoopbackOnly:   loopback,
+		Keys:           opts.Keys,
+		MetricsPublic:  cfg.MetricsPublic,
 		Tools:          tool.Options{TimeoutS: cfg.ExecTimeout.Seconds(), MemoryMB: cfg.MemoryMB},
 		NewProvider:    providers(cfg),
 	})
@@ -180,6 +198,20 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (_ *Server, err
 		}
 	}()
 	return s, nil
+}
+
+// loopbackAddr reports whether a listen address is on loopback only. An address that does
+// not parse is left to net.Listen to refuse.
+func loopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return true
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // providers returns the model providers of POST /v1/agent: by name, "" for --provider.

@@ -2,6 +2,9 @@
 // sandboxes when it can), looks them up, serializes their executions, ends idle ones,
 // cleans up after a crash and shuts down without leaving anything running.
 //
+// Every session belongs to the tenant that created it (see WithTenant): another tenant's
+// calls do not find it.
+//
 // It speaks to sandboxes only through sandbox.Backend and the guest protocol client, and to
 // workspaces only through workspace.Store. Not for: HTTP (package httpapi) or the LLM loop.
 package session
@@ -41,6 +44,7 @@ type Manager struct {
 	starting int // slots reserved by sessions and one-shots being set up or running
 	runs     map[*run]bool
 	closed   bool
+	tenants  tenantUse
 
 	stopBg   context.CancelFunc
 	bg       sync.WaitGroup
@@ -51,6 +55,7 @@ type Manager struct {
 // Session is one live session. Its exported view is api.Session (Manager.Get).
 type Session struct {
 	id       string
+	tenant   string // who created it; only calls of this tenant find it
 	language string
 	idle     time.Duration
 	created  time.Time
@@ -79,6 +84,7 @@ func New(ctx context.Context, cfg config.Config, backend sandbox.Backend, store 
 		log:      log,
 		sessions: map[string]*Session{},
 		runs:     map[*run]bool{},
+		tenants:  tenantUse{starting: map[string]int{}, running: map[string]int{}},
 	}
 	m.pool = newPool(cfg.PoolSize, func(ctx context.Context) (*box, error) {
 		return m.startBox(ctx, newID(), m.defaults(), nil, "")
@@ -195,8 +201,8 @@ func checkLanguage(lang string) (string, error) {
 	return "", fmt.Errorf("language %q is not supported; use \"python\": %w", lang, errdefs.ErrInvalidArgument)
 }
 
-// reserve takes a slot under the session limit.
-func (m *Manager) reserve() error {
+// reserve takes a slot under the session limit and the tenant's.
+func (m *Manager) reserve(tenant string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
@@ -206,13 +212,18 @@ func (m *Manager) reserve() error {
 		return fmt.Errorf("this server runs its maximum of %d sessions; end one (DELETE /v1/sessions/{id}) or retry later: %w",
 			m.cfg.MaxSessions, errdefs.ErrResourceExhausted)
 	}
+	if err := m.tenantFull(tenant); err != nil {
+		return err
+	}
 	m.starting++
+	m.tenants.starting[tenant]++
 	return nil
 }
 
-func (m *Manager) unreserve() {
+func (m *Manager) unreserve(tenant string) {
 	m.mu.Lock()
 	m.starting--
+	decr(m.tenants.starting, tenant)
 	m.mu.Unlock()
 }
 
@@ -259,16 +270,17 @@ func (m *Manager) Create(ctx context.Context, req api.CreateSessionRequest) (*ap
 	case req.IdleTimeoutS > 0:
 		idle = time.Duration(req.IdleTimeoutS) * time.Second
 	}
-	if err := m.reserve(); err != nil {
+	tenant := Tenant(ctx)
+	if err := m.reserve(tenant); err != nil {
 		return nil, err
 	}
-	defer m.unreserve()
+	defer m.unreserve(tenant)
 	b, err := m.obtain(ctx, limits, req.Env)
 	if err != nil {
 		return nil, err
 	}
 	now := time.Now()
-	s := &Session{id: b.id, language: lang, idle: idle, created: now, lastActive: now, box: b, turn: make(chan struct{}, 1)}
+	s := &Session{id: b.id, tenant: tenant, language: lang, idle: idle, created: now, lastActive: now, box: b, turn: make(chan struct{}, 1)}
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
@@ -277,7 +289,8 @@ func (m *Manager) Create(ctx context.Context, req api.CreateSessionRequest) (*ap
 	}
 	m.sessions[s.id] = s
 	m.mu.Unlock()
-	m.log.Info("session created", "session_id", s.id, "memory_mb", limits.MemoryMB, "cpus", limits.CPUs)
+	m.metrics.sessionsCreated.WithLabelValues(tenant).Inc()
+	m.log.Info("session created", "session_id", s.id, "tenant", tenant, "memory_mb", limits.MemoryMB, "cpus", limits.CPUs)
 	v := s.view()
 	return &v, nil
 }
@@ -301,22 +314,28 @@ func (s *Session) view() api.Session {
 	}
 }
 
-func (m *Manager) lookup(id string) (*Session, error) {
+// lookup finds a session of ctx's tenant. Another tenant's session is not found, with the
+// same answer as one that never existed.
+func (m *Manager) lookup(ctx context.Context, id string) (*Session, error) {
 	m.mu.Lock()
 	s, ok := m.sessions[id]
 	m.mu.Unlock()
-	if !ok {
-		if len(id) > 64 {
-			id = id[:64] + "..."
-		}
-		return nil, fmt.Errorf("no session %q: it never existed, ended, or was idle too long: %w", id, errdefs.ErrNotFound)
+	if !ok || s.tenant != Tenant(ctx) {
+		return nil, notFound(id)
 	}
 	return s, nil
 }
 
+func notFound(id string) error {
+	if len(id) > 64 {
+		id = id[:64] + "..."
+	}
+	return fmt.Errorf("no session %q: it never existed, ended, or was idle too long: %w", id, errdefs.ErrNotFound)
+}
+
 // Get describes a session.
-func (m *Manager) Get(id string) (*api.Session, error) {
-	s, err := m.lookup(id)
+func (m *Manager) Get(ctx context.Context, id string) (*api.Session, error) {
+	s, err := m.lookup(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -324,12 +343,15 @@ func (m *Manager) Get(id string) (*api.Session, error) {
 	return &v, nil
 }
 
-// List describes every live session, oldest first.
-func (m *Manager) List() []api.Session {
+// List describes every live session of ctx's tenant, oldest first.
+func (m *Manager) List(ctx context.Context) []api.Session {
+	tenant := Tenant(ctx)
 	m.mu.Lock()
 	all := make([]*Session, 0, len(m.sessions))
 	for _, s := range m.sessions {
-		all = append(all, s)
+		if s.tenant == tenant {
+			all = append(all, s)
+		}
 	}
 	m.mu.Unlock()
 	out := make([]api.Session, 0, len(all))
@@ -343,19 +365,26 @@ func (m *Manager) List() []api.Session {
 // Delete ends a session: everything in its sandbox is killed; its workspace is kept for
 // the retention period.
 func (m *Manager) Delete(ctx context.Context, id string) error {
+	if _, err := m.lookup(ctx, id); err != nil {
+		return err
+	}
+	return m.end(ctx, id)
+}
+
+// end is Delete for the manager itself (idle sessions, Shutdown): any tenant's session.
+func (m *Manager) end(ctx context.Context, id string) error {
 	m.mu.Lock()
 	s, ok := m.sessions[id]
 	delete(m.sessions, id)
 	m.mu.Unlock()
 	if !ok {
-		_, err := m.lookup(id)
-		return err
+		return notFound(id)
 	}
 	s.mu.Lock()
 	s.closed = true
 	b := s.box
 	s.mu.Unlock()
-	m.log.Info("session ended", "session_id", id)
+	m.log.Info("session ended", "session_id", id, "tenant", s.tenant)
 	return m.discard(ctx, b, true)
 }
 
@@ -437,10 +466,11 @@ func (m *Manager) timeout(t float64) (float64, error) {
 // Execute runs code in a session, after any execution already running there. Outputs go
 // to onOutput as they happen (may be nil).
 func (m *Manager) Execute(ctx context.Context, id string, req api.ExecuteRequest, onOutput func(api.Output)) (*api.ExecuteResult, error) {
-	s, err := m.lookup(id)
+	s, done, err := m.lookupRun(ctx, id, "execute")
 	if err != nil {
 		return nil, err
 	}
+	defer done()
 	if req.TimeoutS, err = m.timeout(req.TimeoutS); err != nil {
 		return nil, err
 	}
@@ -481,7 +511,7 @@ func (m *Manager) afterGuestFailure(ctx context.Context, s *Session, b *box, err
 	cancel()
 	nb, serr := m.startBox(context.WithoutCancel(ctx), s.id, b.limits, b.env, b.ws)
 	if serr != nil {
-		m.Delete(context.WithoutCancel(ctx), s.id)
+		m.end(context.WithoutCancel(ctx), s.id)
 		return nil, fmt.Errorf("the sandbox stopped and could not be restarted, so the session ended (its files are kept): %w", serr)
 	}
 	s.mu.Lock()
@@ -503,7 +533,7 @@ func (m *Manager) afterGuestFailure(ctx context.Context, s *Session, b *box, err
 // Interrupt stops what runs in the session, if anything: a cell is interrupted (its state
 // kept), a command killed with everything it started. The run's caller gets its result.
 func (m *Manager) Interrupt(ctx context.Context, id string) error {
-	s, err := m.lookup(id)
+	s, err := m.lookup(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -524,7 +554,7 @@ func (s *Session) interrupt() {
 
 // Restart interrupts whatever runs and gives the session a fresh kernel; files stay.
 func (m *Manager) Restart(ctx context.Context, id string) error {
-	s, err := m.lookup(id)
+	s, err := m.lookup(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -567,10 +597,11 @@ func checkCommand(req *api.CommandRequest) error {
 
 // Command runs a program in a session, after any execution already running there.
 func (m *Manager) Command(ctx context.Context, id string, req api.CommandRequest) (*api.CommandResult, error) {
-	s, err := m.lookup(id)
+	s, done, err := m.lookupRun(ctx, id, "command")
 	if err != nil {
 		return nil, err
 	}
+	defer done()
 	if err := checkCommand(&req); err != nil {
 		return nil, err
 	}
@@ -596,8 +627,8 @@ func (m *Manager) Command(ctx context.Context, id string, req api.CommandRequest
 
 // fileTarget finds the session's guest and cleans a workspace path for it. whole is the
 // refusal when the workspace itself (".") is not a valid target; "" when it is.
-func (m *Manager) fileTarget(id, path, whole string) (*guestproto.Client, string, error) {
-	s, err := m.lookup(id)
+func (m *Manager) fileTarget(ctx context.Context, id, path, whole string) (*guestproto.Client, string, error) {
+	s, err := m.lookup(ctx, id)
 	if err != nil {
 		return nil, "", err
 	}
@@ -613,7 +644,7 @@ func (m *Manager) fileTarget(id, path, whole string) (*guestproto.Client, string
 
 // PutFile writes a workspace file from r.
 func (m *Manager) PutFile(ctx context.Context, id, path string, r io.Reader) (*api.FileInfo, error) {
-	g, rel, err := m.fileTarget(id, path, "give a file name to upload to")
+	g, rel, err := m.fileTarget(ctx, id, path, "give a file name to upload to")
 	if err != nil {
 		return nil, err
 	}
@@ -622,7 +653,7 @@ func (m *Manager) PutFile(ctx context.Context, id, path string, r io.Reader) (*a
 
 // GetFile opens a workspace file; the caller closes the reader.
 func (m *Manager) GetFile(ctx context.Context, id, path string) (*api.FileInfo, io.ReadCloser, error) {
-	g, rel, err := m.fileTarget(id, path, "")
+	g, rel, err := m.fileTarget(ctx, id, path, "")
 	if err != nil {
 		return nil, nil, err
 	}
@@ -631,7 +662,7 @@ func (m *Manager) GetFile(ctx context.Context, id, path string) (*api.FileInfo, 
 
 // ListFiles lists a workspace folder.
 func (m *Manager) ListFiles(ctx context.Context, id, path string) (*api.FileList, error) {
-	g, rel, err := m.fileTarget(id, path, "")
+	g, rel, err := m.fileTarget(ctx, id, path, "")
 	if err != nil {
 		return nil, err
 	}
@@ -640,7 +671,7 @@ func (m *Manager) ListFiles(ctx context.Context, id, path string) (*api.FileList
 
 // DeleteFile removes a workspace file or empty folder.
 func (m *Manager) DeleteFile(ctx context.Context, id, path string) error {
-	g, rel, err := m.fileTarget(id, path, "the workspace itself cannot be deleted")
+	g, rel, err := m.fileTarget(ctx, id, path, "the workspace itself cannot be deleted")
 	if err != nil {
 		return err
 	}
@@ -689,7 +720,7 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := m.Delete(ctx, s.id); err != nil {
+			if err := m.end(ctx, s.id); err != nil {
 				mu.Lock()
 				errs = append(errs, err)
 				mu.Unlock()

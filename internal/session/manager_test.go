@@ -120,7 +120,7 @@ func TestIdleSessionEnds(t *testing.T) {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		if _, err := m.Get(s.ID); errors.Is(err, errdefs.ErrNotFound) {
+		if _, err := m.Get(ctx, s.ID); errors.Is(err, errdefs.ErrNotFound) {
 			return
 		}
 	}
@@ -164,7 +164,7 @@ func TestSandboxDeathIsRecovered(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.Execute(ctx, s.ID, api.ExecuteRequest{Code: "open('kept.txt', 'w').write('k')"}, nil)
-	sess, _ := m.lookup(s.ID)
+	sess, _ := m.lookup(ctx, s.ID)
 	pid := sess.current().guest.Hello().PID
 	ws := sess.current().ws
 	go func() {
@@ -193,7 +193,7 @@ func TestShutdownInterrupts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sess, _ := m.lookup(s.ID)
+	sess, _ := m.lookup(ctx, s.ID)
 	ws := sess.current().ws
 	type answer struct {
 		r   *api.ExecuteResult
@@ -205,7 +205,7 @@ func TestShutdownInterrupts(t *testing.T) {
 		running <- answer{r, err}
 	}()
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if v, _ := m.Get(s.ID); v != nil && v.State == "busy" {
+		if v, _ := m.Get(ctx, s.ID); v != nil && v.State == "busy" {
 			break
 		}
 		if time.Now().After(deadline) {

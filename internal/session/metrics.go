@@ -12,6 +12,10 @@ type metrics struct {
 	sandboxStart prometheus.Histogram
 	poolHits     prometheus.Counter
 	poolMisses   prometheus.Counter
+
+	// By tenant: the operator's names of API keys, so a bounded set ("" without keys).
+	sessionsCreated *prometheus.CounterVec
+	runs            *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, m *Manager) *metrics {
@@ -36,11 +40,19 @@ func newMetrics(reg prometheus.Registerer, m *Manager) *metrics {
 		poolMisses: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "cellbox_pool_misses_total", Help: "Sessions and one-shots that had to start a sandbox (pool empty or special limits).",
 		}),
+		sessionsCreated: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cellbox_sessions_created_total",
+			Help: "Sessions created, by tenant (the name of an API key; empty without keys).",
+		}, []string{"tenant"}),
+		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cellbox_tenant_executions_total",
+			Help: "Executions (kind=execute, one-shots included) and commands (kind=command) started, by tenant.",
+		}, []string{"tenant", "kind"}),
 	}
 	if reg == nil {
 		return mt
 	}
-	reg.MustRegister(mt.executions, mt.duration, mt.sandboxStart, mt.poolHits, mt.poolMisses,
+	reg.MustRegister(mt.executions, mt.duration, mt.sandboxStart, mt.poolHits, mt.poolMisses, mt.sessionsCreated, mt.runs,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cellbox_sessions", Help: "Live sessions."},
 			func() float64 { n, _ := m.Stats(); return float64(n) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cellbox_pool_size", Help: "Warm sandboxes ready."},

@@ -61,7 +61,8 @@ func (m *Manager) PutFiles(ctx context.Context, id string, in []api.InputFile) e
 }
 
 // OneShot runs code once in a fresh sandbox that nobody used before, then discards the
-// sandbox and its workspace. Outputs go to onOutput as they happen (may be nil).
+// sandbox and its workspace. Outputs go to onOutput as they happen (may be nil). It counts
+// as a session and as an execution of ctx's tenant.
 func (m *Manager) OneShot(ctx context.Context, req api.OneShotRequest, onOutput func(api.Output)) (*api.ExecuteResult, error) {
 	_, limits, err := m.checkSandbox(req.Language, req.Limits, req.Env)
 	if err != nil {
@@ -74,10 +75,16 @@ func (m *Manager) OneShot(ctx context.Context, req api.OneShotRequest, onOutput 
 	if err != nil {
 		return nil, err
 	}
-	if err := m.reserve(); err != nil {
+	tenant := Tenant(ctx)
+	if err := m.reserve(tenant); err != nil {
 		return nil, err
 	}
-	defer m.unreserve()
+	defer m.unreserve(tenant)
+	done, err := m.takeRun(tenant, "execute")
+	if err != nil {
+		return nil, err
+	}
+	defer done()
 	ctx, _, end, err := m.startRun(ctx)
 	if err != nil {
 		return nil, err

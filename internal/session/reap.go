@@ -45,7 +45,7 @@ func (m *Manager) endIdle(ctx context.Context, now time.Time) {
 		s.mu.Unlock()
 		if idle {
 			m.log.Info("ending idle session", "session_id", s.id)
-			m.Delete(ctx, s.id)
+			m.end(ctx, s.id)
 		}
 		<-s.turn
 	}

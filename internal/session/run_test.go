@@ -49,7 +49,7 @@ func TestInterruptStopsCommand(t *testing.T) {
 		}
 		done <- r
 	}()
-	sess, _ := m.lookup(s.ID)
+	sess, _ := m.lookup(context.Background(), s.ID)
 	for !exists(sess.current().ws + "/started") {
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -79,7 +79,7 @@ func TestCallerGoneEndsCommand(t *testing.T) {
 		defer close(done)
 		m.Command(ctx, s.ID, api.CommandRequest{Cmd: []string{"sh", "-c", "touch started; sleep 60"}, TimeoutS: 120})
 	}()
-	sess, _ := m.lookup(s.ID)
+	sess, _ := m.lookup(context.Background(), s.ID)
 	for !exists(sess.current().ws + "/started") {
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -126,13 +126,13 @@ func TestReaperSparesRunningSession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sess, _ := m.lookup(s.ID)
+	sess, _ := m.lookup(context.Background(), s.ID)
 	done := startCell(t, m, ctx, s.ID, "import time\nprint('go', flush=True)\ntime.sleep(2)")
 	sess.mu.Lock()
 	sess.lastActive = time.Now().Add(-time.Hour) // as if the reaper had read it long ago
 	sess.mu.Unlock()
 	m.endIdle(ctx, time.Now())
-	if _, err := m.Get(s.ID); err != nil {
+	if _, err := m.Get(context.Background(), s.ID); err != nil {
 		t.Fatalf("the reaper ended a session with a running cell: %v", err)
 	}
 	if r := <-done; r == nil || r.Status != api.StatusOK {
@@ -143,7 +143,7 @@ func TestReaperSparesRunningSession(t *testing.T) {
 	sess.lastActive = time.Now().Add(-time.Hour)
 	sess.mu.Unlock()
 	m.endIdle(ctx, time.Now())
-	if _, err := m.Get(s.ID); err == nil {
+	if _, err := m.Get(context.Background(), s.ID); err == nil {
 		t.Error("the reaper left an idle session")
 	}
 }
