@@ -6,7 +6,6 @@ package main
 // this is about isolation).
 
 import (
-	"bytes"
 	"context"
 	"net"
 	"net/http"
@@ -15,7 +14,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -94,31 +92,13 @@ func TestAttackServeRefusesOpenAddress(t *testing.T) {
 	}
 }
 
-// syncWriter collects a process's output while the test reads it.
-type syncWriter struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (w *syncWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *syncWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
-}
-
 // servedLog starts `cellbox serve` and returns its combined output once it contains want.
 func servedLog(t *testing.T, env []string, want string, args ...string) string {
 	t.Helper()
 	if err := exec.Command("/usr/bin/python3", "-c", "import IPython").Run(); err != nil {
 		t.Skip("needs Debian's python3-ipython (make test installs it)")
 	}
-	var out syncWriter
+	var out testbin.Buffer
 	cmd := exec.Command(testbin.Cellbox(t), append([]string{"serve", "--state-dir", t.TempDir(), "--backend", "local-unsafe", "--pool-size", "0", "--preimport", ""}, args...)...)
 	cmd.Env = append(withoutKeys(), env...)
 	cmd.Stdout, cmd.Stderr = &out, &out

@@ -15,7 +15,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -38,24 +37,7 @@ const (
 // keyed is a server that requires the keys of alice and bob.
 type keyed struct {
 	url string
-	log *syncBuffer // its log, at info
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
+	log *testbin.Buffer // its log, at info
 }
 
 func startKeyed(t *testing.T, mod func(*config.Config)) *keyed {
@@ -78,7 +60,7 @@ func startKeyed(t *testing.T, mod func(*config.Config)) *keyed {
 	if mod != nil {
 		mod(&cfg)
 	}
-	k := &keyed{log: &syncBuffer{}}
+	k := &keyed{log: &testbin.Buffer{}}
 	log := slog.New(slog.NewTextHandler(k.log, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

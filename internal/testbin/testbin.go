@@ -3,6 +3,7 @@
 package testbin
 
 import (
+	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -93,4 +94,22 @@ func NeedRunc(t testing.TB) {
 func lastLine(b []byte) string {
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	return lines[len(lines)-1]
+}
+
+// Buffer is a bytes.Buffer safe for a process or logger writing while the test reads.
+type Buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *Buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *Buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
