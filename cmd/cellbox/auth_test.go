@@ -95,9 +95,7 @@ func TestAttackServeRefusesOpenAddress(t *testing.T) {
 // servedLog starts `cellbox serve` and returns its combined output once it contains want.
 func servedLog(t *testing.T, env []string, want string, args ...string) string {
 	t.Helper()
-	if err := exec.Command("/usr/bin/python3", "-c", "import IPython").Run(); err != nil {
-		t.Skip("needs Debian's python3-ipython (make test installs it)")
-	}
+	testbin.NeedIPython(t)
 	var out testbin.Buffer
 	cmd := exec.Command(testbin.Cellbox(t), append([]string{"serve", "--state-dir", t.TempDir(), "--backend", "local-unsafe", "--pool-size", "0", "--preimport", ""}, args...)...)
 	cmd.Env = append(withoutKeys(), env...)
@@ -181,9 +179,7 @@ func TestKeygen(t *testing.T) {
 
 // TestRunServerWithKey: run --server sends CELLBOX_API_KEY; without it the server refuses.
 func TestRunServerWithKey(t *testing.T) {
-	if err := exec.Command("/usr/bin/python3", "-c", "import IPython").Run(); err != nil {
-		t.Skip("needs Debian's python3-ipython (make test installs it)")
-	}
+	testbin.NeedIPython(t)
 	keys, err := auth.Load(envKey, "")
 	if err != nil {
 		t.Fatal(err)

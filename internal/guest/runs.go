@@ -63,12 +63,3 @@ func (r *runs) interrupt(id string) {
 	r.early[id] = true
 	r.order = append(r.order, id)
 }
-
-// cancelAll ends every live run.
-func (r *runs) cancelAll() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, cancel := range r.live {
-		cancel()
-	}
-}

@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -42,9 +41,7 @@ type keyed struct {
 
 func startKeyed(t *testing.T, mod func(*config.Config)) *keyed {
 	t.Helper()
-	if err := exec.Command("/usr/bin/python3", "-c", "import IPython").Run(); err != nil {
-		t.Skip("needs Debian's python3-ipython (make test installs it)")
-	}
+	testbin.NeedIPython(t)
 	file := filepath.Join(t.TempDir(), "keys")
 	os.WriteFile(file, []byte("# the test's tenants\r\n"+aliceKey+" alice\r\n"+bobKey+"\tbob\r\n"), 0o600)
 	keys, err := auth.Load("", file)
