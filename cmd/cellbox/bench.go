@@ -38,6 +38,7 @@ func benchMain(args []string) int {
 		return 2
 	}
 	cfg.Addr = "127.0.0.1:0"
+	cfg.EndSessionsOnExit = true
 	if cfg.LogLevel == "info" {
 		cfg.LogLevel = "warn"
 	}

@@ -137,10 +137,12 @@ func (f *cliFlags) connect(ctx context.Context) (c *client.Client, stop func(), 
 
 // startEmbedded starts a server on the first slot <state-dir>/embedded/N that no other
 // server holds (server.Start locks it). A server cleans up every sandbox of its state dir
-// when it starts, so an embedded server must never share one with `cellbox serve` or with
-// another run. The slots are reused: the next run cleans up after a crashed one, and keeps
-// the font cache.
+// when it starts (but for the sessions it takes over), so an embedded server must never
+// share one with `cellbox serve` or with another run. The slots are reused: the next run
+// cleans up after a crashed one (embedded servers end their sessions on exit, and those a
+// crashed one left at start), and keeps the font cache.
 func startEmbedded(ctx context.Context, cfg config.Config, opts server.Options) (*server.Server, error) {
+	cfg.EndSessionsOnExit = true // its sessions are the command's own
 	base := cfg.StateDir
 	for i := 0; i < 1000; i++ {
 		cfg.StateDir = filepath.Join(base, "embedded", strconv.Itoa(i))

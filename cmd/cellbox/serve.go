@@ -50,7 +50,11 @@ func serveMain(args []string) int {
 	log.Info("cellbox serving", "url", s.URL, "backend", cfg.Backend, "state_dir", cfg.StateDir, "pool_size", cfg.PoolSize)
 	<-ctx.Done()
 	stop()
-	log.Info("shutting down: interrupting running cells, stopping sandboxes; workspaces are kept")
+	if cfg.EndSessionsOnExit {
+		log.Info("shutting down: interrupting running cells, ending every session; workspaces are kept")
+	} else {
+		log.Info("shutting down: interrupting running cells; sessions live on for the next server on this state dir")
+	}
 	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := s.Shutdown(sctx); err != nil {

@@ -4,12 +4,15 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -29,7 +32,8 @@ type served struct {
 }
 
 // serve starts `cellbox serve` on a free port and the state dir and waits until it answers
-// /healthz. A server still running when the test ends gets SIGTERM, then SIGKILL.
+// /healthz. A server still running when the test ends gets SIGTERM, then SIGKILL. It ends
+// its sessions on exit unless args say --end-sessions-on-exit=false.
 func serve(t *testing.T, state string, args ...string) *served {
 	t.Helper()
 	needRunc(t)
@@ -44,7 +48,7 @@ func serve(t *testing.T, state string, args ...string) *served {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.cmd = exec.Command(testbin.Cellbox(t), append([]string{"serve", "--addr", addr, "--state-dir", state}, args...)...)
+	s.cmd = exec.Command(testbin.Cellbox(t), append([]string{"serve", "--addr", addr, "--state-dir", state, "--end-sessions-on-exit"}, args...)...)
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -87,9 +91,9 @@ func (s *served) output() string {
 	return string(b)
 }
 
-// TestServeShutdown sends SIGTERM to a server whose cell runs: the cell is interrupted and
-// its result reaches the client, the server exits 0, nothing of its sandboxes is left
-// running or mounted, and the workspace stays on disk.
+// TestServeShutdown sends SIGTERM to a server that ends its sessions on exit, while a cell
+// runs: the cell is interrupted and its result reaches the client, the server exits 0,
+// nothing of its sandboxes is left running or mounted, and the workspace stays on disk.
 func TestServeShutdown(t *testing.T) {
 	needRunc(t)
 	state := t.TempDir()
@@ -165,7 +169,9 @@ func TestServeShutdown(t *testing.T) {
 		t.Errorf("containers left: %v", left)
 	}
 	for _, pid := range procsInCgroups(ids) {
-		t.Errorf("process %d left in a sandbox's cgroup", pid)
+		status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		cgroup, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+		t.Errorf("process %d left in a sandbox's cgroup: %.200s %s", pid, status, cgroup)
 	}
 	resolved, err := filepath.EvalSymlinks(state) // mountinfo shows real paths
 	if err != nil {
@@ -257,5 +263,164 @@ func TestServeStateDirInUse(t *testing.T) {
 	}
 	if _, err := client.New(first.url).Health(t.Context()); err != nil {
 		t.Errorf("first server after the run: %v", err)
+	}
+}
+
+// TestServeRestart stops the server with SIGTERM, then with kill -9, and starts it again
+// on the same state dir each time: live sessions answer under their ids with their
+// variables and files. Meanwhile one session's idle time runs out (it ends at start) and
+// another's sandbox dies (it is replaced: files kept, variables lost, and the next cell
+// says so). A last server that ends sessions on exit leaves nothing behind.
+func TestServeRestart(t *testing.T) {
+	needRunc(t)
+	state := t.TempDir()
+	keep := "--end-sessions-on-exit=false"
+	srv := serve(t, state, keep, "--pool-size", "1", "--log-level", "info")
+	c := client.New(srv.url)
+	ctx := t.Context()
+	run := func(c *client.Client, id, code string) *api.ExecuteResult {
+		t.Helper()
+		res, err := c.Execute(ctx, id, api.ExecuteRequest{Code: code})
+		if err != nil {
+			t.Fatalf("execute %q in %s: %v", code, id, err)
+		}
+		return res
+	}
+	stdout := func(r *api.ExecuteResult) string {
+		var b strings.Builder
+		for _, o := range r.Outputs {
+			if o.Type == api.OutputStream && o.Name == "stdout" {
+				b.WriteString(o.Text)
+			}
+		}
+		return b.String()
+	}
+	var ids [3]string // live, idle, dies
+	for i := range ids {
+		s, err := c.CreateSession(ctx, api.CreateSessionRequest{Env: map[string]string{"WHO": fmt.Sprint(i)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = s.ID
+		if r := run(c, s.ID, "x = 42\nopen('kept.txt', 'w').write('kept')"); r.Status != api.StatusOK {
+			t.Fatalf("session %d: %+v", i, r)
+		}
+	}
+	live, idle, dies := ids[0], ids[1], ids[2]
+	runcRoot := filepath.Join(state, "runc", "runtime")
+
+	stopped := func(srv *served, how syscall.Signal) {
+		t.Helper()
+		srv.cmd.Process.Signal(how)
+		select {
+		case <-srv.exited:
+		case <-time.After(time.Minute):
+			t.Fatalf("cellbox serve still runs a minute after %v\n%s", how, srv.output())
+		}
+		if how == syscall.SIGTERM && srv.err != nil {
+			t.Fatalf("cellbox serve: %v, want exit 0\n%s", srv.err, srv.output())
+		}
+	}
+	stopped(srv, syscall.SIGTERM)
+	left := runcList(t, runcRoot)
+	for _, id := range ids {
+		if !slices.Contains(left, id) {
+			t.Errorf("session %s's sandbox did not outlive the server: %v", id, left)
+		}
+	}
+	if len(left) != 3 {
+		t.Errorf("sandboxes after SIGTERM: %v, want the 3 sessions' (the pool's is stopped)", left)
+	}
+
+	// While no server runs: idle's time runs out, dies's sandbox dies.
+	recPath := filepath.Join(state, "sessions", idle+".json")
+	rec, err := os.ReadFile(recPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, _ := os.Stat(recPath); fi.Mode().Perm() != 0o600 {
+		t.Errorf("session record mode %v, want 0600", fi.Mode().Perm())
+	}
+	var m map[string]any
+	if err := json.Unmarshal(rec, &m); err != nil {
+		t.Fatal(err)
+	}
+	m["last_active_at"] = time.Now().Add(-time.Hour).UTC().Format(time.RFC3339Nano)
+	rec, _ = json.Marshal(m)
+	if err := os.WriteFile(recPath, rec, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("runc", "--root", runcRoot, "kill", dies, "KILL").CombinedOutput(); err != nil {
+		t.Fatalf("runc kill: %v %s", err, out)
+	}
+
+	srv = serve(t, state, keep, "--pool-size", "1", "--log-level", "info")
+	c = client.New(srv.url)
+	if got := stdout(run(c, live, "print(x, open('kept.txt').read(), __import__('os').environ['WHO'])")); got != "42 kept 0\n" {
+		t.Errorf("live session after SIGTERM and restart: %q, want 42 kept 0", got)
+	}
+	if _, err := c.GetSession(ctx, idle); !client.IsNotFound(err) {
+		t.Errorf("session idle too long while the server was down: %v, want not found", err)
+	}
+	r := run(c, dies, "print(open('kept.txt').read(), __import__('os').environ['WHO'])\nx")
+	if r.Status != api.StatusError || stdout(r) != "kept 2\n" || len(r.Outputs) == 0 ||
+		!strings.Contains(r.Outputs[0].Text, "was replaced: variables are lost, files in /mnt/data are kept") {
+		t.Errorf("session whose sandbox died: %+v; want the notice, its file and env, and x undefined", r)
+	}
+	if r := run(c, dies, "print('again')"); len(r.Outputs) != 1 || stdout(r) != "again\n" {
+		t.Errorf("the notice is told once: %+v", r.Outputs)
+	}
+	if !strings.Contains(srv.output(), "attached=1 replaced=1 ended=0") {
+		t.Errorf("the restart is not reported:\n%s", srv.output())
+	}
+
+	// kill -9 while a cell runs; the next server interrupts it and keeps the state.
+	started := make(chan struct{})
+	running := make(chan struct{})
+	go func() {
+		defer close(running)
+		var once sync.Once
+		c.ExecuteStream(context.Background(), live, api.ExecuteRequest{Code: "y = 1\nprint('started', flush=True)\nimport time; time.sleep(600)", TimeoutS: 900},
+			func(o api.Output) {
+				if strings.Contains(o.Text, "started") {
+					once.Do(func() { close(started) })
+				}
+			})
+	}()
+	select {
+	case <-started:
+	case <-running:
+		t.Fatal("the cell ended before it printed")
+	case <-time.After(time.Minute):
+		t.Fatal("the cell does not run")
+	}
+	stopped(srv, syscall.SIGKILL)
+	<-running
+	srv = serve(t, state, keep, "--pool-size", "0", "--log-level", "info")
+	c = client.New(srv.url)
+	if got := stdout(run(c, live, "print(x, y)")); got != "42 1\n" {
+		t.Errorf("live session after kill -9 and restart: %q, want 42 1\n%s", got, srv.output())
+	}
+	list, err := c.ListSessions(ctx)
+	if err != nil || len(list) != 2 {
+		t.Errorf("sessions after the restarts: %+v, %v; want live and dies", list, err)
+	}
+	stopped(srv, syscall.SIGTERM)
+
+	// A server that ends sessions on exit ends those it finds at start, and leaves nothing.
+	srv = serve(t, state, "--pool-size", "0", "--log-level", "info")
+	if list, err := client.New(srv.url).ListSessions(ctx); err != nil || len(list) != 0 {
+		t.Errorf("sessions on a server that ends them: %+v, %v; want none", list, err)
+	}
+	stopped(srv, syscall.SIGTERM)
+	if left := runcList(t, runcRoot); len(left) > 0 {
+		t.Errorf("containers left: %v", left)
+	}
+	resolved, _ := filepath.EvalSymlinks(state)
+	mountinfo, _ := os.ReadFile("/proc/self/mountinfo")
+	for _, line := range strings.Split(string(mountinfo), "\n") {
+		if f := strings.Fields(line); len(f) >= 5 && strings.HasPrefix(f[4], resolved+"/") {
+			t.Errorf("still mounted: %s", f[4])
+		}
 	}
 }

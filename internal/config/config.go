@@ -27,6 +27,10 @@ type Config struct {
 	Preimport string // --preimport: Python run when a kernel starts
 	PoolSize  int    // --pool-size
 
+	// EndSessionsOnExit: the server ends every session when it stops, and at start those an
+	// earlier process left. Off (the default for serve), sessions outlive a restart.
+	EndSessionsOnExit bool // --end-sessions-on-exit
+
 	MaxSessions int // --max-sessions
 
 	// API keys: with any, every call but /healthz needs one, and each key is a tenant that
@@ -125,6 +129,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Python, "python", c.Python, "Python interpreter inside the sandbox")
 	fs.StringVar(&c.Preimport, "preimport", c.Preimport, "Python run when a kernel starts (warm imports)")
 	fs.IntVar(&c.PoolSize, "pool-size", c.PoolSize, "sandboxes kept warm, ready for new sessions")
+	fs.BoolVar(&c.EndSessionsOnExit, "end-sessions-on-exit", c.EndSessionsOnExit, "end every session when the server stops (default: sessions live on, and the next server on this state dir takes them over)")
 	fs.IntVar(&c.MaxSessions, "max-sessions", c.MaxSessions, "concurrent sessions; past it, resource_exhausted")
 	fs.StringVar(&c.APIKeysFile, "api-keys", c.APIKeysFile, "file of API keys, one a line, each optionally followed by a tenant name (keys also come from $CELLBOX_API_KEYS, comma-separated); with keys, every call but /healthz needs one")
 	fs.BoolVar(&c.InsecureNoAuth, "insecure-no-auth", c.InsecureNoAuth, "allow listening on an address beyond loopback without API keys (only behind something that authenticates)")

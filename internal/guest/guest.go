@@ -12,11 +12,15 @@ package guest
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
+	"strings"
+	"sync"
 
 	"github.com/cellbox/cellbox/api"
 )
@@ -47,8 +51,9 @@ type Options struct {
 }
 
 // Main is `cellbox guest`: it serves the guest protocol on stdin/stdout until the
-// connection ends or SIGTERM/SIGINT arrives, then kills everything it started and returns
-// the process's exit code.
+// connection ends, or with --listen on a Unix socket for as long as the sandbox lives; then
+// it kills everything it started and returns the process's exit code. It ignores every
+// signal it can (see protect).
 func Main(args []string) int {
 	fs := flag.NewFlagSet("guest", flag.ContinueOnError)
 	fs.Usage = func() {
@@ -60,6 +65,8 @@ func Main(args []string) int {
 	mplCache := fs.String("mpl-cache", "", "optional read-only folder with a prebuilt matplotlib font cache")
 	userUID := fs.Int("user-uid", 0, "run user code (kernel, commands) as this uid; 0: as the guest's own")
 	userGID := fs.Int("user-gid", 0, "with --user-uid: the gid of user code")
+	listen := fs.String("listen", "", "serve on a Unix socket at this path instead of stdin/stdout; every connection opens with the attach handshake, and the kernel outlives connections")
+	tokenFile := fs.String("token-file", "", "with --listen: file holding the attach token; read once and removed")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			return 0
@@ -74,14 +81,25 @@ func Main(args []string) int {
 		fmt.Fprintln(os.Stderr, "cellbox guest: --user-uid and --user-gid go together and must be positive")
 		return 2
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if (*listen == "") != (*tokenFile == "") {
+		fmt.Fprintln(os.Stderr, "cellbox guest: --listen and --token-file go together")
+		return 2
+	}
+	// The log may be a file the sandbox keeps for its whole life: cap it.
+	log := slog.New(slog.NewTextHandler(&cappedWriter{w: os.Stderr, left: maxLog}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	protect(log)
 	ctx := context.Background()
-	// stdout carries the protocol from here on: nothing else may write to it.
-	conn := stdio{r: os.Stdin, w: os.Stdout}
-	os.Stdout = os.Stderr
-	err := Serve(ctx, conn, Options{Workspace: *workspace, Cgroup: *cgroup, MplCache: *mplCache,
-		UserUID: *userUID, UserGID: *userGID, Init: true, Logger: log})
+	opts := Options{Workspace: *workspace, Cgroup: *cgroup, MplCache: *mplCache,
+		UserUID: *userUID, UserGID: *userGID, Init: true, Logger: log}
+	var err error
+	if *listen != "" {
+		err = listenMain(ctx, *listen, *tokenFile, opts)
+	} else {
+		// stdout carries the protocol from here on: nothing else may write to it.
+		conn := stdio{r: os.Stdin, w: os.Stdout}
+		os.Stdout = os.Stderr
+		err = Serve(ctx, conn, opts)
+	}
 	killAll()
 	if err != nil {
 		log.Error("guest stopped", "error", err)
@@ -103,3 +121,72 @@ func (s stdio) Close() error {
 }
 
 var _ io.ReadWriteCloser = stdio{}
+
+// listenMain serves on a Unix socket at path, with the token read from tokenFile.
+func listenMain(ctx context.Context, path, tokenFile string, opts Options) error {
+	token, err := readToken(tokenFile)
+	if err != nil {
+		return err
+	}
+	ln, err := listenUnix(path)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", path, err)
+	}
+	return Listen(ctx, ln, token, opts)
+}
+
+// listenUnix listens on a Unix socket at path that only the guest's uid may connect to.
+func listenUnix(path string) (net.Listener, error) {
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("remove stale socket: %w", err)
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	return ln, nil
+}
+
+// readToken reads the attach token from path and removes the file: it is read once.
+func readToken(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("read attach token: %w", err)
+	}
+	if err := os.Remove(path); err != nil {
+		return "", fmt.Errorf("remove attach token: %w", err)
+	}
+	token := strings.TrimSpace(string(b))
+	if len(token) < 32 {
+		return "", errors.New("attach token: too short")
+	}
+	return token, nil
+}
+
+// maxLog caps what the guest logs in its life.
+const maxLog = 1 << 20
+
+// cappedWriter writes until left runs out, then drops everything.
+type cappedWriter struct {
+	mu   sync.Mutex
+	w    io.Writer
+	left int
+}
+
+func (c *cappedWriter) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.left <= 0 {
+		return len(p), nil
+	}
+	n := min(len(p), c.left)
+	c.left -= n
+	if _, err := c.w.Write(p[:n]); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}

@@ -6,11 +6,18 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 )
 
 // Serve serves the guest protocol on conn. The guest runs only on Linux.
 func Serve(ctx context.Context, conn io.ReadWriteCloser, opts Options) error {
 	conn.Close()
+	return errors.New("the cellbox guest runs only on Linux")
+}
+
+// Listen serves the guest protocol on ln. The guest runs only on Linux.
+func Listen(ctx context.Context, ln net.Listener, token string, opts Options) error {
+	ln.Close()
 	return errors.New("the cellbox guest runs only on Linux")
 }
 

@@ -44,6 +44,7 @@ type server struct {
 	oom    oomCounter
 	procFD bool // /proc/self/fd works: a command's cwd is passed as its open descriptor
 
+	calls sync.WaitGroup                     // handlers of calls, on every connection
 	busy  atomic.Bool                        // a cell is running: a second Execute is refused
 	runs  *runs                              // cells and commands by run id, for interrupts
 	cell  atomic.Pointer[context.CancelFunc] // interrupts the running cell (an Interrupt without run id)
@@ -62,6 +63,18 @@ type server struct {
 // kernel and every command it started. It returns nil then; an error only if it could not
 // start (e.g. the workspace folder is missing).
 func Serve(ctx context.Context, conn io.ReadWriteCloser, opts Options) error {
+	s, err := newServer(opts)
+	if err != nil {
+		conn.Close()
+		return err
+	}
+	s.serveConn(ctx, conn)
+	s.close() // kills what runs, then waits for the calls, with a bound
+	return nil
+}
+
+// newServer prepares the guest's state: the workspace root, the kernel's private folder.
+func newServer(opts Options) (*server, error) {
 	if opts.Workspace == "" {
 		opts.Workspace = api.WorkspaceDir
 	}
@@ -81,14 +94,12 @@ func Serve(ctx context.Context, conn io.ReadWriteCloser, opts Options) error {
 	}
 	r, err := openRoot(opts.Workspace, user)
 	if err != nil {
-		conn.Close()
-		return fmt.Errorf("open workspace %s: %w", opts.Workspace, err)
+		return nil, fmt.Errorf("open workspace %s: %w", opts.Workspace, err)
 	}
 	tmp, err := userTemp(opts.MplCache, user)
 	if err != nil {
 		r.close()
-		conn.Close()
-		return fmt.Errorf("create the guest's temporary folder: %w", err)
+		return nil, fmt.Errorf("create the guest's temporary folder: %w", err)
 	}
 	_, procErr := os.Stat("/proc/self/fd")
 	s := &server{opts: opts, log: log, root: r, tmp: tmp, user: user, oom: newOOMCounter(opts.Cgroup),
@@ -96,43 +107,63 @@ func Serve(ctx context.Context, conn io.ReadWriteCloser, opts Options) error {
 	if testHookServe != nil {
 		testHookServe(s)
 	}
+	return s, nil
+}
 
+// serveConn serves one connection until it ends or ctx is done. A call's stream ending ends
+// its run, so a cell running when the connection drops is interrupted; the kernel and its
+// state stay. The returned channel is closed when the connection's calls have returned.
+func (s *server) serveConn(ctx context.Context, conn io.ReadWriteCloser) <-chan struct{} {
+	done := make(chan struct{})
 	sess, err := yamux.Server(conn, guestproto.YamuxConfig())
 	if err != nil {
 		conn.Close()
-		return fmt.Errorf("start the guest multiplexer: %w", err)
+		s.log.Warn("start the guest multiplexer", "error", err)
+		close(done)
+		return done
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stop := context.AfterFunc(ctx, func() { sess.Close() })
 	defer stop()
-	var wg sync.WaitGroup
+	var calls sync.WaitGroup
 	for {
 		st, err := sess.AcceptStream()
 		if err != nil {
 			break
 		}
-		wg.Add(1)
+		s.calls.Add(1)
+		calls.Add(1)
 		go func() {
-			defer wg.Done()
+			defer s.calls.Done()
+			defer calls.Done()
 			s.handle(ctx, st)
 		}()
 	}
 	cancel()
 	sess.Close()
+	go func() {
+		calls.Wait()
+		close(done)
+	}()
+	return done
+}
+
+// close kills the kernel and every command, and releases the workspace once the calls
+// have returned.
+func (s *server) close() {
 	s.shutdown()
 	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
+	go func() { s.calls.Wait(); close(done) }()
 	select {
 	case <-done:
-		r.close()
-		os.RemoveAll(tmp)
+		s.root.close()
+		os.RemoveAll(s.tmp)
 	case <-time.After(10 * time.Second):
 		// A call still holds the root descriptor: leave it open rather than let its number
 		// be reused under that call.
-		log.Warn("guest calls still running at shutdown")
+		s.log.Warn("guest calls still running at shutdown")
 	}
-	return nil
 }
 
 // userTemp makes the kernel's private folder (IPYTHONDIR and MPLCONFIGDIR in it, the

@@ -45,6 +45,10 @@ type Sandbox interface {
 	// Stop kills everything in the sandbox and releases what the backend holds for it
 	// (not the workspace). It is idempotent and safe to call concurrently.
 	Stop(ctx context.Context) error
+	// Detach lets go of the sandbox without stopping it: the connection closes, and the
+	// sandbox runs on for a later Backend.Attach, by this server process or the next. A
+	// backend that cannot re-attach stops it instead.
+	Detach() error
 }
 
 // Capabilities says what a backend enforces, so tests and operators know what to expect.
@@ -59,6 +63,8 @@ type Capabilities struct {
 	// signal the guest, nor read its memory, descriptors or environment, nor reach its
 	// control channel.
 	GuestProtected bool
+	// Reattach: sandboxes outlive the server process, and Attach finds them again.
+	Reattach bool
 }
 
 // Backend creates sandboxes.
@@ -67,6 +73,13 @@ type Backend interface {
 	Capabilities() Capabilities
 	// Create starts a sandbox whose guest is ready to be dialed over Conn.
 	Create(ctx context.Context, spec Spec) (Sandbox, error)
-	// Cleanup stops and removes sandboxes an earlier run of this server left behind.
-	Cleanup(ctx context.Context) error
+	// Attach connects to the running sandbox id that an earlier server process created (or
+	// this one detached); its Conn is a new connection to the same guest. It fails with
+	// errdefs.ErrNotFound when there is no such sandbox, and with ErrUnsupported when the
+	// backend cannot re-attach. A sandbox that is there but cannot be attached to is
+	// stopped and removed: it never runs on unreachable.
+	Attach(ctx context.Context, id string) (Sandbox, error)
+	// Cleanup stops and removes the sandboxes an earlier run of this server left behind,
+	// except those keep says to keep (keep may be nil).
+	Cleanup(ctx context.Context, keep func(id string) bool) error
 }

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"path/filepath"
 	"sort"
 	"sync"
 	"time"
@@ -37,7 +38,9 @@ type Manager struct {
 	log     *slog.Logger
 	metrics *metrics
 
-	pool *pool
+	pool    *pool
+	records records // sessions that outlive the server process; zero: they end with it
+	keep    bool    // sessions outlive the server process (see New)
 
 	mu       sync.Mutex
 	sessions map[string]*Session
@@ -61,22 +64,26 @@ type Session struct {
 	created  time.Time
 	turn     chan struct{} // holds one token while an execution or command runs
 
+	saveMu sync.Mutex // held while the session's record is written or removed
+
 	mu         sync.Mutex
 	box        *box
 	run        *run // the execution or command holding the turn
 	lastActive time.Time
+	saved      time.Time // when the record was last written
 	busy       bool
 	execCount  int
 	closed     bool
+	notice     string // told on the next execution: what happened to the session meanwhile
 }
 
-// New starts a Manager: it cleans up sandboxes a crashed earlier run left and sweeps
-// workspaces past retention, then fills the warm pool, reaps idle sessions and sweeps again
-// every 10 minutes in the background until Shutdown.
+// New starts a Manager. Sessions outlive the server process when the backend can attach
+// to sandboxes again and cfg.EndSessionsOnExit is off: New then finds the sessions an
+// earlier process left (see restore) and ends those idle too long meanwhile. Everything
+// else an earlier process left is cleaned up: sandboxes are stopped and workspaces
+// released. New sweeps workspaces past retention, then fills the warm pool, reaps idle
+// sessions and sweeps again every 10 minutes in the background until Shutdown.
 func New(ctx context.Context, cfg config.Config, backend sandbox.Backend, store *workspace.Store, log *slog.Logger, reg prometheus.Registerer) (*Manager, error) {
-	if err := backend.Cleanup(ctx); err != nil {
-		return nil, fmt.Errorf("clean up sandboxes of an earlier run: %w", err)
-	}
 	m := &Manager{
 		cfg:      cfg,
 		backend:  backend,
@@ -85,11 +92,23 @@ func New(ctx context.Context, cfg config.Config, backend sandbox.Backend, store 
 		sessions: map[string]*Session{},
 		runs:     map[*run]bool{},
 		tenants:  tenantUse{starting: map[string]int{}, running: map[string]int{}},
+		keep:     backend.Capabilities().Reattach && !cfg.EndSessionsOnExit,
+	}
+	// The records folder is read even when sessions end with the server: a record of an
+	// earlier process that kept them is how its sessions get ended here.
+	m.records = records{dir: filepath.Join(cfg.StateDir, "sessions")}
+	recs, err := m.recover(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !m.keep {
+		m.records = records{}
 	}
 	m.pool = newPool(cfg.PoolSize, func(ctx context.Context) (*box, error) {
 		return m.startBox(ctx, newID(), m.defaults(), nil, "")
 	}, func(b *box) { m.discard(context.Background(), b, false) }, log)
 	m.metrics = newMetrics(reg, m)
+	m.restore(ctx, recs)
 	m.sweep(ctx) // a short-lived server (cellbox run) may never see its periodic sweep
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	m.stopBg = cancel
@@ -289,6 +308,7 @@ func (m *Manager) Create(ctx context.Context, req api.CreateSessionRequest) (*ap
 	}
 	m.sessions[s.id] = s
 	m.mu.Unlock()
+	m.save(s)
 	m.metrics.sessionsCreated.WithLabelValues(tenant).Inc()
 	m.log.Info("session created", "session_id", s.id, "tenant", tenant, "memory_mb", limits.MemoryMB, "cpus", limits.CPUs)
 	v := s.view()
@@ -380,12 +400,34 @@ func (m *Manager) end(ctx context.Context, id string) error {
 	if !ok {
 		return notFound(id)
 	}
+	s.saveMu.Lock()
 	s.mu.Lock()
 	s.closed = true
 	b := s.box
 	s.mu.Unlock()
+	if err := m.records.remove(id); err != nil {
+		m.log.Warn("session ended", "session_id", id, "err", err)
+	}
+	s.saveMu.Unlock()
 	m.log.Info("session ended", "session_id", id, "tenant", s.tenant)
 	return m.discard(ctx, b, true)
+}
+
+// detach saves the session's record and lets go of its sandbox, which runs on.
+func (m *Manager) detach(s *Session) {
+	m.save(s)
+	m.mu.Lock()
+	delete(m.sessions, s.id)
+	m.mu.Unlock()
+	s.mu.Lock()
+	s.closed = true
+	b := s.box
+	s.mu.Unlock()
+	b.guest.Close()
+	if err := b.sb.Detach(); err != nil {
+		m.log.Warn("detach sandbox", "session_id", s.id, "err", err)
+	}
+	m.log.Debug("session detached; it lives on for the next server process", "session_id", s.id)
 }
 
 // discard stops a box and releases (keep) or removes its workspace.
@@ -439,16 +481,23 @@ func (m *Manager) acquire(ctx context.Context, s *Session) (_ *box, _ context.Co
 		s.run = nil
 		s.lastActive = time.Now()
 		s.mu.Unlock()
+		m.save(s)
 		end()
 		<-s.turn
 	}, nil
 }
 
-func (s *Session) current() *box {
+// current returns the session's box for a file call, which counts as activity.
+func (m *Manager) current(s *Session) *box {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.lastActive = time.Now()
-	return s.box
+	b := s.box
+	stale := s.lastActive.Sub(s.saved) > saveEvery
+	s.mu.Unlock()
+	if stale {
+		m.save(s)
+	}
+	return b
 }
 
 func (m *Manager) timeout(t float64) (float64, error) {
@@ -487,6 +536,10 @@ func (m *Manager) Execute(ctx context.Context, id string, req api.ExecuteRequest
 	}
 	s.mu.Lock()
 	s.execCount = res.ExecutionCount
+	if s.notice != "" {
+		res.Outputs = append([]api.Output{{Type: api.OutputStream, Name: "stderr", Text: s.notice}}, res.Outputs...)
+		s.notice = ""
+	}
 	s.mu.Unlock()
 	m.metrics.observe("execute", res.Status, time.Duration(res.DurationMS)*time.Millisecond)
 	return res, nil
@@ -639,7 +692,7 @@ func (m *Manager) fileTarget(ctx context.Context, id, path, whole string) (*gues
 	if rel == "." && whole != "" {
 		return nil, "", fmt.Errorf("%s: %w", whole, errdefs.ErrInvalidArgument)
 	}
-	return s.current().guest, rel, nil
+	return m.current(s).guest, rel, nil
 }
 
 // PutFile writes a workspace file from r.
@@ -679,8 +732,10 @@ func (m *Manager) DeleteFile(ctx context.Context, id, path string) error {
 }
 
 // Shutdown refuses new work, ends every run (cells are interrupted, commands killed; their
-// callers get their results), waits for them until ctx ends, then stops every sandbox and
-// keeps every workspace. The Manager is unusable afterwards.
+// callers get their results) and waits for them until ctx ends. Then, when sessions
+// outlive the server (see New), it lets go of their sandboxes, which run on for the next
+// server process; else it ends every session, keeping its workspace. Warm sandboxes are
+// stopped either way. The Manager is unusable afterwards.
 func (m *Manager) Shutdown(ctx context.Context) error {
 	m.mu.Lock()
 	if m.closed {
@@ -720,6 +775,10 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			if m.keep {
+				m.detach(s)
+				return
+			}
 			if err := m.end(ctx, s.id); err != nil {
 				mu.Lock()
 				errs = append(errs, err)

@@ -36,6 +36,7 @@ func newManager(t *testing.T, mod func(*config.Config)) *Manager {
 		t.Fatal(err)
 	}
 	cfg := config.Default()
+	cfg.StateDir = t.TempDir()
 	cfg.Preimport = ""
 	cfg.PoolSize = 0
 	if mod != nil {
@@ -165,8 +166,8 @@ func TestSandboxDeathIsRecovered(t *testing.T) {
 	}
 	m.Execute(ctx, s.ID, api.ExecuteRequest{Code: "open('kept.txt', 'w').write('k')"}, nil)
 	sess, _ := m.lookup(ctx, s.ID)
-	pid := sess.current().guest.Hello().PID
-	ws := sess.current().ws
+	pid := m.current(sess).guest.Hello().PID
+	ws := m.current(sess).ws
 	go func() {
 		time.Sleep(300 * time.Millisecond)
 		syscall.Kill(pid, syscall.SIGKILL)
@@ -194,7 +195,7 @@ func TestShutdownInterrupts(t *testing.T) {
 		t.Fatal(err)
 	}
 	sess, _ := m.lookup(ctx, s.ID)
-	ws := sess.current().ws
+	ws := m.current(sess).ws
 	type answer struct {
 		r   *api.ExecuteResult
 		err error
@@ -262,6 +263,7 @@ func TestNewSweeps(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := config.Default()
+	cfg.StateDir = t.TempDir()
 	cfg.PoolSize = 0
 	cfg.Retention = time.Hour
 	m, err := New(ctx, cfg, backend, store, slog.New(slog.DiscardHandler), nil)

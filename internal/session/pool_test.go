@@ -25,6 +25,7 @@ func (f *fakeSandbox) Conn() io.ReadWriteCloser       { return nil }
 func (f *fakeSandbox) GuestWorkspace() string         { return "/mnt/data" }
 func (f *fakeSandbox) Done() <-chan struct{}          { return f.done }
 func (f *fakeSandbox) Stop(ctx context.Context) error { f.kill(); return nil }
+func (f *fakeSandbox) Detach() error                  { return nil }
 func (f *fakeSandbox) kill()                          { f.once.Do(func() { close(f.done) }) }
 
 var _ sandbox.Sandbox = (*fakeSandbox)(nil)

@@ -50,7 +50,7 @@ func TestInterruptStopsCommand(t *testing.T) {
 		done <- r
 	}()
 	sess, _ := m.lookup(context.Background(), s.ID)
-	for !exists(sess.current().ws + "/started") {
+	for !exists(m.current(sess).ws + "/started") {
 		time.Sleep(10 * time.Millisecond)
 	}
 	if err := m.Interrupt(ctx, s.ID); err != nil {
@@ -80,7 +80,7 @@ func TestCallerGoneEndsCommand(t *testing.T) {
 		m.Command(ctx, s.ID, api.CommandRequest{Cmd: []string{"sh", "-c", "touch started; sleep 60"}, TimeoutS: 120})
 	}()
 	sess, _ := m.lookup(context.Background(), s.ID)
-	for !exists(sess.current().ws + "/started") {
+	for !exists(m.current(sess).ws + "/started") {
 		time.Sleep(10 * time.Millisecond)
 	}
 	cancel()

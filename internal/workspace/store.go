@@ -72,9 +72,8 @@ type idLock struct {
 	refs int
 }
 
-// NewStore creates cfg.Dir, finds out whether disk quotas work here, and recovers what an
-// earlier run left: workspaces still mounted are unmounted, and every workspace not yet
-// marked released is marked released now (data kept, retention starts).
+// NewStore creates cfg.Dir and finds out whether disk quotas work here. What an earlier run
+// left is the business of Recover, which the caller runs before it creates workspaces.
 func NewStore(cfg StoreConfig) (*Store, error) {
 	s := &Store{log: cfg.Logger, uid: cfg.UID, gid: cfg.GID, locks: map[string]*idLock{}}
 	if s.log == nil {
@@ -109,8 +108,8 @@ func NewStore(cfg StoreConfig) (*Store, error) {
 	if s.dir, err = filepath.EvalSymlinks(dir); err != nil {
 		return nil, fmt.Errorf("workspace folder: %w", err)
 	}
-	if err := s.recover(); err != nil {
-		return nil, err
+	if err := s.remove(probeName); err != nil {
+		return nil, fmt.Errorf("remove an earlier quota probe: %w", err)
 	}
 	if quota != "none" {
 		err := s.probe()
@@ -419,9 +418,13 @@ func (s *Store) probe() error {
 	return s.remove(probeName)
 }
 
-// recover unmounts the workspaces an earlier run left mounted and marks released every
-// workspace that is not, so that Sweep will see them.
-func (s *Store) recover() error {
+// Recover tidies what an earlier run left: workspaces still mounted are unmounted, and
+// every workspace not yet marked released is marked released now (data kept, retention
+// starts); except the workspaces keep names (keep may be nil), whose sessions live on.
+func (s *Store) Recover(keep func(id string) bool) error {
+	if keep == nil {
+		keep = func(string) bool { return false }
+	}
 	mounts, err := mountPoints()
 	if err != nil {
 		return fmt.Errorf("recover workspaces: %w", err)
@@ -429,16 +432,16 @@ func (s *Store) recover() error {
 	unmounted := 0
 	for _, mp := range mounts {
 		name := filepath.Base(mp)
-		if filepath.Dir(mp) != s.dir || (checkID(name) != nil && name != probeName) {
+		if filepath.Dir(mp) != s.dir || checkID(name) != nil || keep(name) {
 			continue
 		}
-		if err := s.unmount(mp); err != nil {
+		unlock := s.lock(name)
+		err := s.unmount(mp)
+		unlock()
+		if err != nil {
 			return fmt.Errorf("recover workspace %s: unmount: %w", name, err)
 		}
 		unmounted++
-	}
-	if err := s.remove(probeName); err != nil {
-		return fmt.Errorf("recover workspaces: %w", err)
 	}
 	entries, err := os.ReadDir(s.dir)
 	if err != nil {
@@ -451,7 +454,7 @@ func (s *Store) recover() error {
 		if !marked {
 			id = strings.TrimSuffix(name, imgSuffix)
 		}
-		if checkID(id) == nil {
+		if checkID(id) == nil && !keep(id) {
 			ids[id] = ids[id] || marked
 		}
 	}
@@ -468,6 +471,27 @@ func (s *Store) recover() error {
 	if unmounted+marked > 0 {
 		s.log.Info("recovered workspaces of an earlier run; data kept until retention ends",
 			"unmounted", unmounted, "released", marked)
+	}
+	return nil
+}
+
+// Ready checks that workspace id can be used as it is: it exists, is not released, and
+// with quotas is mounted (an image is never mounted again; see Store).
+func (s *Store) Ready(id string) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	defer s.lock(id)()
+	if !s.exists(id) {
+		return fmt.Errorf("workspace %s: %w", id, errdefs.ErrNotFound)
+	}
+	if _, err := os.Lstat(s.path(id) + markerSuffix); err == nil {
+		return fmt.Errorf("workspace %s was released: %w", id, errdefs.ErrFailedPrecondition)
+	}
+	if s.loop {
+		if mounted, err := isMountPoint(s.path(id)); err != nil || !mounted {
+			return fmt.Errorf("workspace %s is not mounted: %w", id, errdefs.ErrFailedPrecondition)
+		}
 	}
 	return nil
 }

@@ -187,8 +187,8 @@ func TestStoreLoopQuota(t *testing.T) {
 	}
 }
 
-// A crash leaves workspaces mounted; the next Store unmounts them, keeps their data and
-// starts their retention.
+// A crash leaves workspaces mounted; Recover unmounts them, keeps their data and starts
+// their retention, except for the workspaces it is told to keep, which stay as they are.
 func TestStoreLoopRecovery(t *testing.T) {
 	base := testDir(t)
 	s1 := loopStore(t, base)
@@ -198,8 +198,28 @@ func TestStoreLoopRecovery(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeAsOwner(t, dir, "result.csv", "a,b\n")
+	kept, err := s1.Create(ctx, "kept", 16)
+	if err != nil {
+		t.Fatal(err)
+	}
 	// s1 is dropped without a release: the process "crashed".
 	s2 := loopStore(t, base)
+	if err := s2.Ready("crashed"); err != nil {
+		t.Fatalf("before Recover, Ready = %v", err)
+	}
+	if err := s2.Recover(func(id string) bool { return id == "kept" }); err != nil {
+		t.Fatal(err)
+	}
+	if m, _ := isMountPoint(kept); !m {
+		t.Error("the kept workspace was unmounted")
+	}
+	if err := s2.Ready("kept"); err != nil {
+		t.Errorf("Ready(kept) = %v", err)
+	}
+	if err := s2.Ready("crashed"); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Errorf("Ready(crashed) after Recover = %v, want failed precondition", err)
+	}
+	must(t, s2.Remove(ctx, "kept"))
 	if m, _ := isMountPoint(dir); m {
 		t.Fatal("workspace of the crashed run still mounted")
 	}

@@ -165,7 +165,8 @@ func (b *Backend) forget(s *Sandbox) {
 }
 
 // Cleanup kills the processes of sandboxes whose server is no longer running.
-func (b *Backend) Cleanup(ctx context.Context) error {
+// It cannot re-attach: keep is ignored.
+func (b *Backend) Cleanup(ctx context.Context, keep func(id string) bool) error {
 	killMarked(func(m string) bool {
 		pid, _, ok := strings.Cut(m, "/")
 		n, err := strconv.Atoi(pid)
@@ -192,6 +193,15 @@ func (s *Sandbox) ID() string               { return s.id }
 func (s *Sandbox) Conn() io.ReadWriteCloser { return s.conn }
 func (s *Sandbox) GuestWorkspace() string   { return s.ws }
 func (s *Sandbox) Done() <-chan struct{}    { return s.done }
+
+// Attach is not supported: a local guest talks over its stdin and stdout, which end with
+// the server process.
+func (b *Backend) Attach(ctx context.Context, id string) (sandbox.Sandbox, error) {
+	return nil, fmt.Errorf("the local-unsafe backend cannot re-attach to a sandbox: %w", errors.ErrUnsupported)
+}
+
+// Detach stops the sandbox: it cannot outlive its connection.
+func (s *Sandbox) Detach() error { return s.Stop(context.Background()) }
 
 // Stop kills the guest's process group and every process that carries the sandbox's
 // marker, then waits for the guest. Idempotent; concurrent calls wait for the first.

@@ -47,7 +47,7 @@ func TestCleanupKillsOrphans(t *testing.T) {
 		}
 		defer c.Process.Kill()
 	}
-	if err := b.Cleanup(context.Background()); err != nil {
+	if err := b.Cleanup(context.Background(), nil); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)

@@ -2,7 +2,21 @@
 
 package runc
 
+import (
+	"context"
+	"errors"
+	"net"
+)
+
 func cgroupV2() bool           { return false }
 func swapLimitSupported() bool { return false }
 
 const supported = false
+
+func adoptOrphans() error { return errors.ErrUnsupported }
+
+func watchExit(pid int) (<-chan struct{}, error) { return nil, errors.ErrUnsupported }
+
+func dialUnixIn(ctx context.Context, dir, name string) (net.Conn, error) {
+	return nil, errors.ErrUnsupported
+}

@@ -159,6 +159,9 @@ func New(cfg Config) (*Backend, error) {
 			return nil, fmt.Errorf("create state folder: %w", err)
 		}
 	}
+	if err := adoptOrphans(); err != nil {
+		return nil, fmt.Errorf("become a child subreaper: %w", err)
+	}
 	if b.binds, err = buildRootfs(b.rootfs, b.uid, b.gid); err != nil {
 		return nil, fmt.Errorf("build sandbox root filesystem: %w", err)
 	}
@@ -181,7 +184,7 @@ func (b *Backend) Name() string { return "runc" }
 
 // Capabilities: everything is enforced.
 func (b *Backend) Capabilities() sandbox.Capabilities {
-	return sandbox.Capabilities{Isolated: true, Limits: true, NoNetwork: true, GuestProtected: true}
+	return sandbox.Capabilities{Isolated: true, Limits: true, NoNetwork: true, GuestProtected: true, Reattach: true}
 }
 
 var validID = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
@@ -204,7 +207,7 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 	b.mu.Unlock()
 
 	if err := s.start(ctx, buildSpec(specInput{
-		spec: spec, rootfs: b.rootfs, binds: b.binds, guest: b.guest, mplCache: b.mplCache,
+		spec: spec, rootfs: b.rootfs, binds: b.binds, guest: b.guest, mplCache: b.mplCache, run: filepath.Join(s.bundle, runDir),
 		uid: b.uid, gid: b.gid, limitSwap: b.limitSwap, goarch: nativeArch,
 	})); err != nil {
 		s.Stop(context.WithoutCancel(ctx))
@@ -213,9 +216,77 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 	return s, nil
 }
 
+// Attach connects to sandbox id, which an earlier server process on the same state folder
+// started (or this one detached). The container must be running, and its guest must pass
+// the attach handshake; otherwise what is left of it is removed.
+func (b *Backend) Attach(ctx context.Context, id string) (sandbox.Sandbox, error) {
+	if !validID.MatchString(id) {
+		return nil, fmt.Errorf("sandbox id %q: want 1 to 63 of [a-z0-9-]: %w", id, errdefs.ErrInvalidArgument)
+	}
+	s := &Sandbox{id: id, b: b, bundle: filepath.Join(b.bundles, id)}
+	if _, err := os.Stat(s.bundle); err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
+	}
+	b.mu.Lock()
+	if _, ok := b.live[id]; ok {
+		b.mu.Unlock()
+		return nil, fmt.Errorf("sandbox %s is attached already: %w", id, errdefs.ErrFailedPrecondition)
+	}
+	b.live[id] = s
+	b.mu.Unlock()
+	if err := s.attach(ctx); err != nil {
+		s.Stop(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("attach sandbox %s: %w", id, err)
+	}
+	return s, nil
+}
+
+// attach checks that the container runs, watches its guest and connects to it.
+func (s *Sandbox) attach(ctx context.Context) error {
+	pid, err := s.b.runningPid(ctx, s.id)
+	if err != nil {
+		return err
+	}
+	if s.done, err = watchExit(pid); err != nil {
+		return fmt.Errorf("%w: %w", err, errdefs.ErrUnavailable)
+	}
+	// The same pid, still running, after the watch began: the watch is of the guest, not
+	// of a process that took its pid since.
+	if again, err := s.b.runningPid(ctx, s.id); err != nil || again != pid {
+		return fmt.Errorf("the sandbox's guest exited: %w", errdefs.ErrUnavailable)
+	}
+	if s.conn, err = s.dial(ctx); err != nil {
+		return fmt.Errorf("connect to the guest: %w: %w", err, errdefs.ErrUnavailable)
+	}
+	return nil
+}
+
+// runningPid returns the host pid of a running container's guest.
+func (b *Backend) runningPid(ctx context.Context, id string) (int, error) {
+	out, err := b.command(ctx, "state", id)
+	if err != nil {
+		return 0, err
+	}
+	var st struct {
+		Status string `json:"status"`
+		Pid    int    `json:"pid"`
+	}
+	if err := json.Unmarshal(out, &st); err != nil {
+		return 0, fmt.Errorf("decode %s state: %w: %w", filepath.Base(b.runtime), err, errdefs.ErrUnavailable)
+	}
+	if st.Status != "running" || st.Pid <= 0 {
+		return 0, fmt.Errorf("the sandbox is %s, not running: %w", st.Status, errdefs.ErrUnavailable)
+	}
+	return st.Pid, nil
+}
+
 // Cleanup kills and deletes every container under the backend's runtime root that this
-// Backend did not create, and removes their bundles: what a crashed server left behind.
-func (b *Backend) Cleanup(ctx context.Context) error {
+// Backend is not attached to and keep does not name, and removes their bundles: what an
+// earlier server process left behind.
+func (b *Backend) Cleanup(ctx context.Context, keep func(id string) bool) error {
+	if keep == nil {
+		keep = func(string) bool { return false }
+	}
 	out, err := b.command(ctx, "list", "--format", "json")
 	if err != nil {
 		return fmt.Errorf("list sandboxes: %w", err)
@@ -228,7 +299,7 @@ func (b *Backend) Cleanup(ctx context.Context) error {
 	}
 	var errs []error
 	for _, c := range list {
-		if b.isLive(c.ID) {
+		if b.isLive(c.ID) || keep(c.ID) {
 			continue
 		}
 		b.log.Info("removing a sandbox left behind", "sandbox_id", c.ID)
@@ -242,13 +313,22 @@ func (b *Backend) Cleanup(ctx context.Context) error {
 		return errors.Join(append(errs, err)...)
 	}
 	for _, e := range entries {
-		if !b.isLive(e.Name()) {
+		if !b.isLive(e.Name()) && !keep(e.Name()) {
 			if err := os.RemoveAll(filepath.Join(b.bundles, e.Name())); err != nil {
 				errs = append(errs, err)
 			}
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// forget drops s from the live sandboxes.
+func (b *Backend) forget(s *Sandbox) {
+	b.mu.Lock()
+	if b.live[s.id] == s {
+		delete(b.live, s.id)
+	}
+	b.mu.Unlock()
 }
 
 func (b *Backend) isLive(id string) bool {
@@ -262,7 +342,7 @@ func (b *Backend) isLive(id string) bool {
 func (b *Backend) command(ctx context.Context, args ...string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, commandTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, b.runtime, append([]string{"--root", b.root}, args...)...)
+	cmd := exec.CommandContext(ctx, b.runtime, b.argv(args...)...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -271,6 +351,11 @@ func (b *Backend) command(ctx context.Context, args ...string) ([]byte, error) {
 			runtimeMessage(stderr.Bytes()), errdefs.ErrUnavailable)
 	}
 	return out, nil
+}
+
+// argv is the runtime's command line for args: its global flags, then args.
+func (b *Backend) argv(args ...string) []string {
+	return append([]string{"--root", b.root}, args...)
 }
 
 // delete removes a container, whatever its state; one that is gone already is no error.

@@ -14,7 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/internal/errdefs"
+	"github.com/cellbox/cellbox/internal/guestproto"
 	"github.com/cellbox/cellbox/internal/sandbox"
 	"github.com/cellbox/cellbox/internal/sandbox/sandboxtest"
 	"github.com/cellbox/cellbox/internal/testbin"
@@ -71,11 +73,40 @@ func newBackend(t *testing.T, runtime, guest string) *Backend {
 	return b
 }
 
-// shellGuest is a stand-in for the guest: a shell reading commands from its stdin. It
-// tests the container itself, apart from the guest.
+// shellGuestPy listens where the guest does, passes the attach handshake, and hands each
+// connection to a shell that reads commands from it.
+const shellGuestPy = `#!/usr/bin/python3
+import json, os, socket, subprocess, sys
+a = sys.argv
+path, token_file = a[a.index("--listen") + 1], a[a.index("--token-file") + 1]
+token = open(token_file).read().strip()
+os.remove(token_file)
+ln = socket.socket(socket.AF_UNIX)
+ln.bind(path)
+ln.listen(4)
+while True:
+    c, _ = ln.accept()
+    line = b""
+    while not line.endswith(b"\n"):
+        b = c.recv(1)
+        if not b:
+            break
+        line += b
+    try:
+        ok = json.loads(line)["token"] == token
+    except Exception:
+        ok = False
+    if ok:
+        c.sendall(b'{"ok":true}\n')
+        subprocess.Popen(["/bin/sh", "-s"], stdin=c, stdout=c, stderr=subprocess.STDOUT)
+    c.close()
+`
+
+// shellGuest is a stand-in for the guest: a shell reading commands from its connection.
+// It tests the container itself, apart from the guest.
 func shellGuest(t *testing.T) string {
-	p := filepath.Join(t.TempDir(), "guest.sh")
-	if err := os.WriteFile(p, []byte("#!/bin/sh\nexec /bin/sh -s 2>&1\n"), 0o755); err != nil {
+	p := filepath.Join(t.TempDir(), "guest.py")
+	if err := os.WriteFile(p, []byte(shellGuestPy), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	return p
@@ -231,8 +262,7 @@ func TestCleanupAfterCrash(t *testing.T) {
 	a := newBackend(t, "runc", guest)
 	sh := startShell(t, a, sandbox.Limits{Pids: 20})
 	sh.run("sleep 1000.4343 </dev/null >/dev/null 2>&1 &")
-	// The server dies and forgets a; the guest hangs on (it ignores that its stdin is gone:
-	// here the test holds the pipe open), and so does its runtime process.
+	// The server dies and forgets a; the sandbox runs on, detached.
 	if !eventually(func() bool { return len(pgrep("sleep 1000.4343")) > 0 }) {
 		t.Fatal("the background sleep does not show on the host")
 	}
@@ -241,7 +271,7 @@ func TestCleanupAfterCrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Cleanup(context.Background()); err != nil {
+	if err := b.Cleanup(context.Background(), nil); err != nil {
 		t.Fatalf("cleanup: %v", err)
 	}
 	if p := pgrep("sleep 1000.4343"); len(p) > 0 {
@@ -250,7 +280,7 @@ func TestCleanupAfterCrash(t *testing.T) {
 	select {
 	case <-sh.sb.Done():
 	case <-time.After(5 * time.Second):
-		t.Error("the runtime process is still running after cleanup")
+		t.Error("the guest is still running after cleanup")
 	}
 	if out, _ := b.command(context.Background(), "list", "--format", "json"); strings.Contains(string(out), sh.sb.id) {
 		t.Errorf("the runtime still lists the sandbox: %s", out)
@@ -300,5 +330,128 @@ func TestCreateErrors(t *testing.T) {
 	if _, err := New(Config{Runtime: "no-such-runtime", StateDir: t.TempDir(), GuestBinary: guest}); !errors.Is(err, errdefs.ErrUnavailable) ||
 		!strings.Contains(err.Error(), "not found") || !strings.Contains(err.Error(), "local-unsafe") {
 		t.Errorf("New with a missing runtime: %v", err)
+	}
+}
+
+// realGuest starts a sandbox with the real guest on b and dials it.
+func realGuest(t *testing.T, b *Backend) (*Sandbox, *guestproto.Client) {
+	t.Helper()
+	testbin.NeedIPython(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	sb, err := b.Create(ctx, sandbox.Spec{ID: sandboxtest.ID(), Workspace: sandboxtest.Workspace(t), Limits: sandbox.Limits{MemoryMB: 512, Pids: 128}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sb.Stop(context.Background()) })
+	c, err := guestproto.Dial(ctx, sb.Conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if err := c.Configure(ctx, guestproto.Config{Python: sandboxtest.Python, DefaultTimeoutS: 30}); err != nil {
+		t.Fatal(err)
+	}
+	return sb.(*Sandbox), c
+}
+
+func runCode(t *testing.T, c *guestproto.Client, code string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	r, err := c.Execute(ctx, api.ExecuteRequest{Code: code, TimeoutS: 30}, nil)
+	if err != nil {
+		t.Fatalf("execute %q: %v", code, err)
+	}
+	var out strings.Builder
+	for _, o := range r.Outputs {
+		out.WriteString(o.Text)
+	}
+	return out.String()
+}
+
+// The channel a new server process attaches through, attacked: from user code (the run
+// folder, its socket and token) and from the host (a connection without the token).
+func TestAttackAttachChannel(t *testing.T) {
+	b := newBackend(t, "runc", testbin.Cellbox(t))
+	sb, c := realGuest(t, b)
+	refused := func(code string) string {
+		return "try:\n    " + code + "\n    print('done', end='')\nexcept OSError:\n    print('refused', end='')"
+	}
+	for name, code := range map[string]string{
+		"list_run_folder": "import os; os.listdir('" + guestRunPath + "')",
+		"read_token":      "open('" + guestRunPath + "/" + tokenName + "').read()",
+		"connect_socket":  "import socket; socket.socket(socket.AF_UNIX).connect('" + guestRunPath + "/" + sockName + "')",
+		"plant_socket":    "import os; os.symlink('/tmp/evil.sock', '" + guestRunPath + "/" + sockName + "2')",
+	} {
+		t.Run("attack/"+name, func(t *testing.T) {
+			if got := runCode(t, c, refused(code)); got != "refused" {
+				t.Errorf("%s from user code: %q, want refused", code, got)
+			}
+		})
+	}
+	t.Run("socket_is_visible", func(t *testing.T) {
+		// So the suite's attack on every socket in /proc/net/unix attacks this one too.
+		if got := runCode(t, c, "print('"+guestRunPath+"/"+sockName+"' in open('/proc/net/unix').read(), end='')"); got != "True" {
+			t.Errorf("the guest's socket is not in the sandbox's /proc/net/unix: %q", got)
+		}
+	})
+	t.Run("attack/token_file_gone", func(t *testing.T) {
+		if _, err := os.Stat(filepath.Join(sb.bundle, runDir, tokenName)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the guest's copy of the token is still there: %v", err)
+		}
+	})
+	for name, token := range map[string]string{"wrong_token": strings.Repeat("0", 64), "empty_token": "", "token_prefix": "x"} {
+		t.Run("attack/"+name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			conn, err := dialUnixIn(ctx, filepath.Join(sb.bundle, runDir), sockName)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			conn.SetDeadline(time.Now().Add(10 * time.Second))
+			if token == "x" {
+				real, _ := os.ReadFile(filepath.Join(sb.bundle, tokenName))
+				token = string(real[:len(real)-1])
+			}
+			if err := guestproto.ClientAttach(conn, token); err == nil {
+				t.Fatal("the guest accepted a connection without the token")
+			}
+		})
+	}
+	// The refused connections did not replace the server's.
+	if got := runCode(t, c, "print('still here', end='')"); got != "still here" {
+		t.Fatalf("after the attacks: %q", got)
+	}
+}
+
+// A sandbox that cannot be attached to (its guest is gone) is removed, not left behind.
+func TestAttachDeadSandbox(t *testing.T) {
+	guest := testbin.Cellbox(t)
+	a := newBackend(t, "runc", guest)
+	sb, c := realGuest(t, a)
+	c.Close()
+	sb.Detach()
+	if _, err := a.command(context.Background(), "kill", sb.id, "KILL"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-sb.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the guest did not exit after kill")
+	}
+	b, err := New(Config{StateDir: filepath.Dir(a.root), GuestBinary: guest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Attach(context.Background(), sb.id); !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Errorf("attach to a dead sandbox: %v, want unavailable", err)
+	}
+	if out, _ := b.command(context.Background(), "list", "--format", "json"); strings.Contains(string(out), sb.id) {
+		t.Errorf("the runtime still lists the sandbox: %s", out)
+	}
+	if _, err := os.Stat(sb.bundle); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("bundle left: %v", err)
 	}
 }

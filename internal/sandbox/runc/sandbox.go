@@ -1,16 +1,20 @@
 package runc
 
 import (
-	"bufio"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -19,24 +23,45 @@ import (
 
 	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/internal/errdefs"
+	"github.com/cellbox/cellbox/internal/guestproto"
 	"github.com/cellbox/cellbox/internal/sandbox"
 )
 
-// Sandbox is one container, its runtime process running in the foreground.
+// Sandbox is one container. It runs detached from the server process: the guest listens
+// on a Unix socket in the bundle's run folder (mounted at /.cellbox/run, which only the
+// guest's uid may enter), and every connection opens with the attach handshake and the
+// sandbox's token. So a server that restarts attaches again (Backend.Attach).
+//
+// The bundle folder (0700) holds:
+//
+//	config.json  the OCI spec
+//	pid          the guest's pid on the host (written by the runtime)
+//	token        the attach token
+//	guest.log    the runtime's and the guest's stderr (the guest caps its own)
+//	run/         mounted at /.cellbox/run: guest.sock, and the guest's copy of the token,
+//	             which it removes once read
 type Sandbox struct {
 	id     string
 	b      *Backend
 	bundle string
-	cmd    *exec.Cmd
-	conn   io.ReadWriteCloser
-	stderr *stderrLog
-	done   chan struct{}
+	conn   net.Conn
+	done   <-chan struct{} // closed when the guest has exited; nil until known
 
 	stopOnce sync.Once
 	stopErr  error
 }
 
 var _ sandbox.Sandbox = (*Sandbox)(nil)
+
+// Files of a bundle.
+const (
+	runDir    = "run"
+	sockName  = "guest.sock"
+	tokenName = "token"
+	logName   = "guest.log"
+	// dialTimeout bounds one connection's dial and attach handshake.
+	dialTimeout = 5 * time.Second
+)
 
 func (s *Sandbox) ID() string               { return s.id }
 func (s *Sandbox) Conn() io.ReadWriteCloser { return s.conn }
@@ -47,6 +72,9 @@ func (s *Sandbox) pidFile() string          { return filepath.Join(s.bundle, "pi
 func (s *Sandbox) runtimeName() string      { return filepath.Base(s.b.runtime) }
 
 func (s *Sandbox) exited() bool {
+	if s.done == nil {
+		return false
+	}
 	select {
 	case <-s.done:
 		return true
@@ -55,75 +83,63 @@ func (s *Sandbox) exited() bool {
 	}
 }
 
-// start writes the bundle, runs the runtime and waits until it has started the guest.
+func newToken() string {
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand does not fail on Linux
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// start writes the bundle, starts the container detached and connects to its guest.
 func (s *Sandbox) start(ctx context.Context, spec *specs.Spec) error {
-	if err := os.MkdirAll(s.bundle, 0o700); err != nil {
+	if err := s.writeBundle(spec); err != nil {
 		return fmt.Errorf("create sandbox %s: %w", s.id, err)
 	}
-	data, err := json.MarshalIndent(spec, "", "\t")
+	devNull, err := os.Open(os.DevNull)
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(s.bundle, "config.json"), data, 0o600); err != nil {
+	defer devNull.Close()
+	logFile, err := os.OpenFile(filepath.Join(s.bundle, logName), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
 		return fmt.Errorf("create sandbox %s: %w", s.id, err)
 	}
-	if err := os.Remove(s.pidFile()); err != nil && !os.IsNotExist(err) { // a stale one
-		return fmt.Errorf("create sandbox %s: %w", s.id, err)
-	}
-
-	stdinR, stdinW, err := os.Pipe()
-	if err != nil {
-		return err
-	}
-	stdoutR, stdoutW, err := os.Pipe()
-	if err != nil {
-		stdinR.Close()
-		stdinW.Close()
-		return err
-	}
-	stderrR, stderrW, err := os.Pipe()
-	if err != nil {
-		stdinR.Close()
-		stdinW.Close()
-		stdoutR.Close()
-		stdoutW.Close()
-		return err
-	}
-	s.conn = sandbox.PipeConn(stdoutR, stdinW)
-	// The runtime passes these descriptors on to the guest (no terminal): the guest's
-	// stdin and stdout are our pipes, its stderr is shared with the runtime's.
-	s.cmd = exec.Command(s.b.runtime, "--root", s.b.root, "run", "--bundle", s.bundle, "--pid-file", s.pidFile(), s.id)
-	s.cmd.Stdin, s.cmd.Stdout, s.cmd.Stderr = stdinR, stdoutW, stderrW
+	defer logFile.Close()
+	// Detached, without a terminal: the runtime hands its stdio to the guest and returns
+	// once the guest runs. The guest's stdout and stderr go to the log; its protocol goes
+	// over the socket.
+	cmd := exec.CommandContext(ctx, s.b.runtime, s.b.argv("run", "--detach", "--bundle", s.bundle, "--pid-file", s.pidFile(), s.id)...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = devNull, logFile, logFile
 	// Its own process group: a Ctrl-C meant for the server must not reach the sandbox.
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	err = s.cmd.Start()
-	stdinR.Close()
-	stdoutW.Close()
-	stderrW.Close()
-	if err != nil {
-		stderrR.Close()
-		close(s.done)
-		return fmt.Errorf("start sandbox %s: run %s: %w: %w", s.id, s.runtimeName(), err, errdefs.ErrUnavailable)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Run(); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("start sandbox %s: %w", s.id, ctx.Err())
+		}
+		return fmt.Errorf("start sandbox %s: %s %s: %s: %w", s.id, s.runtimeName(), err,
+			runtimeMessage(s.logHead()), errdefs.ErrUnavailable)
 	}
-	s.stderr = newStderrLog(stderrR, s.logger())
-	go func() {
-		s.cmd.Wait()
-		close(s.done)
-	}()
-
-	// The runtime writes the pid file once the guest runs; it exits early if it failed.
-	for delay := time.Millisecond; ; delay = min(2*delay, 5*time.Millisecond) {
-		if _, err := os.Stat(s.pidFile()); err == nil {
+	pid, err := s.readPid()
+	if err != nil {
+		return fmt.Errorf("start sandbox %s: %w: %w", s.id, err, errdefs.ErrUnavailable)
+	}
+	if s.done, err = watchExit(pid); err != nil {
+		return fmt.Errorf("start sandbox %s: %w: %w", s.id, err, errdefs.ErrUnavailable)
+	}
+	// The guest listens a moment after it starts.
+	for delay := time.Millisecond; ; delay = min(2*delay, 10*time.Millisecond) {
+		conn, err := s.dial(ctx)
+		if err == nil {
+			s.conn = conn
 			return nil
+		}
+		if !errors.Is(err, syscall.ENOENT) && !errors.Is(err, syscall.ECONNREFUSED) {
+			return fmt.Errorf("start sandbox %s: connect to the guest: %w", s.id, err)
 		}
 		select {
 		case <-s.done:
-			select {
-			case <-s.stderr.eof:
-			case <-time.After(time.Second):
-			}
-			return fmt.Errorf("start sandbox %s: %s %s: %s: %w", s.id, s.runtimeName(), s.cmd.ProcessState,
-				runtimeMessage(s.stderr.head()), errdefs.ErrUnavailable)
+			return fmt.Errorf("start sandbox %s: the guest exited: %s: %w", s.id, runtimeMessage(s.logHead()), errdefs.ErrUnavailable)
 		case <-ctx.Done():
 			return fmt.Errorf("start sandbox %s: %w", s.id, ctx.Err())
 		case <-time.After(delay):
@@ -131,8 +147,82 @@ func (s *Sandbox) start(ctx context.Context, spec *specs.Spec) error {
 	}
 }
 
-// Stop kills the container, waits for its runtime process, deletes the container and its
-// bundle. It is idempotent; concurrent calls wait for the first one.
+// writeBundle writes the spec, the token (the guest's copy in the run folder) and the run
+// folder, which only root may enter.
+func (s *Sandbox) writeBundle(spec *specs.Spec) error {
+	if err := os.MkdirAll(filepath.Join(s.bundle, runDir), 0o700); err != nil {
+		return err
+	}
+	data, err := json.MarshalIndent(spec, "", "\t")
+	if err != nil {
+		return err
+	}
+	token := newToken()
+	for name, data := range map[string][]byte{
+		"config.json":                    data,
+		tokenName:                        []byte(token),
+		filepath.Join(runDir, tokenName): []byte(token),
+	} {
+		if err := os.WriteFile(filepath.Join(s.bundle, name), data, 0o600); err != nil {
+			return err
+		}
+	}
+	if err := os.Remove(s.pidFile()); err != nil && !os.IsNotExist(err) { // a stale one
+		return err
+	}
+	return nil
+}
+
+func (s *Sandbox) readPid() (int, error) {
+	b, err := os.ReadFile(s.pidFile())
+	if err != nil {
+		return 0, fmt.Errorf("read the guest's pid: %w", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return 0, fmt.Errorf("the runtime's pid file holds %q", b)
+	}
+	return pid, nil
+}
+
+// dial connects to the guest's socket and passes the attach handshake.
+func (s *Sandbox) dial(ctx context.Context) (net.Conn, error) {
+	token, err := os.ReadFile(filepath.Join(s.bundle, tokenName))
+	if err != nil {
+		return nil, fmt.Errorf("read the sandbox's token: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, dialTimeout)
+	defer cancel()
+	conn, err := dialUnixIn(ctx, filepath.Join(s.bundle, runDir), sockName)
+	if err != nil {
+		return nil, err
+	}
+	deadline, _ := ctx.Deadline()
+	conn.SetDeadline(deadline)
+	if err := guestproto.ClientAttach(conn, string(token)); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	conn.SetDeadline(time.Time{})
+	return conn, nil
+}
+
+// logHead returns the beginning of the sandbox's log, to explain a failure.
+func (s *Sandbox) logHead() []byte {
+	f, err := os.Open(filepath.Join(s.bundle, logName))
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	b, _ := io.ReadAll(io.LimitReader(f, logHead))
+	return b
+}
+
+// logHead caps what is read of a sandbox's log.
+const logHead = 8 << 10
+
+// Stop kills the container, waits for its guest to exit, deletes the container and its
+// bundle. It is idempotent; concurrent calls wait for the first.
 func (s *Sandbox) Stop(ctx context.Context) error {
 	s.stopOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*commandTimeout+exitTimeout)
@@ -147,87 +237,38 @@ func (s *Sandbox) Stop(ctx context.Context) error {
 
 func (s *Sandbox) stop(ctx context.Context) error {
 	var errs []error
-	if s.cmd != nil && s.cmd.Process != nil {
-		if !s.exited() {
-			// Killing process 1 of the pid namespace kills every process in it.
-			s.b.command(ctx, "kill", s.id, "KILL")
-		}
+	if s.conn != nil {
+		s.conn.Close()
+	}
+	if !s.exited() {
+		// Killing process 1 of the pid namespace kills every process in it.
+		s.b.command(ctx, "kill", s.id, "KILL")
+	}
+	if s.done != nil {
 		select {
 		case <-s.done:
 		case <-time.After(exitTimeout):
-			s.logger().Warn("sandbox runtime did not exit after kill; killing it", "runtime", s.runtimeName())
-			s.cmd.Process.Kill()
-			<-s.done
-		}
-		// A foreground run deletes its container when the guest exits; this is for a
-		// runtime that was killed or failed halfway.
-		if err := s.b.delete(ctx, s.id); err != nil {
-			errs = append(errs, err)
+			s.logger().Warn("sandbox guest did not exit after kill", "runtime", s.runtimeName())
 		}
 	}
-	if s.conn != nil {
-		s.conn.Close()
+	if err := s.b.delete(ctx, s.id); err != nil {
+		errs = append(errs, err)
+	}
+	if log := s.logHead(); len(log) > 0 {
+		s.logger().Debug("sandbox log", "text", string(log))
 	}
 	if err := os.RemoveAll(s.bundle); err != nil {
 		errs = append(errs, err)
 	}
-	s.b.mu.Lock()
-	if s.b.live[s.id] == s {
-		delete(s.b.live, s.id)
-	}
-	s.b.mu.Unlock()
+	s.b.forget(s)
 	return errors.Join(errs...)
 }
 
-// stderrLog drains the runtime's and the guest's stderr into the debug log, capped, and
-// keeps its beginning to explain a failed start.
-type stderrLog struct {
-	mu   sync.Mutex
-	buf  []byte
-	eof  chan struct{}
-	log  *slog.Logger
-	left int
-}
-
-const (
-	stderrHead   = 8 << 10
-	stderrLogCap = 64 << 10
-)
-
-func newStderrLog(r *os.File, log *slog.Logger) *stderrLog {
-	l := &stderrLog{eof: make(chan struct{}), log: log, left: stderrLogCap}
-	go l.run(r)
-	return l
-}
-
-func (l *stderrLog) run(r *os.File) {
-	defer close(l.eof)
-	defer r.Close()
-	br := bufio.NewReaderSize(r, 4096)
-	for {
-		line, err := br.ReadSlice('\n')
-		if len(line) > 0 {
-			l.mu.Lock()
-			if n := min(len(line), stderrHead-len(l.buf)); n > 0 {
-				l.buf = append(l.buf, line[:n]...)
-			}
-			l.mu.Unlock()
-			if l.left > 0 {
-				l.left -= len(line)
-				l.log.Debug("sandbox stderr", "line", string(line))
-				if l.left <= 0 {
-					l.log.Debug("sandbox stderr: further output is not logged")
-				}
-			}
-		}
-		if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
-			return
-		}
+// Detach closes the connection and leaves the sandbox running, for Backend.Attach.
+func (s *Sandbox) Detach() error {
+	if s.conn != nil {
+		s.conn.Close()
 	}
-}
-
-func (l *stderrLog) head() []byte {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]byte(nil), l.buf...)
+	s.b.forget(s)
+	return nil
 }

@@ -16,6 +16,7 @@ import (
 // Paths inside the sandbox.
 const (
 	guestPath     = "/.cellbox/cellbox"
+	guestRunPath  = "/.cellbox/run"
 	mplCachePath  = "/.cellbox/mpl-cache"
 	cgroupMount   = "/sys/fs/cgroup"
 	defaultPath   = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -46,6 +47,7 @@ type specInput struct {
 	binds    []string // host paths bind-mounted read-only at the same path
 	guest    string   // host path of the cellbox binary
 	mplCache string   // host folder of matplotlib's font cache, or ""
+	run      string   // host folder mounted at guestRunPath: the guest's socket and token
 	uid, gid uint32   // user code; the guest is root with guestCaps only
 	// limitSwap: set the memory+swap limit equal to the memory limit, so a memory bomb is
 	// killed instead of swapping (needs swap accounting on cgroup v1).
@@ -57,7 +59,8 @@ type specInput struct {
 func buildSpec(in specInput) *specs.Spec {
 	s := in.spec
 	args := []string{guestPath, "guest", "--workspace", api.WorkspaceDir, "--cgroup", cgroupMount,
-		"--user-uid", strconv.Itoa(int(in.uid)), "--user-gid", strconv.Itoa(int(in.gid))}
+		"--user-uid", strconv.Itoa(int(in.uid)), "--user-gid", strconv.Itoa(int(in.gid)),
+		"--listen", guestRunPath + "/" + sockName, "--token-file", guestRunPath + "/" + tokenName}
 	if in.mplCache != "" {
 		args = append(args, "--mpl-cache", mplCachePath)
 	}
@@ -90,6 +93,8 @@ func buildSpec(in specInput) *specs.Spec {
 		specs.Mount{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", fmt.Sprintf("size=%dm", tmpMB)}},
 		specs.Mount{Destination: api.WorkspaceDir, Type: "bind", Source: s.Workspace, Options: []string{"bind", "rw", "nosuid", "nodev"}},
 		roBind(in.guest, guestPath),
+		// Root-owned, 0700: user code cannot reach the socket or the token in it.
+		specs.Mount{Destination: guestRunPath, Type: "bind", Source: in.run, Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}},
 	)
 	if in.mplCache != "" {
 		mounts = append(mounts, roBind(in.mplCache, mplCachePath))

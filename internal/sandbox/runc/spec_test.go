@@ -21,7 +21,7 @@ func testInput() specInput {
 			Env:    map[string]string{"FOO": "bar", "LANG": "de_DE.UTF-8"},
 		},
 		rootfs: "/state/rootfs", binds: []string{"/usr", "/etc/ssl"},
-		guest: "/opt/cellbox", mplCache: "/var/cache/mpl",
+		guest: "/opt/cellbox", mplCache: "/var/cache/mpl", run: "/state/bundles/abc-1/run",
 		uid: 1000, gid: 1000, limitSwap: true, goarch: "amd64",
 	}
 }
@@ -51,7 +51,8 @@ func TestSpecProcess(t *testing.T) {
 		t.Errorf("user %+v, want the guest as 0:0 (with guestCaps only) and no other groups", p.User)
 	}
 	want := []string{guestPath, "guest", "--workspace", "/mnt/data", "--cgroup", "/sys/fs/cgroup",
-		"--user-uid", "1000", "--user-gid", "1000", "--mpl-cache", mplCachePath}
+		"--user-uid", "1000", "--user-gid", "1000",
+		"--listen", "/.cellbox/run/guest.sock", "--token-file", "/.cellbox/run/token", "--mpl-cache", mplCachePath}
 	if !slices.Equal(p.Args, want) {
 		t.Errorf("args %q, want %q", p.Args, want)
 	}
@@ -151,6 +152,7 @@ func TestSpecMounts(t *testing.T) {
 		"/etc/ssl":            {"bind", "/etc/ssl", []string{"bind", "ro", "nosuid", "nodev"}},
 		guestPath:             {"bind", "/opt/cellbox", []string{"bind", "ro", "nosuid", "nodev"}},
 		"/.cellbox/mpl-cache": {"bind", "/var/cache/mpl", []string{"bind", "ro", "nosuid", "nodev"}},
+		"/.cellbox/run":       {"bind", "/state/bundles/abc-1/run", []string{"bind", "rw", "nosuid", "nodev", "noexec"}},
 	} {
 		m := mountAt(s, dst)
 		if m == nil {
@@ -163,10 +165,11 @@ func TestSpecMounts(t *testing.T) {
 	}
 	// Nothing else of the host: every bind is one of the above.
 	for _, m := range s.Mounts {
-		if m.Type == "bind" && !slices.Contains([]string{"/srv/ws/abc-1", "/usr", "/etc/ssl", "/opt/cellbox", "/var/cache/mpl"}, m.Source) {
+		if m.Type == "bind" && !slices.Contains([]string{"/srv/ws/abc-1", "/usr", "/etc/ssl", "/opt/cellbox", "/var/cache/mpl", "/state/bundles/abc-1/run"}, m.Source) {
 			t.Errorf("unexpected bind of %s at %s", m.Source, m.Destination)
 		}
-		if m.Type == "bind" && m.Destination != "/mnt/data" && !slices.Contains(m.Options, "ro") {
+		// The workspace, and the guest's own run folder (0700, root's).
+		if m.Type == "bind" && m.Destination != "/mnt/data" && m.Destination != guestRunPath && !slices.Contains(m.Options, "ro") {
 			t.Errorf("bind at %s is writable", m.Destination)
 		}
 		if slices.Contains(m.Options, "rbind") {

@@ -53,6 +53,11 @@ func Run(t *testing.T, b sandbox.Backend) {
 	if caps.GuestProtected {
 		t.Run("guest_out_of_reach", func(t *testing.T) { testGuestOutOfReach(t, b) })
 	}
+	if caps.Reattach {
+		t.Run("reattach", func(t *testing.T) { testReattach(t, b) })
+	} else {
+		t.Run("no_reattach", func(t *testing.T) { testNoReattach(t, b) })
+	}
 	if caps.NoNetwork {
 		t.Run("no_network", func(t *testing.T) { testNoNetwork(t, b) })
 	}
@@ -421,12 +426,71 @@ func testStop(t *testing.T, b sandbox.Backend) {
 
 func testCleanup(t *testing.T, b sandbox.Backend) {
 	x := start(t, b, limits)
-	if err := b.Cleanup(ctxT(t, 60*time.Second)); err != nil {
+	if err := b.Cleanup(ctxT(t, 60*time.Second), nil); err != nil {
 		t.Fatalf("cleanup: %v", err)
 	}
 	// The backend's own live sandboxes are not leftovers.
 	if got := x.run(t, "print('alive', end='')"); got != "alive" {
 		t.Errorf("after cleanup: %q", got)
+	}
+}
+
+// A detached sandbox runs on with its kernel's state; Attach reaches it again, and Cleanup
+// spares it when told to keep it.
+func testReattach(t *testing.T, b sandbox.Backend) {
+	x := start(t, b, limits)
+	x.run(t, "x = 41")
+	id := x.sb.ID()
+	if _, err := b.Attach(ctxT(t, 30*time.Second), id); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Errorf("attach to a sandbox attached already: %v, want failed precondition", err)
+	}
+	x.c.Close()
+	if err := x.sb.Detach(); err != nil {
+		t.Fatalf("detach: %v", err)
+	}
+	if err := b.Cleanup(ctxT(t, 60*time.Second), func(got string) bool { return got == id }); err != nil {
+		t.Fatalf("cleanup: %v", err)
+	}
+	ctx := ctxT(t, 60*time.Second)
+	sb, err := b.Attach(ctx, id)
+	if err != nil {
+		t.Fatalf("attach after detach: %v", err)
+	}
+	t.Cleanup(func() { sb.Stop(context.Background()) })
+	c, err := guestproto.Dial(ctx, sb.Conn())
+	if err != nil {
+		t.Fatalf("dial the re-attached guest: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	y := &box{sb: sb, c: c, workspace: x.workspace}
+	if got := y.run(t, "print(x + 1, end='')"); got != "42" {
+		t.Errorf("after re-attach, x + 1 = %q, want 42", got)
+	}
+	select {
+	case <-sb.Done():
+		t.Error("Done is closed while the re-attached sandbox runs")
+	default:
+	}
+	if err := sb.Stop(ctxT(t, 30*time.Second)); err != nil {
+		t.Errorf("stop: %v", err)
+	}
+	select {
+	case <-sb.Done():
+	case <-time.After(10 * time.Second):
+		t.Error("Done is not closed after Stop of a re-attached sandbox")
+	}
+	if _, err := b.Attach(ctxT(t, 30*time.Second), id); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("attach to a stopped sandbox: %v, want not found", err)
+	}
+	if _, err := b.Attach(ctxT(t, 30*time.Second), ID()); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("attach to a sandbox that never was: %v, want not found", err)
+	}
+}
+
+// A backend that cannot re-attach says so.
+func testNoReattach(t *testing.T, b sandbox.Backend) {
+	if _, err := b.Attach(ctxT(t, 10*time.Second), ID()); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("attach: %v, want unsupported", err)
 	}
 }
 

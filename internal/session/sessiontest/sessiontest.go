@@ -33,6 +33,7 @@ func New(t testing.TB, mod func(*config.Config)) *session.Manager {
 		t.Fatal(err)
 	}
 	cfg := config.Default()
+	cfg.StateDir = t.TempDir()
 	cfg.Preimport = ""
 	cfg.PoolSize = 0
 	if mod != nil {

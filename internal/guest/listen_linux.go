@@ -1,0 +1,83 @@
+package guest
+
+import (
+	"context"
+	"errors"
+	"net"
+	"time"
+
+	"github.com/cellbox/cellbox/internal/guestproto"
+)
+
+// attachTimeout bounds the attach handshake of one connection; replaceTimeout how long a
+// new connection waits for the calls of the one it replaces.
+const (
+	attachTimeout  = 5 * time.Second
+	replaceTimeout = 30 * time.Second
+)
+
+// Listen serves the guest protocol on the connections ln accepts, each opened by the attach
+// handshake with token (see guestproto.ServerAttach), until ctx is done; then it kills
+// everything it started. The kernel and its state outlive every connection, so a new
+// server process can attach and find them as they were. A connection that passes the
+// handshake replaces the one before it; one that does not is closed.
+func Listen(ctx context.Context, ln net.Listener, token string, opts Options) error {
+	if token == "" {
+		ln.Close()
+		return errors.New("listen: no attach token")
+	}
+	s, err := newServer(opts)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	defer s.close()
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+
+	var prev <-chan struct{} // closed when the previous connection's calls have returned
+	var endPrev context.CancelFunc
+	defer func() {
+		if endPrev != nil {
+			endPrev()
+			<-prev
+		}
+	}()
+	for {
+		conn, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				break
+			}
+			s.log.Warn("accept a connection", "error", err)
+			time.Sleep(100 * time.Millisecond) // e.g. out of descriptors: don't spin
+			continue
+		}
+		// One handshake at a time: only the host's root can reach the socket at all.
+		conn.SetDeadline(time.Now().Add(attachTimeout))
+		if err := guestproto.ServerAttach(conn, token); err != nil {
+			s.log.Warn("refused a connection", "error", err)
+			conn.Close()
+			continue
+		}
+		conn.SetDeadline(time.Time{})
+		// The connection replaces the one before it, whose runs end first: a cell that ran
+		// when the old server went away is interrupted before the new one may start another.
+		if endPrev != nil {
+			endPrev()
+			select {
+			case <-prev:
+			case <-time.After(replaceTimeout):
+				s.log.Warn("calls of the replaced connection still running")
+			}
+		}
+		cctx, cancel := context.WithCancel(ctx)
+		served := make(chan struct{})
+		prev, endPrev = served, cancel
+		go func() {
+			defer close(served)
+			<-s.serveConn(cctx, conn)
+		}()
+	}
+	return nil
+}

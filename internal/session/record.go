@@ -1,0 +1,155 @@
+package session
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/cellbox/cellbox/api"
+)
+
+// record is what survives of a session when the server process ends: enough to attach to
+// its sandbox again, or to start a new one on the same workspace. One JSON file per
+// session in the records folder, readable by root only (env may hold secrets).
+type record struct {
+	ID             string            `json:"id"`
+	Tenant         string            `json:"tenant"`
+	Language       string            `json:"language"`
+	IdleTimeoutS   float64           `json:"idle_timeout_s"`
+	CreatedAt      time.Time         `json:"created_at"`
+	LastActiveAt   time.Time         `json:"last_active_at"`
+	ExecutionCount int               `json:"execution_count"`
+	Limits         api.Limits        `json:"limits"`
+	Env            map[string]string `json:"env,omitempty"`
+	Workspace      string            `json:"workspace"`
+}
+
+// saveEvery throttles the records written for activity alone (file calls): a restart may
+// see a session as idle this much longer than it was.
+const saveEvery = 10 * time.Second
+
+// records is the folder of session records; a zero dir keeps none.
+type records struct{ dir string }
+
+func (r records) path(id string) string { return filepath.Join(r.dir, id+".json") }
+
+// save writes rec whole (a new file renamed over the old).
+func (r records) save(rec record) error {
+	if r.dir == "" {
+		return nil
+	}
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(r.dir, ".tmp-"+rec.ID+"-")
+	if err != nil {
+		return fmt.Errorf("save session %s: %w", rec.ID, err)
+	}
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), r.path(rec.ID))
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return fmt.Errorf("save session %s: %w", rec.ID, err)
+	}
+	return nil
+}
+
+func (r records) remove(id string) error {
+	if r.dir == "" {
+		return nil
+	}
+	if err := os.Remove(r.path(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove the record of session %s: %w", id, err)
+	}
+	return nil
+}
+
+// load reads every record. A file that is not a valid record is removed and reported in
+// bad; so are leftovers of an interrupted save.
+func (r records) load() (recs []record, bad []error, err error) {
+	if r.dir == "" {
+		return nil, nil, nil
+	}
+	if err := os.MkdirAll(r.dir, 0o700); err != nil {
+		return nil, nil, fmt.Errorf("session records: %w", err)
+	}
+	entries, err := os.ReadDir(r.dir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("session records: %w", err)
+	}
+	for _, e := range entries {
+		name := e.Name()
+		p := filepath.Join(r.dir, name)
+		id, ok := strings.CutSuffix(name, ".json")
+		var rec record
+		if ok && e.Type().IsRegular() {
+			data, rerr := os.ReadFile(p)
+			if rerr == nil && json.Unmarshal(data, &rec) == nil && rec.ID == id && validID(id) {
+				recs = append(recs, rec)
+				continue
+			}
+		}
+		if !strings.HasPrefix(name, ".tmp-") {
+			bad = append(bad, fmt.Errorf("%s is not a session record", name))
+		}
+		os.RemoveAll(p)
+	}
+	return recs, bad, nil
+}
+
+// validID: what newID makes (hex); a record's id names files and sandboxes.
+func validID(id string) bool {
+	if len(id) == 0 || len(id) > 64 {
+		return false
+	}
+	for _, c := range id {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// record returns the session's record as it stands; s.mu is held.
+func (s *Session) recordLocked() record {
+	return record{
+		ID:             s.id,
+		Tenant:         s.tenant,
+		Language:       s.language,
+		IdleTimeoutS:   s.idle.Seconds(),
+		CreatedAt:      s.created,
+		LastActiveAt:   s.lastActive,
+		ExecutionCount: s.execCount,
+		Limits:         s.box.limits,
+		Env:            s.box.env,
+		Workspace:      s.box.ws,
+	}
+}
+
+// save writes the session's record; saves of one session happen one at a time, in order.
+func (m *Manager) save(s *Session) {
+	s.saveMu.Lock()
+	defer s.saveMu.Unlock()
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	rec := s.recordLocked()
+	s.saved = time.Now()
+	s.mu.Unlock()
+	if err := m.records.save(rec); err != nil {
+		m.log.Warn("save session record; the session may not survive a restart", "session_id", s.id, "err", err)
+	}
+}

@@ -1,0 +1,152 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/cellbox/cellbox/internal/guestproto"
+)
+
+// Sessions outliving the server process: every live session has a record (record.go). At
+// start, recover decides from the records which sessions live on, and tidies everything
+// else an earlier process left; restore then attaches to their sandboxes, or replaces a
+// sandbox it cannot attach to.
+
+// replacedNotice is told on a replaced session's next execution.
+const replacedNotice = "[cellbox: the server restarted and could not reach this session's sandbox, so it was replaced: variables are lost, files in /mnt/data are kept]\n"
+
+// recover reads the records of an earlier process and returns those of the sessions that
+// live on. The others end: the idle ones, or all of them when sessions end with the server
+// (m.keep off). Then it cleans up: every sandbox and workspace mount the earlier process
+// left, but for those of the sessions that live on, is stopped and released.
+func (m *Manager) recover(ctx context.Context) ([]record, error) {
+	recs, bad, err := m.records.load()
+	if err != nil {
+		return nil, err
+	}
+	for _, err := range bad {
+		m.log.Warn("removed an invalid session record", "err", err)
+	}
+	now := time.Now()
+	var live []record
+	keep := map[string]bool{}
+	for _, r := range recs {
+		idle := time.Duration(r.IdleTimeoutS * float64(time.Second))
+		switch {
+		case !m.keep:
+			m.log.Info("ending a session of an earlier server process (sessions end with the server here)", "session_id", r.ID, "tenant", r.Tenant)
+		case now.Sub(r.LastActiveAt) > idle:
+			m.log.Info("ending a session whose idle time ran out while the server was down", "session_id", r.ID, "tenant", r.Tenant,
+				"idle_since", r.LastActiveAt.UTC().Format(time.RFC3339))
+		default:
+			live = append(live, r)
+			keep[r.ID] = true
+			continue
+		}
+		if err := m.records.remove(r.ID); err != nil {
+			m.log.Warn("remove session record", "session_id", r.ID, "err", err)
+		}
+	}
+	kept := func(id string) bool { return keep[id] }
+	// Workspaces first: a sandbox left running keeps its own mount of its workspace.
+	if err := m.store.Recover(kept); err != nil {
+		return nil, err
+	}
+	if err := m.backend.Cleanup(ctx, kept); err != nil {
+		return nil, fmt.Errorf("clean up sandboxes of an earlier run: %w", err)
+	}
+	return live, nil
+}
+
+// restore brings back the sessions of recs, a few at a time: each attaches to its sandbox,
+// or gets a new one on its workspace (told on its next execution), or, when neither works,
+// ends. Nothing is left running that no session owns.
+func (m *Manager) restore(ctx context.Context, recs []record) {
+	if len(recs) == 0 {
+		return
+	}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 4)
+	var mu sync.Mutex
+	var attached, replaced, ended int
+	for _, r := range recs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			how := m.restoreOne(ctx, r)
+			mu.Lock()
+			defer mu.Unlock()
+			switch how {
+			case "attached":
+				attached++
+			case "replaced":
+				replaced++
+			default:
+				ended++
+			}
+		}()
+	}
+	wg.Wait()
+	m.log.Info("sessions of the earlier server process restored", "attached", attached, "replaced", replaced, "ended", ended)
+}
+
+// restoreOne restores the session of r and says how: attached, replaced or ended.
+func (m *Manager) restoreOne(ctx context.Context, r record) string {
+	s := &Session{id: r.ID, tenant: r.Tenant, language: r.Language,
+		idle: time.Duration(r.IdleTimeoutS * float64(time.Second)), created: r.CreatedAt,
+		lastActive: r.LastActiveAt, execCount: r.ExecutionCount, turn: make(chan struct{}, 1)}
+	how := "attached"
+	b, err := m.attachBox(ctx, r)
+	if err != nil {
+		m.log.Warn("could not re-attach to a session's sandbox; starting a new one on its workspace (variables are lost, files kept)",
+			"session_id", r.ID, "tenant", r.Tenant, "err", err)
+		how = "replaced"
+		s.notice = replacedNotice
+		s.execCount = 0
+		if err = m.store.Ready(r.ID); err == nil {
+			b, err = m.startBox(ctx, r.ID, r.Limits, r.Env, r.Workspace)
+		}
+	}
+	if err != nil {
+		m.log.Error("could not restore a session; it ended (its files are kept)", "session_id", r.ID, "tenant", r.Tenant, "err", err)
+		m.records.remove(r.ID)
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+		defer cancel()
+		if err := m.store.Release(cctx, r.ID); err != nil {
+			m.log.Warn("release workspace", "session_id", r.ID, "err", err)
+		}
+		return "ended"
+	}
+	s.box = b
+	m.mu.Lock()
+	m.sessions[s.id] = s
+	m.mu.Unlock()
+	m.save(s)
+	m.log.Info("session restored", "session_id", s.id, "tenant", s.tenant, "how", how)
+	return how
+}
+
+// attachBox attaches to the sandbox of r and dials its guest, whose kernel is configured
+// already.
+func (m *Manager) attachBox(ctx context.Context, r record) (*box, error) {
+	sb, err := m.backend.Attach(ctx, r.ID)
+	if err != nil {
+		return nil, err
+	}
+	g, err := guestproto.Dial(ctx, sb.Conn())
+	if err == nil && g.Hello().Root != sb.GuestWorkspace() {
+		g.Close()
+		err = fmt.Errorf("the guest serves %q, not the workspace", g.Hello().Root)
+	}
+	if err != nil {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+		defer cancel()
+		return nil, errors.Join(err, sb.Stop(cctx))
+	}
+	return &box{id: r.ID, ws: r.Workspace, sb: sb, guest: g, limits: r.Limits, env: r.Env}, nil
+}
