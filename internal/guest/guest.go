@@ -1,10 +1,14 @@
 // Package guest is the daemon that runs as process 1 inside every sandbox (or as a plain
-// child process of the local-unsafe backend). It serves the cellbox server over its
-// stdin/stdout with the guest protocol (package guestproto): a Python kernel (IPython, driven
-// by the runner in package pyrunner), programs run as commands, and the workspace's files.
+// child process of the local-unsafe backend). It serves the cellbox server with the guest
+// protocol (package guestproto): a Python kernel (IPython, driven by the runner in package
+// pyrunner), programs run as commands, and the workspace's files.
+//
+// It serves over its stdin/stdout (Serve), and then kills everything it started when that
+// connection ends; or on a Unix socket (Listen), where every connection opens with the
+// attach handshake and the kernel outlives connections, so a restarted server finds it.
 //
 // Every path it is given is resolved beneath the workspace, never through a symbolic link
-// that leads out. It kills everything it started when its connection ends.
+// that leads out.
 //
 // Not for: starting or isolating sandboxes (package sandbox and its backends), or anything
 // on the server's side of the protocol.

@@ -3,8 +3,8 @@
 // are given.
 //
 // A backend does little: it creates an isolated place, starts the guest binary there as
-// process 1 with the workspace at /mnt/data, and hands back a byte stream to the guest's
-// stdin/stdout. Kernels, commands and files are the guest's work (package guest), not the
+// process 1 with the workspace at /mnt/data, and hands back a byte stream to the guest
+// (its stdin/stdout, or a socket a later server process can attach to again). Kernels, commands and files are the guest's work (package guest), not the
 // backend's. Not for: workspace folders and quotas (package workspace) or sessions.
 package sandbox
 
@@ -36,7 +36,8 @@ type Spec struct {
 // Sandbox is one running sandbox.
 type Sandbox interface {
 	ID() string
-	// Conn is the byte stream to the guest: writes go to its stdin, reads come from its stdout.
+	// Conn is the byte stream to the guest (its stdin and stdout, or a socket), ready for
+	// guestproto.Dial.
 	Conn() io.ReadWriteCloser
 	// GuestWorkspace is the workspace path as the guest sees it (/mnt/data when isolated).
 	GuestWorkspace() string

@@ -765,7 +765,7 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 	select {
 	case <-ended:
 	case <-ctx.Done():
-		m.log.Warn("shutdown: runs still going when time ran out; their sandboxes are stopped now")
+		m.log.Warn("shutdown: runs still going when time ran out; going on without them")
 	}
 
 	var wg sync.WaitGroup

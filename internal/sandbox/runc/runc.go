@@ -2,10 +2,13 @@
 // or with crun or gVisor's runsc, which take the same command line.
 //
 // For each sandbox it writes an OCI runtime spec into a bundle folder and runs
-// `runc run` in the foreground with the guest's stdin and stdout as pipes. The root
+// `runc run --detach`: the sandbox outlives the server process. The guest listens on a
+// Unix socket in the bundle that only root can reach, and each connection opens with the
+// attach handshake and the sandbox's token (see Sandbox), so a restarted server attaches
+// again (Attach). The server is a child subreaper, and reaps the guests it starts. The root
 // filesystem is a shared read-only skeleton in which the host's /usr (and what Python needs
-// from /etc) is bind-mounted read-only; the workspace appears at /mnt/data. The spec drops
-// every capability, sets no_new_privs and a seccomp allow-list, gives the sandbox its own
+// from /etc) is bind-mounted read-only; the workspace appears at /mnt/data. The spec keeps the
+// guest five capabilities and user code none (see guestCaps), sets no_new_privs and a seccomp allow-list, gives the sandbox its own
 // pid, network (loopback only), ipc, uts, mount and cgroup namespaces, and limits memory,
 // processes and CPU with cgroups (v1 or v2).
 //

@@ -225,7 +225,7 @@ const logHead = 8 << 10
 // bundle. It is idempotent; concurrent calls wait for the first.
 func (s *Sandbox) Stop(ctx context.Context) error {
 	s.stopOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*commandTimeout+exitTimeout)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*commandTimeout+2*exitTimeout)
 		defer cancel()
 		s.stopErr = s.stop(ctx)
 		if s.stopErr != nil {
@@ -242,17 +242,19 @@ func (s *Sandbox) stop(ctx context.Context) error {
 	}
 	if !s.exited() {
 		// Killing process 1 of the pid namespace kills every process in it.
-		s.b.command(ctx, "kill", s.id, "KILL")
-	}
-	if s.done != nil {
-		select {
-		case <-s.done:
-		case <-time.After(exitTimeout):
-			s.logger().Warn("sandbox guest did not exit after kill", "runtime", s.runtimeName())
+		if _, err := s.b.command(ctx, "kill", s.id, "KILL"); err != nil {
+			s.logger().Debug("kill sandbox", "err", err)
 		}
 	}
+	s.waitExit(exitTimeout)
+	// delete --force kills what the kill did not reach.
 	if err := s.b.delete(ctx, s.id); err != nil {
 		errs = append(errs, err)
+	}
+	// The guest must be gone before Stop returns: its mount namespace holds the workspace,
+	// which the caller may unmount and read next.
+	if !s.waitExit(exitTimeout) {
+		s.logger().Warn("sandbox guest did not exit after kill and delete", "runtime", s.runtimeName())
 	}
 	if log := s.logHead(); len(log) > 0 {
 		s.logger().Debug("sandbox log", "text", string(log))
@@ -262,6 +264,19 @@ func (s *Sandbox) stop(ctx context.Context) error {
 	}
 	s.b.forget(s)
 	return errors.Join(errs...)
+}
+
+// waitExit waits up to d for the guest to exit and reports whether it has (or is not known).
+func (s *Sandbox) waitExit(d time.Duration) bool {
+	if s.done == nil {
+		return true
+	}
+	select {
+	case <-s.done:
+		return true
+	case <-time.After(d):
+		return false
+	}
 }
 
 // Detach closes the connection and leaves the sandbox running, for Backend.Attach.
