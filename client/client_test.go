@@ -56,6 +56,7 @@ func newClient(t *testing.T, opts ...client.Option) *client.Client {
 		cfg := config.Default()
 		cfg.Addr = "127.0.0.1:0"
 		cfg.StateDir = srvDir
+		cfg.EndSessionsOnExit = true // nothing outlives the test
 		cfg.PoolSize = 1
 		cfg.LogLevel = "warn"
 		cfg.InterruptGrace = 2 * time.Second

@@ -102,6 +102,7 @@ func startCellbox(t *testing.T) *client.Client {
 	cfg := config.Default()
 	cfg.Addr = "127.0.0.1:0"
 	cfg.StateDir = t.TempDir()
+	cfg.EndSessionsOnExit = true // nothing outlives the test
 	cfg.PoolSize = 0
 	cfg.LogLevel = "warn"
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)

@@ -47,6 +47,7 @@ func testConfig(t testing.TB, dir string) config.Config {
 	cfg := config.Default()
 	cfg.Addr = "127.0.0.1:0"
 	cfg.StateDir = dir
+	cfg.EndSessionsOnExit = true // nothing outlives the test
 	cfg.PoolSize = 2
 	cfg.LogLevel = "warn"
 	cfg.InterruptGrace = 2 * time.Second
