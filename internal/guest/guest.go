@@ -21,10 +21,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/cellbox/cellbox/api"
 )
@@ -46,6 +46,9 @@ type Options struct {
 	// are given to this user. Switching needs CAP_SETUID, CAP_SETGID and CAP_KILL (and
 	// CAP_DAC_OVERRIDE and CAP_CHOWN for the workspace) in a guest that is not root.
 	UserUID, UserGID int
+	// OrphanExit, with Listen: the guest exits once no connection has been attached for
+	// this long (0: never), so a sandbox whose server never comes back ends by itself.
+	OrphanExit time.Duration
 	// Init makes the guest act as process 1: it becomes a child subreaper and reaps every
 	// child of the process, its own or orphaned. Set it only in a process that runs nothing
 	// but the guest: os/exec's Wait cannot work beside it.
@@ -71,6 +74,7 @@ func Main(args []string) int {
 	userGID := fs.Int("user-gid", 0, "with --user-uid: the gid of user code")
 	listen := fs.String("listen", "", "serve on a Unix socket at this path instead of stdin/stdout; every connection opens with the attach handshake, and the kernel outlives connections")
 	tokenFile := fs.String("token-file", "", "with --listen: file holding the attach token; read once and removed")
+	orphanExit := fs.Duration("orphan-exit", 0, "with --listen: exit once no server has been attached for this long (0: never)")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			return 0
@@ -94,7 +98,7 @@ func Main(args []string) int {
 	protect(log)
 	ctx := context.Background()
 	opts := Options{Workspace: *workspace, Cgroup: *cgroup, MplCache: *mplCache,
-		UserUID: *userUID, UserGID: *userGID, Init: true, Logger: log}
+		UserUID: *userUID, UserGID: *userGID, OrphanExit: *orphanExit, Init: true, Logger: log}
 	var err error
 	if *listen != "" {
 		err = listenMain(ctx, *listen, *tokenFile, opts)
@@ -137,22 +141,6 @@ func listenMain(ctx context.Context, path, tokenFile string, opts Options) error
 		return fmt.Errorf("listen on %s: %w", path, err)
 	}
 	return Listen(ctx, ln, token, opts)
-}
-
-// listenUnix listens on a Unix socket at path that only the guest's uid may connect to.
-func listenUnix(path string) (net.Listener, error) {
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("remove stale socket: %w", err)
-	}
-	ln, err := net.Listen("unix", path)
-	if err != nil {
-		return nil, err
-	}
-	if err := os.Chmod(path, 0o600); err != nil {
-		ln.Close()
-		return nil, err
-	}
-	return ln, nil
 }
 
 // readToken reads the attach token from path and removes the file: it is read once.

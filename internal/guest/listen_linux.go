@@ -3,8 +3,12 @@ package guest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"os"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/cellbox/cellbox/internal/guestproto"
 )
@@ -32,8 +36,22 @@ func Listen(ctx context.Context, ln net.Listener, token string, opts Options) er
 		return err
 	}
 	defer s.close()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
+	// Unattached for opts.OrphanExit: no server will come back for this sandbox.
+	orphan := time.AfterFunc(time.Duration(1<<63-1), func() {
+		s.log.Warn("no server attached for too long; exiting", "after", opts.OrphanExit.String())
+		cancel()
+	})
+	defer orphan.Stop()
+	unattached := func() {
+		if opts.OrphanExit > 0 {
+			orphan.Reset(opts.OrphanExit)
+		}
+	}
+	unattached()
 
 	var prev <-chan struct{} // closed when the previous connection's calls have returned
 	var endPrev context.CancelFunc
@@ -71,13 +89,30 @@ func Listen(ctx context.Context, ln net.Listener, token string, opts Options) er
 				s.log.Warn("calls of the replaced connection still running")
 			}
 		}
+		orphan.Stop()
 		cctx, cancel := context.WithCancel(ctx)
 		served := make(chan struct{})
 		prev, endPrev = served, cancel
 		go func() {
 			defer close(served)
 			<-s.serveConn(cctx, conn)
+			if cctx.Err() == nil { // it ended by itself, not replaced
+				unattached()
+			}
 		}()
 	}
 	return nil
+}
+
+// listenUnix listens on a Unix socket at path that only the guest's uid may connect to.
+// The mode comes from the umask, not a chmod after the fact: gVisor refuses to chmod a
+// socket that lives on the host (--host-uds=create).
+func listenUnix(path string) (net.Listener, error) {
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("remove stale socket: %w", err)
+	}
+	old := unix.Umask(0o177) // nothing else runs yet that creates files
+	ln, err := net.Listen("unix", path)
+	unix.Umask(old)
+	return ln, err
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -39,12 +40,9 @@ func attach(t *testing.T, sock, token string) (*guestproto.Client, error) {
 	return c, nil
 }
 
-// The kernel outlives the connection: a second server attaches and finds its variables.
-// Wrong tokens are refused, and a new connection replaces the one before it.
-func TestListen(t *testing.T) {
-	needIPython(t)
+// The token file is read once and removed; the socket is the guest's alone (0600).
+func TestListenSetup(t *testing.T) {
 	dir := t.TempDir()
-	sock := filepath.Join(dir, "guest.sock")
 	tokenFile := filepath.Join(dir, "token")
 	if err := os.WriteFile(tokenFile, []byte(testToken+"\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -56,27 +54,61 @@ func TestListen(t *testing.T) {
 	if _, err := os.Stat(tokenFile); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the token file is still there after it was read: %v", err)
 	}
+	os.WriteFile(tokenFile, []byte("short\n"), 0o600)
+	if _, err := readToken(tokenFile); err == nil {
+		t.Error("readToken took a short token")
+	}
+	sock := filepath.Join(dir, "guest.sock")
+	os.WriteFile(sock, nil, 0o600) // a stale file where the socket goes
 	ln, err := listenUnix(sock)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fi, err := os.Stat(sock); err != nil || fi.Mode().Perm() != 0o600 {
-		t.Errorf("socket mode %v, %v; want 0600", fi.Mode(), err)
+	defer ln.Close()
+	if fi, err := os.Stat(sock); err != nil || fi.Mode().Perm() != 0o600 || fi.Mode().Type() != os.ModeSocket {
+		t.Errorf("socket mode %v, %v; want a socket, 0600", fi.Mode(), err)
+	}
+}
+
+// listen runs Listen on a fresh socket until the test ends, and waits for it to return;
+// done is closed when it has.
+func listen(t *testing.T, opts Options) (sock string, done <-chan struct{}) {
+	t.Helper()
+	sock = filepath.Join(t.TempDir(), "guest.sock")
+	ln, err := listenUnix(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opts.Workspace == "" {
+		opts.Workspace = t.TempDir()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- Listen(ctx, ln, token, Options{Workspace: t.TempDir()}) }()
-	defer func() {
+	ch := make(chan struct{})
+	var lerr error
+	go func() {
+		defer close(ch)
+		lerr = Listen(ctx, ln, testToken, opts)
+	}()
+	t.Cleanup(func() {
 		cancel()
 		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Listen: %v", err)
+		case <-ch:
+			if lerr != nil {
+				t.Errorf("Listen: %v", lerr)
 			}
 		case <-time.After(20 * time.Second):
 			t.Error("Listen did not return after its context ended")
 		}
-	}()
+	})
+	return sock, ch
+}
+
+// The kernel outlives the connection: a second server attaches and finds its variables.
+// Wrong tokens are refused, and a new connection replaces the one before it.
+func TestListen(t *testing.T) {
+	needIPython(t)
+	sock, _ := listen(t, Options{})
+	token := testToken
 
 	if _, err := attach(t, sock, "not-the-token-0123456789abcdef012"); !errors.Is(err, guestproto.ErrBadAttach) {
 		t.Fatalf("attach with a wrong token: %v, want refused", err)
@@ -125,15 +157,7 @@ func TestListen(t *testing.T) {
 // A cell running when its connection drops is interrupted; the kernel stays.
 func TestListenConnectionDropInterrupts(t *testing.T) {
 	needIPython(t)
-	dir := t.TempDir()
-	sock := filepath.Join(dir, "guest.sock")
-	ln, err := listenUnix(sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go Listen(ctx, ln, testToken, Options{Workspace: t.TempDir()})
+	sock, _ := listen(t, Options{})
 	c, err := attach(t, sock, testToken)
 	if err != nil {
 		t.Fatal(err)
@@ -144,12 +168,21 @@ func TestListenConnectionDropInterrupts(t *testing.T) {
 		t.Fatal(err)
 	}
 	started := make(chan struct{})
-	go c.Execute(cctx, api.ExecuteRequest{Code: "import time\nprint('started', flush=True)\nwhile True: time.sleep(0.05)", TimeoutS: 60}, func(o api.Output) {
-		if strings.Contains(o.Text, "started") {
-			close(started)
-		}
-	})
-	<-started
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		var once sync.Once
+		c.Execute(cctx, api.ExecuteRequest{Code: "import time\nprint('started', flush=True)\nwhile True: time.sleep(0.05)", TimeoutS: 60}, func(o api.Output) {
+			if strings.Contains(o.Text, "started") {
+				once.Do(func() { close(started) })
+			}
+		})
+	}()
+	select {
+	case <-started:
+	case <-ended:
+		t.Fatal("the cell ended before it printed")
+	}
 	c.Close()
 	c2, err := attach(t, sock, testToken)
 	if err != nil {
@@ -160,5 +193,43 @@ func TestListenConnectionDropInterrupts(t *testing.T) {
 	// The next cell runs: the kernel is free again and kept its state.
 	if r := g.exec(t, "print('free', time.time() > 0)", 0); strings.TrimSpace(text(r, "stdout")) != "free True" {
 		t.Fatalf("after the dropped connection: %+v", r)
+	}
+}
+
+// A guest that no server attaches to for OrphanExit exits; one attached does not.
+func TestListenOrphanExit(t *testing.T) {
+	needIPython(t)
+	_, done := listen(t, Options{OrphanExit: 300 * time.Millisecond})
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("a guest nobody attached to is still there")
+	}
+
+	sock, done := listen(t, Options{OrphanExit: 300 * time.Millisecond})
+	c, err := attach(t, sock, testToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, ccancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer ccancel()
+	if err := c.Configure(cctx, testConfig()); err != nil {
+		t.Fatal(err)
+	}
+	g := &guestT{Client: c}
+	// Attached across three orphan periods.
+	if r := g.exec(t, "import time; time.sleep(1); print('here')", 0); strings.TrimSpace(text(r, "stdout")) != "here" {
+		t.Fatalf("attached guest: %+v", r)
+	}
+	select {
+	case <-done:
+		t.Fatal("an attached guest exited")
+	default:
+	}
+	c.Close()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the guest is still there after its server left")
 	}
 }

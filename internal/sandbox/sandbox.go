@@ -11,6 +11,7 @@ package sandbox
 import (
 	"context"
 	"io"
+	"time"
 )
 
 // Limits bound one sandbox. Zero fields mean "no limit" to a backend; the session layer
@@ -31,6 +32,9 @@ type Spec struct {
 	Limits    Limits
 	// Env is the guest's own environment (the kernel's comes later, over the protocol).
 	Env map[string]string
+	// OrphanExit: a sandbox that outlives its server process (Capabilities.Reattach) stops
+	// by itself once no server has been attached to it for this long; 0: never.
+	OrphanExit time.Duration
 }
 
 // Sandbox is one running sandbox.
@@ -68,6 +72,9 @@ type Capabilities struct {
 	Reattach bool
 }
 
+// KeepNone is a Cleanup keep that keeps nothing.
+func KeepNone(string) bool { return false }
+
 // Backend creates sandboxes.
 type Backend interface {
 	Name() string
@@ -76,9 +83,10 @@ type Backend interface {
 	Create(ctx context.Context, spec Spec) (Sandbox, error)
 	// Attach connects to the running sandbox id that an earlier server process created (or
 	// this one detached); its Conn is a new connection to the same guest. It fails with
-	// errdefs.ErrNotFound when there is no such sandbox, and with ErrUnsupported when the
-	// backend cannot re-attach. A sandbox that is there but cannot be attached to is
-	// stopped and removed: it never runs on unreachable.
+	// errdefs.ErrNotFound when there is no such sandbox, or no usable one: a sandbox that
+	// is there but dead or unreachable is stopped and removed, never left running. When
+	// the backend cannot tell (its runtime failed), the error is errdefs.ErrUnavailable
+	// and the sandbox is left as it is. ErrUnsupported: the backend cannot re-attach.
 	Attach(ctx context.Context, id string) (Sandbox, error)
 	// Cleanup stops and removes the sandboxes an earlier run of this server left behind,
 	// except those keep says to keep (keep may be nil).

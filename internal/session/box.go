@@ -56,6 +56,9 @@ func (m *Manager) startBox(ctx context.Context, id string, limits api.Limits, en
 			Pids:     limits.Pids,
 			TmpMB:    m.cfg.TmpMB,
 		},
+		// No session outlives its idle timeout, so a sandbox unattached for the longest one
+		// has no session left: its server is gone for good.
+		OrphanExit: m.cfg.MaxIdleTimeout,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("start sandbox: %w", err)

@@ -475,6 +475,7 @@ func (m *Manager) acquire(ctx context.Context, s *Session) (_ *box, _ context.Co
 	s.lastActive = time.Now()
 	b := s.box
 	s.mu.Unlock()
+	m.save(s)
 	return b, rctx, func() {
 		s.mu.Lock()
 		s.busy = false
@@ -536,8 +537,9 @@ func (m *Manager) Execute(ctx context.Context, id string, req api.ExecuteRequest
 	}
 	s.mu.Lock()
 	s.execCount = res.ExecutionCount
-	if s.notice != "" {
-		res.Outputs = append([]api.Output{{Type: api.OutputStream, Name: "stderr", Text: s.notice}}, res.Outputs...)
+	notice := s.notice
+	if notice != "" {
+		res.Outputs = append([]api.Output{{Type: api.OutputStream, Name: "stderr", Text: notice}}, res.Outputs...)
 		s.notice = ""
 	}
 	s.mu.Unlock()

@@ -26,7 +26,11 @@ type record struct {
 	ExecutionCount int               `json:"execution_count"`
 	Limits         api.Limits        `json:"limits"`
 	Env            map[string]string `json:"env,omitempty"`
-	Workspace      string            `json:"workspace"`
+	// Busy: a run held the session when this was written. A server that died meanwhile
+	// ended that run; the session counts as active until then.
+	Busy bool `json:"busy,omitempty"`
+	// Notice is what the session's next execution is told (see Session.notice).
+	Notice string `json:"notice,omitempty"`
 }
 
 // saveEvery throttles the records written for activity alone (file calls): a restart may
@@ -75,8 +79,8 @@ func (r records) remove(id string) error {
 	return nil
 }
 
-// load reads every record. A file that is not a valid record is removed and reported in
-// bad; so are leftovers of an interrupted save.
+// load reads every record. A record that does not decode is removed and reported in bad,
+// as are leftovers of an interrupted save; files that are not records are left alone.
 func (r records) load() (recs []record, bad []error, err error) {
 	if r.dir == "" {
 		return nil, nil, nil
@@ -92,18 +96,22 @@ func (r records) load() (recs []record, bad []error, err error) {
 		name := e.Name()
 		p := filepath.Join(r.dir, name)
 		id, ok := strings.CutSuffix(name, ".json")
+		switch {
+		case strings.HasPrefix(name, ".tmp-") && e.Type().IsRegular():
+			os.Remove(p)
+			continue
+		case !ok || !e.Type().IsRegular():
+			bad = append(bad, fmt.Errorf("%s is not a session record; left alone", name))
+			continue
+		}
 		var rec record
-		if ok && e.Type().IsRegular() {
-			data, rerr := os.ReadFile(p)
-			if rerr == nil && json.Unmarshal(data, &rec) == nil && rec.ID == id && validID(id) {
-				recs = append(recs, rec)
-				continue
-			}
+		data, rerr := os.ReadFile(p)
+		if rerr == nil && json.Unmarshal(data, &rec) == nil && rec.ID == id && validID(id) {
+			recs = append(recs, rec)
+			continue
 		}
-		if !strings.HasPrefix(name, ".tmp-") {
-			bad = append(bad, fmt.Errorf("%s is not a session record", name))
-		}
-		os.RemoveAll(p)
+		bad = append(bad, fmt.Errorf("%s is not a valid session record; removed it", name))
+		os.Remove(p)
 	}
 	return recs, bad, nil
 }
@@ -133,7 +141,8 @@ func (s *Session) recordLocked() record {
 		ExecutionCount: s.execCount,
 		Limits:         s.box.limits,
 		Env:            s.box.env,
-		Workspace:      s.box.ws,
+		Busy:           s.busy,
+		Notice:         s.notice,
 	}
 }
 

@@ -7,16 +7,20 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cellbox/cellbox/internal/errdefs"
 	"github.com/cellbox/cellbox/internal/guestproto"
 )
 
 // Sessions outliving the server process: every live session has a record (record.go). At
 // start, recover decides from the records which sessions live on, and tidies everything
 // else an earlier process left; restore then attaches to their sandboxes, or replaces a
-// sandbox it cannot attach to.
+// sandbox that is gone.
 
 // replacedNotice is told on a replaced session's next execution.
-const replacedNotice = "[cellbox: the server restarted and could not reach this session's sandbox, so it was replaced: variables are lost, files in /mnt/data are kept]\n"
+const replacedNotice = "[cellbox: the server restarted and this session's sandbox was gone, so it was replaced: variables are lost, files in /mnt/data are kept]\n"
+
+// restoreTimeout bounds the restore of one session.
+const restoreTimeout = 2 * time.Minute
 
 // recover reads the records of an earlier process and returns those of the sessions that
 // live on. The others end: the idle ones, or all of them when sessions end with the server
@@ -28,7 +32,7 @@ func (m *Manager) recover(ctx context.Context) ([]record, error) {
 		return nil, err
 	}
 	for _, err := range bad {
-		m.log.Warn("removed an invalid session record", "err", err)
+		m.log.Warn("session records", "err", err)
 	}
 	now := time.Now()
 	var live []record
@@ -38,10 +42,13 @@ func (m *Manager) recover(ctx context.Context) ([]record, error) {
 		switch {
 		case !m.keep:
 			m.log.Info("ending a session of an earlier server process (sessions end with the server here)", "session_id", r.ID, "tenant", r.Tenant)
-		case now.Sub(r.LastActiveAt) > idle:
+		case !r.Busy && now.Sub(r.LastActiveAt) > idle:
 			m.log.Info("ending a session whose idle time ran out while the server was down", "session_id", r.ID, "tenant", r.Tenant,
 				"idle_since", r.LastActiveAt.UTC().Format(time.RFC3339))
 		default:
+			if r.Busy { // its run ended with the server that ran it: active until then
+				r.Busy, r.LastActiveAt = false, now
+			}
 			live = append(live, r)
 			keep[r.ID] = true
 			continue
@@ -61,63 +68,68 @@ func (m *Manager) recover(ctx context.Context) ([]record, error) {
 	return live, nil
 }
 
-// restore brings back the sessions of recs, a few at a time: each attaches to its sandbox,
-// or gets a new one on its workspace (told on its next execution), or, when neither works,
-// ends. Nothing is left running that no session owns.
+// restore brings back the sessions of recs, a few at a time. Each attaches to its
+// sandbox; or, when the sandbox is gone, gets a new one on its workspace (told on its next
+// execution); or, when that fails too, ends. A session whose sandbox the backend could
+// not tell about (its runtime failed) is left as it is, for the next start. A signal that
+// arrives meanwhile does not cut a restore short: every session gets restoreTimeout.
 func (m *Manager) restore(ctx context.Context, recs []record) {
 	if len(recs) == 0 {
 		return
 	}
+	ctx = context.WithoutCancel(ctx)
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 4)
 	var mu sync.Mutex
-	var attached, replaced, ended int
+	count := map[string]int{}
 	for _, r := range recs {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
+			ctx, cancel := context.WithTimeout(ctx, restoreTimeout)
+			defer cancel()
 			how := m.restoreOne(ctx, r)
 			mu.Lock()
-			defer mu.Unlock()
-			switch how {
-			case "attached":
-				attached++
-			case "replaced":
-				replaced++
-			default:
-				ended++
-			}
+			count[how]++
+			mu.Unlock()
 		}()
 	}
 	wg.Wait()
-	m.log.Info("sessions of the earlier server process restored", "attached", attached, "replaced", replaced, "ended", ended)
+	m.log.Info("sessions of the earlier server process restored",
+		"attached", count["attached"], "replaced", count["replaced"], "ended", count["ended"], "left", count["left"])
 }
 
-// restoreOne restores the session of r and says how: attached, replaced or ended.
+// restoreOne restores the session of r and says how: attached, replaced, ended or left.
 func (m *Manager) restoreOne(ctx context.Context, r record) string {
 	s := &Session{id: r.ID, tenant: r.Tenant, language: r.Language,
 		idle: time.Duration(r.IdleTimeoutS * float64(time.Second)), created: r.CreatedAt,
-		lastActive: r.LastActiveAt, execCount: r.ExecutionCount, turn: make(chan struct{}, 1)}
+		lastActive: r.LastActiveAt, execCount: r.ExecutionCount, notice: r.Notice, turn: make(chan struct{}, 1)}
 	how := "attached"
-	b, err := m.attachBox(ctx, r)
+	ws, err := m.store.Dir(r.ID)
+	var b *box
+	if err == nil {
+		b, err = m.attachBox(ctx, r, ws)
+	}
+	if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+		m.log.Error("could not tell whether a session's sandbox still runs; left as it is for the next start",
+			"session_id", r.ID, "tenant", r.Tenant, "err", err)
+		return "left"
+	}
 	if err != nil {
-		m.log.Warn("could not re-attach to a session's sandbox; starting a new one on its workspace (variables are lost, files kept)",
+		m.log.Warn("a session's sandbox is gone; starting a new one on its workspace (variables are lost, files kept)",
 			"session_id", r.ID, "tenant", r.Tenant, "err", err)
 		how = "replaced"
-		s.notice = replacedNotice
-		s.execCount = 0
+		s.notice, s.execCount = replacedNotice, 0
 		if err = m.store.Ready(r.ID); err == nil {
-			b, err = m.startBox(ctx, r.ID, r.Limits, r.Env, r.Workspace)
+			b, err = m.startBox(ctx, r.ID, r.Limits, r.Env, ws)
 		}
 	}
 	if err != nil {
 		m.log.Error("could not restore a session; it ended (its files are kept)", "session_id", r.ID, "tenant", r.Tenant, "err", err)
 		m.records.remove(r.ID)
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
-		defer cancel()
-		if err := m.store.Release(cctx, r.ID); err != nil {
+		if err := m.store.Release(ctx, r.ID); err != nil {
 			m.log.Warn("release workspace", "session_id", r.ID, "err", err)
 		}
 		return "ended"
@@ -132,8 +144,8 @@ func (m *Manager) restoreOne(ctx context.Context, r record) string {
 }
 
 // attachBox attaches to the sandbox of r and dials its guest, whose kernel is configured
-// already.
-func (m *Manager) attachBox(ctx context.Context, r record) (*box, error) {
+// already. A guest that does not answer its hello is stopped: its sandbox is lost.
+func (m *Manager) attachBox(ctx context.Context, r record, ws string) (*box, error) {
 	sb, err := m.backend.Attach(ctx, r.ID)
 	if err != nil {
 		return nil, err
@@ -146,7 +158,8 @@ func (m *Manager) attachBox(ctx context.Context, r record) (*box, error) {
 	if err != nil {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
 		defer cancel()
-		return nil, errors.Join(err, sb.Stop(cctx))
+		sb.Stop(cctx)
+		return nil, fmt.Errorf("%w: %w", err, errdefs.ErrNotFound)
 	}
-	return &box{id: r.ID, ws: r.Workspace, sb: sb, guest: g, limits: r.Limits, env: r.Env}, nil
+	return &box{id: r.ID, ws: ws, sb: sb, guest: g, limits: r.Limits, env: r.Env}, nil
 }

@@ -475,6 +475,14 @@ func (s *Store) Recover(keep func(id string) bool) error {
 	return nil
 }
 
+// Dir returns the host folder of workspace id (whether it exists or not).
+func (s *Store) Dir(id string) (string, error) {
+	if err := checkID(id); err != nil {
+		return "", err
+	}
+	return s.path(id), nil
+}
+
 // Ready checks that workspace id can be used as it is: it exists, is not released, and
 // with quotas is mounted (an image is never mounted again; see Store).
 func (s *Store) Ready(id string) error {

@@ -1,10 +1,15 @@
 package runc
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -31,57 +36,110 @@ func swapLimitSupported() bool {
 
 const supported = true
 
-// adoptOrphans makes this process a child subreaper: a detached sandbox's guest, orphaned
-// when its runtime command exits, becomes our child, which watchExit reaps. Without it
-// the guest goes to the host's init, which may never reap it (a server that is process 1
-// of a container).
+// adoptOrphans makes this process a child subreaper: the processes a runtime leaves
+// running when its `run --detach` returns (the guest; gVisor's sentry and gofer) become our
+// children, and watchExit reaps them. As process 1 of a container the server would get
+// them anyway; elsewhere they would go to the host's init, which may be slow to reap.
 func adoptOrphans() error {
 	return unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 }
 
-// watchExit returns a channel closed when the process pid has exited, and reaps it if it
-// is our child. It waits on a pidfd through Go's network poller: no thread is parked per
-// sandbox.
-func watchExit(pid int) (<-chan struct{}, error) {
+// watchExit watches the process pid: done is closed once it has exited (and it is reaped,
+// if it is our child). stop ends the watch without closing done. It waits on a pidfd
+// through Go's network poller: no thread is parked per sandbox. Linux 5.3 or later.
+func watchExit(pid int) (done <-chan struct{}, stop func(), _ error) {
 	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+	if errors.Is(err, unix.EINVAL) { // PIDFD_NONBLOCK came with Linux 5.10
+		if fd, err = unix.PidfdOpen(pid, 0); err == nil {
+			err = unix.SetNonblock(fd, true)
+		}
+	}
 	if err != nil {
-		return nil, fmt.Errorf("watch process %d: %w", pid, err)
+		return nil, nil, fmt.Errorf("watch process %d (pidfd_open needs Linux 5.3): %w", pid, err)
 	}
 	f := os.NewFile(uintptr(fd), "pidfd")
 	rc, err := f.SyscallConn()
 	if err != nil {
 		f.Close()
-		return nil, err
+		return nil, nil, err
 	}
-	done := make(chan struct{})
+	ch := make(chan struct{})
 	go func() {
-		defer close(done)
-		defer f.Close()
-		// A pidfd is readable once its process has exited.
+		exited := false
+		// A pidfd is readable once its process has exited. Read returns early when stop
+		// closes the descriptor.
 		rc.Read(func(fd uintptr) bool {
 			n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 0)
-			if err != nil && err != unix.EINTR || n > 0 {
+			if err == unix.EINTR || err == nil && n == 0 {
+				return false
+			}
+			if exited = n > 0; exited {
 				// Not our child (a server before this one started it): ECHILD, and its
 				// own parent reaps it.
 				var info unix.Siginfo
 				unix.Waitid(unix.P_PIDFD, int(fd), &info, unix.WEXITED|unix.WNOHANG, nil)
-				return true
 			}
-			return false
+			return true
 		})
+		f.Close()
+		if exited {
+			close(ch)
+		}
 	}()
-	return done, nil
+	return ch, func() { f.Close() }, nil
 }
 
-// dialUnixIn connects to the Unix socket name in folder dir. It goes through the folder's
-// descriptor (/proc/self/fd/N/name), so dir's length does not count against the 108 bytes
-// a socket address may have.
+// childrenWith returns the pids of this process's children, but skip, whose command line
+// contains marker: what a runtime left for us to reap besides the guest.
+func childrenWith(marker string, skip int) []int {
+	self := os.Getpid()
+	entries, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == skip {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// The fields after the command, which may hold spaces: state, ppid, ...
+		i := bytes.LastIndexByte(stat, ')')
+		f := strings.Fields(string(stat[i+1:]))
+		if len(f) < 2 || f[1] != strconv.Itoa(self) {
+			continue
+		}
+		if cmd, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline")); err == nil && bytes.Contains(cmd, []byte(marker)) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// dialUnixIn connects to the Unix socket name in folder dir, which the sandbox's guest can
+// write to. It opens the name without following a symlink and checks that it is a
+// socket, then connects through that descriptor (/proc/self/fd/N): the guest cannot point
+// the host at any other socket, and dir's length does not count against the 108 bytes a
+// socket address may have.
 func dialUnixIn(ctx context.Context, dir, name string) (net.Conn, error) {
-	d, err := os.OpenFile(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	d, err := os.OpenFile(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, err
 	}
 	defer d.Close()
+	fd, err := unix.Openat(int(d.Fd()), name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: name, Err: err}
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		return nil, fmt.Errorf("%s is not a socket", name)
+	}
 	var dialer net.Dialer
-	return dialer.DialContext(ctx, "unix", fmt.Sprintf("/proc/self/fd/%d/%s", d.Fd(), name))
+	return dialer.DialContext(ctx, "unix", fmt.Sprintf("/proc/self/fd/%d", fd))
 }

@@ -15,7 +15,9 @@ const supported = false
 
 func adoptOrphans() error { return errors.ErrUnsupported }
 
-func watchExit(pid int) (<-chan struct{}, error) { return nil, errors.ErrUnsupported }
+func watchExit(pid int) (<-chan struct{}, func(), error) { return nil, nil, errors.ErrUnsupported }
+
+func childrenWith(marker string, skip int) []int { return nil }
 
 func dialUnixIn(ctx context.Context, dir, name string) (net.Conn, error) {
 	return nil, errors.ErrUnsupported

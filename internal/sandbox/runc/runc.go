@@ -220,8 +220,10 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 }
 
 // Attach connects to sandbox id, which an earlier server process on the same state folder
-// started (or this one detached). The container must be running, and its guest must pass
-// the attach handshake; otherwise what is left of it is removed.
+// started (or this one detached). A sandbox that is not running, or whose guest does not
+// pass the attach handshake, is removed: Attach fails with errdefs.ErrNotFound then, as for
+// a sandbox that never was. When the runtime itself fails (busy, timed out) the sandbox is
+// left alone, and the error is errdefs.ErrUnavailable.
 func (b *Backend) Attach(ctx context.Context, id string) (sandbox.Sandbox, error) {
 	if !validID.MatchString(id) {
 		return nil, fmt.Errorf("sandbox id %q: want 1 to 63 of [a-z0-9-]: %w", id, errdefs.ErrInvalidArgument)
@@ -238,11 +240,19 @@ func (b *Backend) Attach(ctx context.Context, id string) (sandbox.Sandbox, error
 	b.live[id] = s
 	b.mu.Unlock()
 	if err := s.attach(ctx); err != nil {
-		s.Stop(context.WithoutCancel(ctx))
-		return nil, fmt.Errorf("attach sandbox %s: %w", id, err)
+		if errors.Is(err, errLost) {
+			s.Stop(context.WithoutCancel(ctx))
+			return nil, fmt.Errorf("attach sandbox %s: %w; removed it: %w", id, err, errdefs.ErrNotFound)
+		}
+		s.Detach()
+		return nil, fmt.Errorf("attach sandbox %s: %w: %w", id, err, errdefs.ErrUnavailable)
 	}
 	return s, nil
 }
+
+// errLost marks an attach failure that says the sandbox is dead or unusable, not that the
+// runtime could not tell.
+var errLost = errors.New("sandbox lost")
 
 // attach checks that the container runs, watches its guest and connects to it.
 func (s *Sandbox) attach(ctx context.Context) error {
@@ -250,24 +260,28 @@ func (s *Sandbox) attach(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if s.done, err = watchExit(pid); err != nil {
-		return fmt.Errorf("%w: %w", err, errdefs.ErrUnavailable)
+	if err := s.watch(pid); err != nil {
+		return fmt.Errorf("%w: %w", errLost, err)
 	}
 	// The same pid, still running, after the watch began: the watch is of the guest, not
 	// of a process that took its pid since.
 	if again, err := s.b.runningPid(ctx, s.id); err != nil || again != pid {
-		return fmt.Errorf("the sandbox's guest exited: %w", errdefs.ErrUnavailable)
+		return fmt.Errorf("%w: its guest exited", errLost)
 	}
 	if s.conn, err = s.dial(ctx); err != nil {
-		return fmt.Errorf("connect to the guest: %w: %w", err, errdefs.ErrUnavailable)
+		return fmt.Errorf("%w: connect to the guest: %w", errLost, err)
 	}
 	return nil
 }
 
-// runningPid returns the host pid of a running container's guest.
+// runningPid returns the host pid of a running container's guest. A container that the
+// runtime does not know, or not as running, is lost (errLost).
 func (b *Backend) runningPid(ctx context.Context, id string) (int, error) {
 	out, err := b.command(ctx, "state", id)
 	if err != nil {
+		if isNotExist(err) {
+			return 0, fmt.Errorf("%w: %w", errLost, err)
+		}
 		return 0, err
 	}
 	var st struct {
@@ -275,10 +289,10 @@ func (b *Backend) runningPid(ctx context.Context, id string) (int, error) {
 		Pid    int    `json:"pid"`
 	}
 	if err := json.Unmarshal(out, &st); err != nil {
-		return 0, fmt.Errorf("decode %s state: %w: %w", filepath.Base(b.runtime), err, errdefs.ErrUnavailable)
+		return 0, fmt.Errorf("decode %s state: %w", filepath.Base(b.runtime), err)
 	}
 	if st.Status != "running" || st.Pid <= 0 {
-		return 0, fmt.Errorf("the sandbox is %s, not running: %w", st.Status, errdefs.ErrUnavailable)
+		return 0, fmt.Errorf("%w: the sandbox is %s, not running", errLost, st.Status)
 	}
 	return st.Pid, nil
 }
@@ -288,7 +302,7 @@ func (b *Backend) runningPid(ctx context.Context, id string) (int, error) {
 // earlier server process left behind.
 func (b *Backend) Cleanup(ctx context.Context, keep func(id string) bool) error {
 	if keep == nil {
-		keep = func(string) bool { return false }
+		keep = sandbox.KeepNone
 	}
 	out, err := b.command(ctx, "list", "--format", "json")
 	if err != nil {

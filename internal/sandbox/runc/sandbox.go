@@ -44,11 +44,12 @@ type Sandbox struct {
 	id     string
 	b      *Backend
 	bundle string
-	conn   net.Conn
-	done   <-chan struct{} // closed when the guest has exited; nil until known
+	conn    net.Conn
+	done    <-chan struct{} // closed when the guest has exited; nil until known
+	unwatch func()          // ends the watch of done
 
-	stopOnce sync.Once
-	stopErr  error
+	endOnce sync.Once // Stop or Detach, whichever comes first
+	stopErr error
 }
 
 var _ sandbox.Sandbox = (*Sandbox)(nil)
@@ -124,7 +125,7 @@ func (s *Sandbox) start(ctx context.Context, spec *specs.Spec) error {
 	if err != nil {
 		return fmt.Errorf("start sandbox %s: %w: %w", s.id, err, errdefs.ErrUnavailable)
 	}
-	if s.done, err = watchExit(pid); err != nil {
+	if err := s.watch(pid); err != nil {
 		return fmt.Errorf("start sandbox %s: %w: %w", s.id, err, errdefs.ErrUnavailable)
 	}
 	// The guest listens a moment after it starts.
@@ -169,6 +170,20 @@ func (s *Sandbox) writeBundle(spec *specs.Spec) error {
 	}
 	if err := os.Remove(s.pidFile()); err != nil && !os.IsNotExist(err) { // a stale one
 		return err
+	}
+	return nil
+}
+
+// watch watches the guest, pid, and reaps what else of the sandbox the runtime left to us
+// (gVisor's sentry and gofer) when it exits.
+func (s *Sandbox) watch(pid int) error {
+	done, stop, err := watchExit(pid)
+	if err != nil {
+		return err
+	}
+	s.done, s.unwatch = done, stop
+	for _, p := range childrenWith(s.bundle, pid) {
+		watchExit(p)
 	}
 	return nil
 }
@@ -222,9 +237,10 @@ func (s *Sandbox) logHead() []byte {
 const logHead = 8 << 10
 
 // Stop kills the container, waits for its guest to exit, deletes the container and its
-// bundle. It is idempotent; concurrent calls wait for the first.
+// bundle. It is idempotent; concurrent calls wait for the first. After Detach it does
+// nothing.
 func (s *Sandbox) Stop(ctx context.Context) error {
-	s.stopOnce.Do(func() {
+	s.endOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*commandTimeout+2*exitTimeout)
 		defer cancel()
 		s.stopErr = s.stop(ctx)
@@ -279,11 +295,17 @@ func (s *Sandbox) waitExit(d time.Duration) bool {
 	}
 }
 
-// Detach closes the connection and leaves the sandbox running, for Backend.Attach.
+// Detach closes the connection and leaves the sandbox running, for Backend.Attach. After
+// Stop it does nothing.
 func (s *Sandbox) Detach() error {
-	if s.conn != nil {
-		s.conn.Close()
-	}
-	s.b.forget(s)
+	s.endOnce.Do(func() {
+		if s.conn != nil {
+			s.conn.Close()
+		}
+		if s.unwatch != nil {
+			s.unwatch()
+		}
+		s.b.forget(s)
+	})
 	return nil
 }

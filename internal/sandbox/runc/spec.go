@@ -64,6 +64,9 @@ func buildSpec(in specInput) *specs.Spec {
 	if in.mplCache != "" {
 		args = append(args, "--mpl-cache", mplCachePath)
 	}
+	if s.OrphanExit > 0 {
+		args = append(args, "--orphan-exit", s.OrphanExit.String())
+	}
 	env := map[string]string{"PATH": defaultPath, "HOME": "/tmp", "LANG": "C.UTF-8"}
 	maps.Copy(env, s.Env)
 	var envList []string

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -17,8 +18,9 @@ func testInput() specInput {
 	return specInput{
 		spec: sandbox.Spec{
 			ID: "abc-1", Workspace: "/srv/ws/abc-1",
-			Limits: sandbox.Limits{MemoryMB: 512, CPUs: 1.5, Pids: 128, TmpMB: 100},
-			Env:    map[string]string{"FOO": "bar", "LANG": "de_DE.UTF-8"},
+			Limits:     sandbox.Limits{MemoryMB: 512, CPUs: 1.5, Pids: 128, TmpMB: 100},
+			Env:        map[string]string{"FOO": "bar", "LANG": "de_DE.UTF-8"},
+			OrphanExit: 24 * time.Hour,
 		},
 		rootfs: "/state/rootfs", binds: []string{"/usr", "/etc/ssl"},
 		guest: "/opt/cellbox", mplCache: "/var/cache/mpl", run: "/state/bundles/abc-1/run",
@@ -52,7 +54,8 @@ func TestSpecProcess(t *testing.T) {
 	}
 	want := []string{guestPath, "guest", "--workspace", "/mnt/data", "--cgroup", "/sys/fs/cgroup",
 		"--user-uid", "1000", "--user-gid", "1000",
-		"--listen", "/.cellbox/run/guest.sock", "--token-file", "/.cellbox/run/token", "--mpl-cache", mplCachePath}
+		"--listen", "/.cellbox/run/guest.sock", "--token-file", "/.cellbox/run/token", "--mpl-cache", mplCachePath,
+		"--orphan-exit", "24h0m0s"}
 	if !slices.Equal(p.Args, want) {
 		t.Errorf("args %q, want %q", p.Args, want)
 	}
