@@ -41,9 +41,9 @@ import (
 //	run/         mounted at /.cellbox/run: guest.sock, and the guest's copy of the token,
 //	             which it removes once read
 type Sandbox struct {
-	id     string
-	b      *Backend
-	bundle string
+	id      string
+	b       *Backend
+	bundle  string
 	conn    net.Conn
 	done    <-chan struct{} // closed when the guest has exited; nil until known
 	unwatch func()          // ends the watch of done
