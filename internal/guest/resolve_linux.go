@@ -52,7 +52,18 @@ func (r *root) chown(fd int) error {
 	if r.owner == nil {
 		return nil
 	}
-	return unix.Fchownat(fd, "", int(r.owner.Uid), int(r.owner.Gid), unix.AT_EMPTY_PATH)
+	uid, gid := int(r.owner.Uid), int(r.owner.Gid)
+	err := unix.Fchownat(fd, "", uid, gid, unix.AT_EMPTY_PATH)
+	if err != unix.EBADF {
+		return err
+	}
+	// gVisor refuses an O_PATH descriptor here; a folder can be opened through it.
+	dfd, oerr := unix.Openat(fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if oerr != nil {
+		return err
+	}
+	defer unix.Close(dfd)
+	return unix.Fchown(dfd, uid, gid)
 }
 
 // open opens rel, a path from workspace.Clean ("." or a/b/c), beneath the root.
