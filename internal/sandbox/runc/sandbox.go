@@ -92,7 +92,7 @@ func (s *Sandbox) start(ctx context.Context, spec *specs.Spec) error {
 	s.conn = sandbox.PipeConn(stdoutR, stdinW)
 	// The runtime passes these descriptors on to the guest (no terminal): the guest's
 	// stdin and stdout are our pipes, its stderr is shared with the runtime's.
-	s.cmd = exec.Command(s.b.runtime, "--root", s.b.root, "run", "--bundle", s.bundle, "--pid-file", s.pidFile(), s.id)
+	s.cmd = exec.Command(s.b.runtime, s.b.argv("run", "--bundle", s.bundle, "--pid-file", s.pidFile(), s.id)...)
 	s.cmd.Stdin, s.cmd.Stdout, s.cmd.Stderr = stdinR, stdoutW, stderrW
 	// Its own process group: a Ctrl-C meant for the server must not reach the sandbox.
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
