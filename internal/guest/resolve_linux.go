@@ -110,8 +110,13 @@ func (r *root) walk(rel string, flags int, mode uint32) (int, error) {
 			return -1, fmt.Errorf("bad path component %q: %w", name, unix.EINVAL)
 		}
 		last := i == len(parts)-1
-		f := unix.O_PATH | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC
-		if last {
+		const pathDir = unix.O_PATH | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC
+		f := pathDir
+		// gVisor follows a symbolic link to a folder despite O_NOFOLLOW when O_DIRECTORY
+		// comes without O_PATH: such a folder is opened with O_PATH first, then reopened
+		// through that descriptor.
+		reopen := last && flags&unix.O_DIRECTORY != 0 && flags&unix.O_PATH == 0
+		if last && !reopen {
 			f = flags | unix.O_NOFOLLOW
 		}
 		fd, err := unix.Openat(dir, name, f, mode)
@@ -133,6 +138,11 @@ func (r *root) walk(rel string, flags int, mode uint32) (int, error) {
 		if st.Mode&unix.S_IFMT == unix.S_IFLNK {
 			unix.Close(fd)
 			return -1, errSymlink
+		}
+		if reopen {
+			rfd, err := unix.Openat(fd, ".", flags, 0)
+			unix.Close(fd)
+			return rfd, err
 		}
 		if last {
 			return fd, nil

@@ -323,6 +323,9 @@ func testSymlink(t *testing.T, b sandbox.Backend) {
 		}
 	}
 	ctx := ctxT(t, 30*time.Second)
+	if list, err := x.c.ListFiles(ctx, "etclink"); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("list etclink (a symlink out of the workspace): %+v, %v; want invalid argument", list, err)
+	}
 	if _, err := x.c.PutFile(ctx, "etclink/cellbox-test", strings.NewReader("x")); err == nil {
 		t.Error("put file through a symlink out of the workspace succeeded")
 	}
