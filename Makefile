@@ -35,10 +35,12 @@ deps: ## install what cellbox needs to run (Debian/Ubuntu; root or sudo)
 run: deps build ## run the server on 127.0.0.1:8080 with the runc backend, state in ./.state
 	./bin/cellbox serve --addr 127.0.0.1:8080 --backend runc --state-dir ./.state
 
-test: ## install test needs, lint, then run every test with the race detector (as root)
+test: ## install test needs, lint, run every test with the race detector, the REST tests on gVisor too (as root)
 	scripts/install-deps.sh --test
 	$(MAKE) --no-print-directory $(TSCLIENT)/node_modules/.package-lock.json lint
 	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 25m ./...
+	@echo "== the REST tests again on gVisor (--runtime runsc)"
+	CELLBOX_TEST_RUNTIME=runsc CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 15m ./internal/httpapi/
 
 fuzz: ## run every Fuzz target for FUZZTIME (default 20s) each
 	@{ git grep -l --untracked '^func Fuzz' -- '*_test.go' || true; } | while read -r f; do \

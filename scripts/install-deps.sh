@@ -22,9 +22,10 @@ for arg in "$@"; do
 	esac
 done
 
-# What cellbox runs on: OCI runtimes, ext4 images for workspace quotas, the Python kernel's
-# packages (from Debian; no pip), fonts for matplotlib, and the tools sandboxes are set up with.
-pkgs=(runc crun e2fsprogs mount python3 python3-ipython python3-numpy python3-pandas
+# What cellbox runs on: OCI runtimes (runsc is gVisor, in Debian since 12), ext4 images for
+# workspace quotas, the Python kernel's packages (from Debian; no pip), fonts for matplotlib,
+# and the tools sandboxes are set up with.
+pkgs=(runc crun runsc e2fsprogs mount python3 python3-ipython python3-numpy python3-pandas
 	python3-matplotlib python3-matplotlib-inline python3-scipy fonts-dejavu-core
 	iproute2 procps ca-certificates)
 # What the tests need: make and git; gcc and libc6-dev for cgo (go test -race); Node.js and

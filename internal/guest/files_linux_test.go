@@ -377,19 +377,25 @@ func TestResolver(t *testing.T) {
 			{"rel-inside", nil}, // followed by openat2, refused by the walk
 		}
 		for _, tt := range tests {
-			fd, err := r.open(tt.rel, unix.O_RDONLY, 0)
-			want := tt.want
-			if fallback && want == errEscape {
-				want = errSymlink
-			}
-			if fallback && tt.rel == "rel-inside" {
-				want = errSymlink
-			}
-			if err == nil {
-				unix.Close(fd)
-			}
-			if !errors.Is(err, want) && !(want == nil && err == nil) {
-				t.Errorf("fallback=%v open %q: %v, want %v", fallback, tt.rel, err, want)
+			// O_RDONLY, and O_DIRECTORY as folders are listed (which the walk opens apart).
+			for _, flags := range []int{unix.O_RDONLY, unix.O_RDONLY | unix.O_DIRECTORY} {
+				fd, err := r.open(tt.rel, flags, 0)
+				want := tt.want
+				if fallback && want == errEscape {
+					want = errSymlink
+				}
+				if fallback && tt.rel == "rel-inside" {
+					want = errSymlink
+				}
+				if flags&unix.O_DIRECTORY != 0 && (tt.rel == "dir/ok.txt" || (tt.rel == "rel-inside" && !fallback)) {
+					want = unix.ENOTDIR
+				}
+				if err == nil {
+					unix.Close(fd)
+				}
+				if !errors.Is(err, want) && !(want == nil && err == nil) {
+					t.Errorf("fallback=%v open %q with flags %#x: %v, want %v", fallback, tt.rel, flags, err, want)
+				}
 			}
 		}
 		// mkdirAll refuses to create through a link out.

@@ -52,7 +52,18 @@ func (r *root) chown(fd int) error {
 	if r.owner == nil {
 		return nil
 	}
-	return unix.Fchownat(fd, "", int(r.owner.Uid), int(r.owner.Gid), unix.AT_EMPTY_PATH)
+	uid, gid := int(r.owner.Uid), int(r.owner.Gid)
+	err := unix.Fchownat(fd, "", uid, gid, unix.AT_EMPTY_PATH)
+	if err != unix.EBADF {
+		return err
+	}
+	// gVisor refuses an O_PATH descriptor here; a folder can be opened through it.
+	dfd, oerr := unix.Openat(fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if oerr != nil {
+		return err
+	}
+	defer unix.Close(dfd)
+	return unix.Fchown(dfd, uid, gid)
 }
 
 // open opens rel, a path from workspace.Clean ("." or a/b/c), beneath the root.
@@ -99,8 +110,13 @@ func (r *root) walk(rel string, flags int, mode uint32) (int, error) {
 			return -1, fmt.Errorf("bad path component %q: %w", name, unix.EINVAL)
 		}
 		last := i == len(parts)-1
-		f := unix.O_PATH | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC
-		if last {
+		const pathDir = unix.O_PATH | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC
+		f := pathDir
+		// gVisor follows a symbolic link to a folder despite O_NOFOLLOW when O_DIRECTORY
+		// comes without O_PATH: such a folder is opened with O_PATH first, then reopened
+		// through that descriptor.
+		reopen := last && flags&unix.O_DIRECTORY != 0 && flags&unix.O_PATH == 0
+		if last && !reopen {
 			f = flags | unix.O_NOFOLLOW
 		}
 		fd, err := unix.Openat(dir, name, f, mode)
@@ -122,6 +138,11 @@ func (r *root) walk(rel string, flags int, mode uint32) (int, error) {
 		if st.Mode&unix.S_IFMT == unix.S_IFLNK {
 			unix.Close(fd)
 			return -1, errSymlink
+		}
+		if reopen {
+			rfd, err := unix.Openat(fd, ".", flags, 0)
+			unix.Close(fd)
+			return rfd, err
 		}
 		if last {
 			return fd, nil

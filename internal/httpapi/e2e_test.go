@@ -1,7 +1,8 @@
 package httpapi_test
 
 // End-to-end tests of the REST contract on the runc backend: a real server (in process),
-// real runc sandboxes, the real guest binary, real IPython.
+// real runc sandboxes, the real guest binary, real IPython. CELLBOX_TEST_RUNTIME picks
+// the OCI runtime (runc by default; make test runs them again with runsc).
 
 import (
 	"bufio"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/internal/config"
+	"github.com/cellbox/cellbox/internal/sandbox"
 	"github.com/cellbox/cellbox/internal/server"
 	"github.com/cellbox/cellbox/internal/testbin"
 )
@@ -42,9 +44,18 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// testRuntime is the OCI runtime of the shared server: $CELLBOX_TEST_RUNTIME, else runc.
+func testRuntime() string {
+	if rt := os.Getenv("CELLBOX_TEST_RUNTIME"); rt != "" {
+		return rt
+	}
+	return "runc"
+}
+
 // testConfig is a server config for tests, with its own state dir.
 func testConfig(t testing.TB, dir string) config.Config {
 	cfg := config.Default()
+	cfg.Runtime = testRuntime()
 	cfg.Addr = "127.0.0.1:0"
 	cfg.StateDir = dir
 	cfg.EndSessionsOnExit = true // nothing outlives the test
@@ -58,6 +69,7 @@ func testConfig(t testing.TB, dir string) config.Config {
 func shared(t *testing.T) string {
 	t.Helper()
 	testbin.NeedRunc(t)
+	testbin.NeedProgram(t, testRuntime(), testRuntime())
 	guest := testbin.Cellbox(t)
 	sharedOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "cellbox-e2e-")
@@ -81,6 +93,9 @@ type client struct {
 }
 
 func newClient(t *testing.T) *client { return &client{t: t, url: shared(t)} }
+
+// caps is what the shared server's backend enforces.
+func (c *client) caps() sandbox.Capabilities { return sharedSrv.Backend.Capabilities() }
 
 // do sends a request and decodes a JSON answer into out (if not nil); it returns the status.
 func (c *client) do(method, path string, body any, out any) int {

@@ -31,6 +31,7 @@ type Spec struct {
 	Workspace string
 	Limits    Limits
 	// Env is the guest's own environment (the kernel's comes later, over the protocol).
+	// Without Capabilities.GuestProcPrivate user code can read it: no secrets here.
 	Env map[string]string
 	// OrphanExit: a sandbox that outlives its server process (Capabilities.Reattach) stops
 	// by itself once no server has been attached to it for this long; 0: never.
@@ -65,9 +66,23 @@ type Capabilities struct {
 	// NoNetwork: the sandbox has no network interface but loopback.
 	NoNetwork bool
 	// GuestProtected: user code runs under a uid other than the guest's, and can neither
-	// signal the guest, nor read its memory, descriptors or environment, nor reach its
-	// control channel.
+	// signal the guest, nor read or write its memory, nor open its descriptors, nor reach
+	// its control channel.
 	GuestProtected bool
+	// GuestProcPrivate: user code cannot list the guest's descriptors, nor read its
+	// environment or memory map (/proc/<guest>/fd, environ, maps) either. Where it can
+	// (gVisor), nothing secret may be in the guest's environment (Spec.Env).
+	GuestProcPrivate bool
+	// OOMReported: code past the memory limit is killed alone, reported as oom, and the
+	// sandbox goes on. Without it the whole sandbox may end instead (gVisor: the host
+	// kills the sentry), which the session layer reports as crashed.
+	OOMReported bool
+	// CPUClock: CPU clocks inside (process_time, /proc/<pid>/stat) count the CPU a process
+	// got, not the time it was throttled (gVisor's count both).
+	CPUClock bool
+	// HostProcesses: the sandbox's processes are host processes, in the host's /proc
+	// (gVisor's live inside its sentry).
+	HostProcesses bool
 	// Reattach: sandboxes outlive the server process, and Attach finds them again.
 	Reattach bool
 }

@@ -36,6 +36,8 @@ import (
 // Server is a running cellbox server.
 type Server struct {
 	Manager *session.Manager
+	// Backend runs the sandboxes; its Capabilities say what it enforces.
+	Backend sandbox.Backend
 	// MCP serves the tools over MCP: at /mcp, and on stdio for cellbox mcp.
 	MCP *mcpserver.Server
 	// URL is where the REST API listens, e.g. http://127.0.0.1:8080; "" with NoListen.
@@ -155,6 +157,7 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (_ *Server, err
 	}
 	s := &Server{
 		Manager: m,
+		Backend: backend,
 		MCP: mcpserver.New(m, mcpserver.Options{
 			Logger:         log,
 			TimeoutS:       cfg.ExecTimeout.Seconds(),

@@ -81,8 +81,10 @@ func New(cfg Config) (*Backend, error) {
 // Name is "local-unsafe".
 func (b *Backend) Name() string { return "local-unsafe" }
 
-// Capabilities: nothing is enforced.
-func (b *Backend) Capabilities() sandbox.Capabilities { return sandbox.Capabilities{} }
+// Capabilities: nothing is enforced; user code runs as host processes.
+func (b *Backend) Capabilities() sandbox.Capabilities {
+	return sandbox.Capabilities{HostProcesses: true}
+}
 
 var validID = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
 

@@ -15,8 +15,14 @@ import (
 // BenchmarkCreateHello measures a new sandbox until its guest has answered hello (no
 // kernel yet), and reports the median as well.
 func BenchmarkCreateHello(b *testing.B) {
-	needRuntime(b, "runc")
-	be, err := New(Config{StateDir: b.TempDir(), GuestBinary: testbin.Cellbox(b)})
+	for _, rt := range []string{"runc", "runsc"} {
+		b.Run(rt, func(b *testing.B) { benchCreateHello(b, rt) })
+	}
+}
+
+func benchCreateHello(b *testing.B, runtime string) {
+	needRuntime(b, runtime)
+	be, err := New(Config{Runtime: runtime, StateDir: b.TempDir(), GuestBinary: testbin.Cellbox(b)})
 	if err != nil {
 		b.Fatal(err)
 	}

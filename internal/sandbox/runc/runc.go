@@ -19,6 +19,13 @@
 // server as the only process of a container's cgroup namespace): run the server in a child
 // cgroup then, as one does for Docker in Docker.
 //
+// gVisor (runsc; apt-get install runsc on Debian): user code runs on gVisor's sentry, a
+// kernel in user space, instead of on the host's. The backend tells runsc --network=none
+// and --oci-seccomp (argv); the spec has no cgroup or mqueue mount (so the guest has no OOM
+// count), limits processes inside with RLIMIT_NPROC and gives the host's pids cgroup room
+// for the sentry's threads (rlimits, gvisorTasksPerProcess). Capabilities says what else
+// differs.
+//
 // Not for: what runs inside (package guest) or the workspace folders (package workspace).
 package runc
 
@@ -72,6 +79,7 @@ type Backend struct {
 	mplCache  string
 	uid, gid  uint32
 	limitSwap bool
+	gvisor    bool // the runtime is gVisor's runsc
 	log       *slog.Logger
 
 	mu   sync.Mutex
@@ -151,6 +159,7 @@ func New(cfg Config) (*Backend, error) {
 		gid:      uint32(cfg.GID),
 
 		limitSwap: swapLimitSupported(),
+		gvisor:    filepath.Base(runtimePath) == "runsc",
 		log:       log.With("backend", "runc"),
 		live:      map[string]*Sandbox{},
 	}
@@ -177,7 +186,7 @@ func installHint(runtime string) string {
 	case "runc", "crun":
 		return "install it (apt-get install " + filepath.Base(runtime) + ")"
 	case "runsc":
-		return "install gVisor (https://gvisor.dev/docs/user_guide/install/)"
+		return "install gVisor (apt-get install runsc on Debian 12 and later; else https://gvisor.dev/docs/user_guide/install/)"
 	}
 	return "install it or give the runtime's full path"
 }
@@ -185,9 +194,16 @@ func installHint(runtime string) string {
 // Name is the backend's name, whatever the runtime.
 func (b *Backend) Name() string { return "runc" }
 
-// Capabilities: everything is enforced.
+// Capabilities: everything is enforced. Under gVisor user code runs on the sentry, not
+// on the host kernel: its processes are not the host's, its CPU clocks count throttled
+// time, the host's OOM killer ends the whole sandbox, and the sentry lets user code list
+// the guest's descriptors and read its environment and memory map (though not open them).
 func (b *Backend) Capabilities() sandbox.Capabilities {
-	return sandbox.Capabilities{Isolated: true, Limits: true, NoNetwork: true, GuestProtected: true, Reattach: true}
+	c := sandbox.Capabilities{Isolated: true, Limits: true, NoNetwork: true, GuestProtected: true, Reattach: true}
+	if !b.gvisor {
+		c.GuestProcPrivate, c.OOMReported, c.CPUClock, c.HostProcesses = true, true, true, true
+	}
+	return c
 }
 
 var validID = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
@@ -211,7 +227,7 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 
 	if err := s.start(ctx, buildSpec(specInput{
 		spec: spec, rootfs: b.rootfs, binds: b.binds, guest: b.guest, mplCache: b.mplCache, run: filepath.Join(s.bundle, runDir),
-		uid: b.uid, gid: b.gid, limitSwap: b.limitSwap, goarch: nativeArch,
+		uid: b.uid, gid: b.gid, limitSwap: b.limitSwap, goarch: nativeArch, gvisor: b.gvisor,
 	})); err != nil {
 		s.Stop(context.WithoutCancel(ctx))
 		return nil, err
@@ -370,9 +386,25 @@ func (b *Backend) command(ctx context.Context, args ...string) ([]byte, error) {
 	return out, nil
 }
 
-// argv is the runtime's command line for args: its global flags, then args.
+// argv is the runtime's command line for a subcommand: the global flags, then args.
 func (b *Backend) argv(args ...string) []string {
-	return append([]string{"--root", b.root}, args...)
+	global := []string{"--root", b.root}
+	if b.gvisor {
+		global = append(global,
+			// runsc's default network (sandbox: gVisor's own stack on the container's
+			// namespace) fails to start on recent host kernels (gVisor issue #10704). A
+			// sandbox has loopback only anyway, which is what none gives.
+			"--network=none",
+			// runsc ignores the spec's seccomp filter unless told. The sentry is already
+			// the boundary to the host kernel; the filter keeps user code away from the
+			// sentry's own code for mount, namespaces, ptrace, bpf, keyctl, io_uring...,
+			// where gVisor's bugs would be (see seccompProfile for what differs).
+			"--oci-seccomp",
+			// The guest's socket is made inside the sandbox on a bind of a host folder, for
+			// the server to connect to from the host.
+			"--host-uds=create")
+	}
+	return append(global, args...)
 }
 
 // delete removes a container, whatever its state; one that is gone already is no error.

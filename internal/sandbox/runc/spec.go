@@ -53,14 +53,19 @@ type specInput struct {
 	// killed instead of swapping (needs swap accounting on cgroup v1).
 	limitSwap bool
 	goarch    string
+	// gvisor: the runtime is runsc, whose sentry is the sandbox's kernel.
+	gvisor bool
 }
 
 // buildSpec returns the OCI runtime spec of one sandbox.
 func buildSpec(in specInput) *specs.Spec {
 	s := in.spec
-	args := []string{guestPath, "guest", "--workspace", api.WorkspaceDir, "--cgroup", cgroupMount,
-		"--user-uid", strconv.Itoa(int(in.uid)), "--user-gid", strconv.Itoa(int(in.gid)),
-		"--listen", guestRunPath + "/" + sockName, "--token-file", guestRunPath + "/" + tokenName}
+	args := []string{guestPath, "guest", "--workspace", api.WorkspaceDir}
+	if !in.gvisor {
+		args = append(args, "--cgroup", cgroupMount)
+	}
+	args = append(args, "--user-uid", strconv.Itoa(int(in.uid)), "--user-gid", strconv.Itoa(int(in.gid)),
+		"--listen", guestRunPath+"/"+sockName, "--token-file", guestRunPath+"/"+tokenName)
 	if in.mplCache != "" {
 		args = append(args, "--mpl-cache", mplCachePath)
 	}
@@ -85,9 +90,18 @@ func buildSpec(in specInput) *specs.Spec {
 		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
 		{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
 		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", shmSize}},
-		{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
-		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
-		{Destination: cgroupMount, Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}},
+	}
+	if !in.gvisor {
+		// gVisor has no mqueue file system, and its cgroupfs is the sentry's own, not the
+		// host's cgroup with the sandbox's limits and OOM count: the guest goes without.
+		mounts = append(mounts,
+			specs.Mount{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}})
+	}
+	mounts = append(mounts,
+		specs.Mount{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}})
+	if !in.gvisor {
+		mounts = append(mounts,
+			specs.Mount{Destination: cgroupMount, Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}})
 	}
 	for _, p := range in.binds {
 		mounts = append(mounts, roBind(p, p))
@@ -113,10 +127,7 @@ func buildSpec(in specInput) *specs.Spec {
 			Capabilities: &specs.LinuxCapabilities{
 				Bounding: caps, Effective: caps, Permitted: caps, Inheritable: noCaps, Ambient: noCaps,
 			},
-			Rlimits: []specs.POSIXRlimit{
-				{Type: "RLIMIT_NOFILE", Soft: 1024, Hard: 4096},
-				{Type: "RLIMIT_CORE", Soft: 0, Hard: 0},
-			},
+			Rlimits:         rlimits(s.Limits, in.gvisor),
 			NoNewPrivileges: true,
 		},
 		Root:     &specs.Root{Path: in.rootfs, Readonly: true},
@@ -128,9 +139,9 @@ func buildSpec(in specInput) *specs.Spec {
 				{Type: specs.UTSNamespace}, {Type: specs.MountNamespace}, {Type: specs.CgroupNamespace},
 			},
 			CgroupsPath: cgroupParent + "/" + s.ID,
-			Resources:   resources(s.Limits, in.limitSwap),
+			Resources:   resources(s.Limits, in.limitSwap, in.gvisor),
 			Devices:     devices(),
-			Seccomp:     seccompProfile(in.goarch),
+			Seccomp:     seccompProfile(in.goarch, in.gvisor),
 			MaskedPaths: []string{
 				"/proc/acpi", "/proc/asound", "/proc/interrupts", "/proc/kcore", "/proc/keys",
 				"/proc/latency_stats", "/proc/sched_debug", "/proc/scsi", "/proc/timer_list",
@@ -143,12 +154,43 @@ func buildSpec(in specInput) *specs.Spec {
 	}
 }
 
+// rlimits are the guest's resource limits, which user code inherits.
+//
+// Under gVisor the process limit is RLIMIT_NPROC, enforced by the sentry for the sandbox
+// alone: it counts the tasks (threads too) each uid created, root's included, so the guest
+// and user code each have the limit. A task that changed to the uid is not counted: the
+// kernel and each command's first process, started by the guest; one less keeps the kernel
+// and what it starts within the limit. (Not under runc: there uid 1000 is the host's,
+// shared by every sandbox, and the pids cgroup counts.)
+func rlimits(l sandbox.Limits, gvisor bool) []specs.POSIXRlimit {
+	r := []specs.POSIXRlimit{
+		{Type: "RLIMIT_NOFILE", Soft: 1024, Hard: 4096},
+		{Type: "RLIMIT_CORE", Soft: 0, Hard: 0},
+	}
+	if gvisor && l.Pids > 0 {
+		n := uint64(max(l.Pids-1, 1))
+		r = append(r, specs.POSIXRlimit{Type: "RLIMIT_NPROC", Soft: n, Hard: n})
+	}
+	return r
+}
+
+// Under gVisor the host's pids cgroup holds the sentry, the gofer and, on the ptrace
+// platform, a stub process per address space with a stub thread for every sentry thread
+// that ran it: some 30 host tasks per process of the sandbox (measured: 75 for a shell
+// alone, 2,400 after a fork bomb under a limit of 64), which a limit of 64 does not let
+// even boot. The sandbox's own limit is RLIMIT_NPROC (rlimits); the host limit is a
+// backstop, hitting it kills the sentry and so the whole sandbox.
+const (
+	gvisorTasksPerProcess = 64
+	gvisorTasksBase       = 256
+)
+
 func roBind(src, dst string) specs.Mount {
 	return specs.Mount{Destination: dst, Type: "bind", Source: src, Options: []string{"bind", "ro", "nosuid", "nodev"}}
 }
 
 // resources turns limits into cgroup settings. Zero limits stay unset (no limit).
-func resources(l sandbox.Limits, limitSwap bool) *specs.LinuxResources {
+func resources(l sandbox.Limits, limitSwap, gvisor bool) *specs.LinuxResources {
 	r := &specs.LinuxResources{Devices: []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}}}
 	for _, d := range devices() {
 		major, minor := d.Major, d.Minor
@@ -167,7 +209,11 @@ func resources(l sandbox.Limits, limitSwap bool) *specs.LinuxResources {
 		}
 	}
 	if l.Pids > 0 {
-		r.Pids = &specs.LinuxPids{Limit: ptr(int64(l.Pids))}
+		n := int64(l.Pids)
+		if gvisor {
+			n = n*gvisorTasksPerProcess + gvisorTasksBase
+		}
+		r.Pids = &specs.LinuxPids{Limit: ptr(n)}
 	}
 	if l.CPUs > 0 {
 		quota := max(int64(l.CPUs*cpuPeriod), 1000)

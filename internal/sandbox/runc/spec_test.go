@@ -274,6 +274,53 @@ func TestSpecSeccomp(t *testing.T) {
 	}
 }
 
+// TestSpecGVisor: what differs under runsc, and nothing else.
+func TestSpecGVisor(t *testing.T) {
+	in := testInput()
+	in.gvisor = true
+	s := buildSpec(in)
+	if slices.Contains(s.Process.Args, "--cgroup") {
+		t.Errorf("args %q pass the guest a cgroup folder gVisor does not have", s.Process.Args)
+	}
+	for _, dst := range []string{"/sys/fs/cgroup", "/dev/mqueue"} {
+		if m := mountAt(s, dst); m != nil {
+			t.Errorf("mount at %s under gVisor: %+v", dst, m)
+		}
+	}
+	if r := s.Linux.Resources.Pids; r == nil || *r.Limit != 128*gvisorTasksPerProcess+gvisorTasksBase {
+		t.Errorf("host pids limit %+v, want the sentry's room for 128 processes", r)
+	}
+	var nproc *specs.POSIXRlimit
+	for i, r := range s.Process.Rlimits {
+		if r.Type == "RLIMIT_NPROC" {
+			nproc = &s.Process.Rlimits[i]
+		}
+	}
+	if nproc == nil || nproc.Soft != 127 || nproc.Hard != 127 {
+		t.Errorf("RLIMIT_NPROC %+v, want 127 (the kernel itself is not counted)", nproc)
+	}
+	var clone3 bool
+	for _, sc := range s.Linux.Seccomp.Syscalls {
+		clone3 = clone3 || (slices.Equal(sc.Names, []string{"clone3"}) && sc.Action == specs.ActAllow)
+	}
+	if !clone3 {
+		t.Error("clone3 is not allowed under gVisor (its seccomp answers EPERM, and libc does not fall back)")
+	}
+
+	// The rest is runc's spec.
+	runc := buildSpec(testInput())
+	for _, r := range runc.Process.Rlimits {
+		if r.Type == "RLIMIT_NPROC" {
+			t.Errorf("RLIMIT_NPROC %+v under runc, where uid 1000 is the host's", r)
+		}
+	}
+	if len(s.Mounts) != len(runc.Mounts)-2 || !slices.Equal(s.Linux.Namespaces, runc.Linux.Namespaces) ||
+		!slices.Equal(s.Process.Capabilities.Bounding, runc.Process.Capabilities.Bounding) || !s.Process.NoNewPrivileges ||
+		!slices.Equal(s.Linux.MaskedPaths, runc.Linux.MaskedPaths) || *s.Linux.Resources.Memory.Limit != *runc.Linux.Resources.Memory.Limit {
+		t.Error("the gVisor spec differs from runc's in more than cgroup, mqueue, pids, NPROC and clone3")
+	}
+}
+
 func TestSpecJSON(t *testing.T) {
 	data, err := json.Marshal(buildSpec(testInput()))
 	if err != nil {
@@ -370,5 +417,18 @@ func TestRuntimeMessage(t *testing.T) {
 		if got := runtimeMessage([]byte(in)); got != want {
 			t.Errorf("runtimeMessage(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+func TestArgv(t *testing.T) {
+	b := &Backend{root: "/state/runtime"}
+	if got, want := b.argv("run", "x"), []string{"--root", "/state/runtime", "run", "x"}; !slices.Equal(got, want) {
+		t.Errorf("runc argv %q, want %q", got, want)
+	}
+	b.gvisor = true
+	// Global flags go before the subcommand.
+	want := []string{"--root", "/state/runtime", "--network=none", "--oci-seccomp", "kill", "x", "KILL"}
+	if got := b.argv("kill", "x", "KILL"); !slices.Equal(got, want) {
+		t.Errorf("runsc argv %q, want %q", got, want)
 	}
 }
