@@ -136,6 +136,9 @@ func listenMain(ctx context.Context, path, tokenFile string, opts Options) error
 	if err != nil {
 		return err
 	}
+	if err := nullStdin(); err != nil {
+		return err
+	}
 	ln, err := listenUnix(path)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", path, err)

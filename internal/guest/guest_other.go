@@ -25,4 +25,6 @@ func listenUnix(path string) (net.Listener, error) {
 	return nil, errors.New("the cellbox guest runs only on Linux")
 }
 
+func nullStdin() error { return nil }
+
 func killAll() {}

@@ -116,3 +116,15 @@ func listenUnix(path string) (net.Listener, error) {
 	unix.Umask(old)
 	return ln, err
 }
+
+// nullStdin makes the guest's stdin this sandbox's own /dev/null. A runtime may hand the
+// guest its stdin as a host file (gVisor does), which user code could reopen through
+// /proc/1/fd/0; the sandbox's /dev/null it may open anyway.
+func nullStdin() error {
+	f, err := os.Open(os.DevNull)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return unix.Dup2(int(f.Fd()), 0)
+}
