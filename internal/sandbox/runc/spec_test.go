@@ -427,7 +427,7 @@ func TestArgv(t *testing.T) {
 	}
 	b.gvisor = true
 	// Global flags go before the subcommand.
-	want := []string{"--root", "/state/runtime", "--network=none", "--oci-seccomp", "kill", "x", "KILL"}
+	want := []string{"--root", "/state/runtime", "--network=none", "--oci-seccomp", "--host-uds=create", "kill", "x", "KILL"}
 	if got := b.argv("kill", "x", "KILL"); !slices.Equal(got, want) {
 		t.Errorf("runsc argv %q, want %q", got, want)
 	}
