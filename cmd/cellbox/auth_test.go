@@ -32,9 +32,10 @@ const (
 // CELLBOX_API_KEYS of it, and returns its exit code and combined output.
 func cellboxEnv(t *testing.T, env []string, args ...string) (int, string) {
 	t.Helper()
+	bin := testbin.Cellbox(t) // the first call builds it: not on the command's clock
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, testbin.Cellbox(t), args...)
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = append(withoutKeys(), env...)
 	out, err := cmd.CombinedOutput()
 	if ee, ok := err.(*exec.ExitError); ok {
