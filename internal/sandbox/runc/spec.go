@@ -92,8 +92,9 @@ func buildSpec(in specInput) *specs.Spec {
 		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", shmSize}},
 	}
 	if !in.gvisor {
-		// gVisor has no mqueue file system, and its cgroupfs is the sentry's own, not the
-		// host's cgroup with the sandbox's limits and OOM count: the guest goes without.
+		// runsc skips an mqueue mount (there is no /dev/mqueue inside), and its cgroupfs is
+		// the sentry's own, not the host's cgroup with the sandbox's limits and OOM count:
+		// the guest goes without.
 		mounts = append(mounts,
 			specs.Mount{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}})
 	}

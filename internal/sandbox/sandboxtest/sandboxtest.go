@@ -699,8 +699,18 @@ func testCPUWork(t *testing.T, b sandbox.Backend, l sandbox.Limits) {
 // testGuestOutOfReach attacks the guest from user code, as a hostile cell would: its
 // memory, descriptors, environment, signals, its uid and its control channel.
 func testGuestOutOfReach(t *testing.T, b sandbox.Backend) {
+	// The server's environment must not reach the sandbox: where user code can read the
+	// guest's environment (without GuestProcPrivate), that keeps the server's secrets.
+	secret := "cellbox-suite-" + ID()
+	t.Setenv("CELLBOX_SUITE_SECRET", secret)
 	x := start(t, b, limits)
 	g := x.c.Hello().PID
+	t.Run("attack/server_environment", func(t *testing.T) {
+		code := fmt.Sprintf("import os\nenv = repr(os.environ)\ntry:\n    env += open('/proc/%d/environ', 'rb').read().decode()\nexcept OSError:\n    pass\nprint(%q in env, end='')", g, secret)
+		if got := x.run(t, code); got != "False" {
+			t.Errorf("user code finds the server's environment in its own or the guest's: %s", got)
+		}
+	})
 	attempt := func(code string) string {
 		return fmt.Sprintf("try:\n%s\n    print('done', end='')\nexcept OSError as e:\n    print('refused', end='')", indent(code))
 	}
