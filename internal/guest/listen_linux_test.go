@@ -103,6 +103,21 @@ func listen(t *testing.T, opts Options) (sock string, done <-chan struct{}) {
 	return sock, ch
 }
 
+// attachConfigured attaches to a fresh guest and starts its kernel.
+func attachConfigured(t *testing.T, sock string) *guestproto.Client {
+	t.Helper()
+	c, err := attach(t, sock, testToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := c.Configure(ctx, testConfig()); err != nil {
+		t.Fatalf("configure: %v", err)
+	}
+	return c
+}
+
 // The kernel outlives the connection: a second server attaches and finds its variables.
 // Wrong tokens are refused, and a new connection replaces the one before it.
 func TestListen(t *testing.T) {
@@ -113,15 +128,7 @@ func TestListen(t *testing.T) {
 	if _, err := attach(t, sock, "not-the-token-0123456789abcdef012"); !errors.Is(err, guestproto.ErrBadAttach) {
 		t.Fatalf("attach with a wrong token: %v, want refused", err)
 	}
-	first, err := attach(t, sock, token)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cctx, ccancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer ccancel()
-	if err := first.Configure(cctx, testConfig()); err != nil {
-		t.Fatalf("configure: %v", err)
-	}
+	first := attachConfigured(t, sock)
 	g1 := &guestT{Client: first}
 	if r := g1.exec(t, "x = 41", 0); r.Status != "ok" {
 		t.Fatalf("x = 41: %+v", r)
@@ -158,21 +165,13 @@ func TestListen(t *testing.T) {
 func TestListenConnectionDropInterrupts(t *testing.T) {
 	needIPython(t)
 	sock, _ := listen(t, Options{})
-	c, err := attach(t, sock, testToken)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cctx, ccancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer ccancel()
-	if err := c.Configure(cctx, testConfig()); err != nil {
-		t.Fatal(err)
-	}
+	c := attachConfigured(t, sock)
 	started := make(chan struct{})
 	ended := make(chan struct{})
 	go func() {
 		defer close(ended)
 		var once sync.Once
-		c.Execute(cctx, api.ExecuteRequest{Code: "import time\nprint('started', flush=True)\nwhile True: time.sleep(0.05)", TimeoutS: 60}, func(o api.Output) {
+		c.Execute(context.Background(), api.ExecuteRequest{Code: "import time\nprint('started', flush=True)\nwhile True: time.sleep(0.05)", TimeoutS: 60}, func(o api.Output) {
 			if strings.Contains(o.Text, "started") {
 				once.Do(func() { close(started) })
 			}
@@ -207,15 +206,7 @@ func TestListenOrphanExit(t *testing.T) {
 	}
 
 	sock, done := listen(t, Options{OrphanExit: 300 * time.Millisecond})
-	c, err := attach(t, sock, testToken)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cctx, ccancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer ccancel()
-	if err := c.Configure(cctx, testConfig()); err != nil {
-		t.Fatal(err)
-	}
+	c := attachConfigured(t, sock)
 	g := &guestT{Client: c}
 	// Attached across three orphan periods.
 	if r := g.exec(t, "import time; time.sleep(1); print('here')", 0); strings.TrimSpace(text(r, "stdout")) != "here" {
