@@ -92,12 +92,45 @@ func watchExit(pid int) (done <-chan struct{}, stop func(), _ error) {
 // childrenWith returns the pids of this process's children, but skip, whose command line
 // contains marker: what a runtime left for us to reap besides the guest.
 func childrenWith(marker string, skip int) []int {
-	self := os.Getpid()
+	var pids []int
+	for _, pid := range children() {
+		if pid == skip {
+			continue
+		}
+		if cmd, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline")); err == nil && bytes.Contains(cmd, []byte(marker)) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// children returns the pids of this process's children, from the children lists of its
+// threads (a few files, however many processes the host runs); where the kernel has no
+// such lists (CONFIG_PROC_CHILDREN), from every process's parent in /proc.
+func children() []int {
+	lists, _ := filepath.Glob("/proc/self/task/*/children")
+	if len(lists) == 0 {
+		return childrenByScan()
+	}
+	var pids []int
+	for _, p := range lists {
+		b, _ := os.ReadFile(p)
+		for _, f := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(f); err == nil {
+				pids = append(pids, pid)
+			}
+		}
+	}
+	return pids
+}
+
+func childrenByScan() []int {
+	self := strconv.Itoa(os.Getpid())
 	entries, _ := os.ReadDir("/proc")
 	var pids []int
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == skip {
+		if err != nil {
 			continue
 		}
 		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
@@ -105,12 +138,8 @@ func childrenWith(marker string, skip int) []int {
 			continue
 		}
 		// The fields after the command, which may hold spaces: state, ppid, ...
-		i := bytes.LastIndexByte(stat, ')')
-		f := strings.Fields(string(stat[i+1:]))
-		if len(f) < 2 || f[1] != strconv.Itoa(self) {
-			continue
-		}
-		if cmd, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline")); err == nil && bytes.Contains(cmd, []byte(marker)) {
+		f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		if len(f) >= 2 && f[1] == self {
 			pids = append(pids, pid)
 		}
 	}

@@ -4,7 +4,10 @@ import (
 	"context"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -55,4 +58,32 @@ func TestDialUnixInRefusesLinks(t *testing.T) {
 		t.Fatalf("dial the real socket in a long folder: %v", err)
 	}
 	c.Close()
+}
+
+// childrenWith finds a child by its command line, through the threads' children lists and
+// through the scan of /proc alike.
+func TestChildrenWith(t *testing.T) {
+	marker := "cellbox-children-test-" + strconv.Itoa(os.Getpid())
+	cmd := exec.Command("sh", "-c", "read x", marker)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { stdin.Close(); cmd.Wait() }()
+	pid := cmd.Process.Pid
+	if got := childrenWith(marker, 0); !slices.Equal(got, []int{pid}) {
+		t.Errorf("childrenWith = %v, want [%d]", got, pid)
+	}
+	if got := childrenWith(marker, pid); len(got) != 0 {
+		t.Errorf("childrenWith skipping %d = %v", pid, got)
+	}
+	if got := childrenByScan(); !slices.Contains(got, pid) {
+		t.Errorf("childrenByScan = %v, lacks %d", got, pid)
+	}
+	if a, b := children(), childrenByScan(); !slices.Equal(slices.Sorted(slices.Values(a)), slices.Sorted(slices.Values(b))) {
+		t.Errorf("children %v, by scan %v", a, b)
+	}
 }
