@@ -284,6 +284,11 @@ func (s *Sandbox) attach(ctx context.Context) error {
 	if again, err := s.b.runningPid(ctx, s.id); err != nil || again != pid {
 		return fmt.Errorf("%w: its guest exited", errLost)
 	}
+	token, err := os.ReadFile(filepath.Join(s.bundle, tokenName))
+	if err != nil {
+		return fmt.Errorf("%w: read the sandbox's token: %w", errLost, err)
+	}
+	s.token = string(token)
 	if s.conn, err = s.dial(ctx); err != nil {
 		return fmt.Errorf("%w: connect to the guest: %w", errLost, err)
 	}

@@ -44,6 +44,7 @@ type Sandbox struct {
 	id      string
 	b       *Backend
 	bundle  string
+	token   string // the attach token, as in the bundle's token file
 	conn    net.Conn
 	done    <-chan struct{} // closed when the guest has exited; nil until known
 	unwatch func()          // ends the watch of done
@@ -158,11 +159,11 @@ func (s *Sandbox) writeBundle(spec *specs.Spec) error {
 	if err != nil {
 		return err
 	}
-	token := newToken()
+	s.token = newToken()
 	for name, data := range map[string][]byte{
 		"config.json":                    data,
-		tokenName:                        []byte(token),
-		filepath.Join(runDir, tokenName): []byte(token),
+		tokenName:                        []byte(s.token),
+		filepath.Join(runDir, tokenName): []byte(s.token),
 	} {
 		if err := os.WriteFile(filepath.Join(s.bundle, name), data, 0o600); err != nil {
 			return err
@@ -200,12 +201,8 @@ func (s *Sandbox) readPid() (int, error) {
 	return pid, nil
 }
 
-// dial connects to the guest's socket and passes the attach handshake.
+// dial connects to the guest's socket and passes the attach handshake with s.token.
 func (s *Sandbox) dial(ctx context.Context) (net.Conn, error) {
-	token, err := os.ReadFile(filepath.Join(s.bundle, tokenName))
-	if err != nil {
-		return nil, fmt.Errorf("read the sandbox's token: %w", err)
-	}
 	ctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	defer cancel()
 	conn, err := dialUnixIn(ctx, filepath.Join(s.bundle, runDir), sockName)
@@ -214,7 +211,7 @@ func (s *Sandbox) dial(ctx context.Context) (net.Conn, error) {
 	}
 	deadline, _ := ctx.Deadline()
 	conn.SetDeadline(deadline)
-	if err := guestproto.ClientAttach(conn, string(token)); err != nil {
+	if err := guestproto.ClientAttach(conn, s.token); err != nil {
 		conn.Close()
 		return nil, err
 	}
