@@ -90,9 +90,9 @@ func Listen(ctx context.Context, ln net.Listener, token string, opts Options) er
 			}
 		}
 		orphan.Stop()
-		cctx, cancel := context.WithCancel(ctx)
+		cctx, endConn := context.WithCancel(ctx)
 		served := make(chan struct{})
-		prev, endPrev = served, cancel
+		prev, endPrev = served, endConn
 		go func() {
 			defer close(served)
 			<-s.serveConn(cctx, conn)

@@ -129,7 +129,7 @@ func validID(id string) bool {
 	return true
 }
 
-// record returns the session's record as it stands; s.mu is held.
+// recordLocked returns the session's record as it stands; s.mu is held.
 func (s *Session) recordLocked() record {
 	return record{
 		ID:             s.id,
