@@ -57,6 +57,7 @@ type Config struct {
 	InterruptGrace time.Duration // --interrupt-grace: then the kernel is killed and restarted
 	IdleTimeout    time.Duration // --idle-timeout
 	MaxIdleTimeout time.Duration // --max-idle-timeout
+	MaxLifetime    time.Duration // --max-lifetime: longest lifetime a session may ask for (lifetime_s)
 	Retention      time.Duration // --retention: how long a workspace is kept after its session
 
 	MaxOutputBytes int   // --max-output-bytes: text per execution
@@ -99,6 +100,7 @@ func Default() Config {
 		InterruptGrace: 3 * time.Second,
 		IdleTimeout:    20 * time.Minute,
 		MaxIdleTimeout: 24 * time.Hour,
+		MaxLifetime:    24 * time.Hour,
 		Retention:      24 * time.Hour,
 		MaxOutputBytes: 1 << 20,
 		MaxRichBytes:   16 << 20,
@@ -150,6 +152,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.InterruptGrace, "interrupt-grace", c.InterruptGrace, "time an interrupted cell has before its kernel is restarted")
 	fs.DurationVar(&c.IdleTimeout, "idle-timeout", c.IdleTimeout, "a session idle this long is ended")
 	fs.DurationVar(&c.MaxIdleTimeout, "max-idle-timeout", c.MaxIdleTimeout, "longest idle timeout a request may ask for")
+	fs.DurationVar(&c.MaxLifetime, "max-lifetime", c.MaxLifetime, "longest lifetime a session may ask for (lifetime_s: it ends then, busy or idle)")
 	fs.DurationVar(&c.Retention, "retention", c.Retention, "how long a workspace is kept after its session ends")
 	fs.IntVar(&c.MaxOutputBytes, "max-output-bytes", c.MaxOutputBytes, "text output kept per execution; the rest is cut")
 	fs.IntVar(&c.MaxRichBytes, "max-rich-bytes", c.MaxRichBytes, "rich output (images, HTML) kept per execution")
@@ -279,6 +282,9 @@ func (c *Config) Validate() error {
 	}
 	pos("exec-timeout", c.ExecTimeout.Seconds(), c.MaxExecTimeout.Seconds())
 	pos("idle-timeout", c.IdleTimeout.Seconds(), c.MaxIdleTimeout.Seconds())
+	if c.MaxLifetime <= 0 {
+		bad("--max-lifetime must be positive")
+	}
 	if c.InterruptGrace <= 0 {
 		bad("--interrupt-grace must be positive")
 	}

@@ -36,6 +36,29 @@ func TestLoadOrder(t *testing.T) {
 	}
 }
 
+// --max-lifetime comes from the file, CELLBOX_MAX_LIFETIME and the flag like any setting.
+func TestMaxLifetime(t *testing.T) {
+	if c := Default(); c.MaxLifetime != 24*time.Hour {
+		t.Errorf("default --max-lifetime %v, want 24h", c.MaxLifetime)
+	}
+	file := filepath.Join(t.TempDir(), "c.json")
+	os.WriteFile(file, []byte(`{"max-lifetime": "2h"}`), 0o644)
+	if c, err := load(t, "--config", file); err != nil || c.MaxLifetime != 2*time.Hour {
+		t.Errorf("file: %v, %v", c.MaxLifetime, err)
+	}
+	t.Setenv("CELLBOX_MAX_LIFETIME", "1h")
+	if c, err := load(t, "--config", file); err != nil || c.MaxLifetime != time.Hour {
+		t.Errorf("env: %v, %v", c.MaxLifetime, err)
+	}
+	if c, err := load(t, "--max-lifetime", "90s"); err != nil || c.MaxLifetime != 90*time.Second {
+		t.Errorf("flag: %v, %v", c.MaxLifetime, err)
+	}
+	t.Setenv("CELLBOX_MAX_LIFETIME", "a day")
+	if _, err := load(t); err == nil || !strings.Contains(err.Error(), "CELLBOX_MAX_LIFETIME") {
+		t.Errorf("bad env: %v", err)
+	}
+}
+
 func TestLoadErrors(t *testing.T) {
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.json")
@@ -81,6 +104,8 @@ func TestValidate(t *testing.T) {
 		{"zero timeout", func(c *Config) { c.ExecTimeout = 0 }, "--exec-timeout"},
 		{"quota", func(c *Config) { c.Quota = "xfs" }, "--quota"},
 		{"tenant cap", func(c *Config) { c.TenantMaxSessions = -1 }, "--tenant-max-sessions"},
+		{"zero max lifetime", func(c *Config) { c.MaxLifetime = 0 }, "--max-lifetime"},
+		{"negative max lifetime", func(c *Config) { c.MaxLifetime = -time.Second }, "--max-lifetime"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
