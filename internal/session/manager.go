@@ -283,7 +283,7 @@ func (m *Manager) Create(ctx context.Context, req api.CreateSessionRequest) (*ap
 	switch {
 	case req.IdleTimeoutS < 0:
 		return nil, fmt.Errorf("idle_timeout_s must not be negative: %w", errdefs.ErrInvalidArgument)
-	case time.Duration(req.IdleTimeoutS)*time.Second > m.cfg.MaxIdleTimeout:
+	case req.IdleTimeoutS > int(m.cfg.MaxIdleTimeout/time.Second): // before the multiplication overflows
 		return nil, fmt.Errorf("idle_timeout_s %d is above this server's maximum %d: %w",
 			req.IdleTimeoutS, int(m.cfg.MaxIdleTimeout.Seconds()), errdefs.ErrInvalidArgument)
 	case req.IdleTimeoutS > 0:

@@ -128,6 +128,18 @@ func TestIdleSessionEnds(t *testing.T) {
 	t.Fatal("a session idle past its timeout was not ended")
 }
 
+// TestAttackIdleTimeout: an idle timeout that overflows a time.Duration is refused, not
+// taken for a negative one that ends the session at once.
+func TestAttackIdleTimeout(t *testing.T) {
+	m := newManager(t, nil)
+	for _, secs := range []int{1 << 62, 9223372037, 86401} {
+		_, err := m.Create(context.Background(), api.CreateSessionRequest{IdleTimeoutS: secs})
+		if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "above this server's maximum 86400") {
+			t.Errorf("idle_timeout_s %d: %v, want invalid argument naming the maximum", secs, err)
+		}
+	}
+}
+
 // TestOneExecutionAtATime: concurrent executions in one session run one after the other.
 func TestOneExecutionAtATime(t *testing.T) {
 	m := newManager(t, nil)
