@@ -49,6 +49,9 @@ type CreateSessionRequest struct {
 	Env          map[string]string `json:"env,omitempty"`
 	Limits       *Limits           `json:"limits,omitempty"`
 	IdleTimeoutS int               `json:"idle_timeout_s,omitempty"`
+	// Metadata is free-form labels, returned with the session: at most 64, keys 1-256 bytes,
+	// values up to 1024, 16 KiB in all.
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 // Session describes a live session.
@@ -61,6 +64,8 @@ type Session struct {
 	ExecutionCount int       `json:"execution_count"`
 	CreatedAt      time.Time `json:"created_at"`
 	LastActiveAt   time.Time `json:"last_active_at"`
+	// Metadata is what the session was created with.
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 // SessionList is the body of GET /v1/sessions.

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"path/filepath"
 	"sort"
 	"sync"
@@ -62,7 +63,8 @@ type Session struct {
 	language string
 	idle     time.Duration
 	created  time.Time
-	turn     chan struct{} // holds one token while an execution or command runs
+	metadata map[string]string // the creator's labels; never changed
+	turn     chan struct{}     // holds one token while an execution or command runs
 
 	saveMu sync.Mutex // held while the session's record is written or removed
 
@@ -289,6 +291,9 @@ func (m *Manager) Create(ctx context.Context, req api.CreateSessionRequest) (*ap
 	case req.IdleTimeoutS > 0:
 		idle = time.Duration(req.IdleTimeoutS) * time.Second
 	}
+	if err := checkMetadata(req.Metadata); err != nil {
+		return nil, err
+	}
 	tenant := Tenant(ctx)
 	if err := m.reserve(tenant); err != nil {
 		return nil, err
@@ -299,7 +304,8 @@ func (m *Manager) Create(ctx context.Context, req api.CreateSessionRequest) (*ap
 		return nil, err
 	}
 	now := time.Now()
-	s := &Session{id: b.id, tenant: tenant, language: lang, idle: idle, created: now, lastActive: now, box: b, turn: make(chan struct{}, 1)}
+	s := &Session{id: b.id, tenant: tenant, language: lang, idle: idle, created: now, lastActive: now, box: b, turn: make(chan struct{}, 1),
+		metadata: maps.Clone(req.Metadata)}
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
@@ -331,6 +337,7 @@ func (s *Session) view() api.Session {
 		ExecutionCount: s.execCount,
 		CreatedAt:      s.created.UTC(),
 		LastActiveAt:   s.lastActive.UTC(),
+		Metadata:       maps.Clone(s.metadata),
 	}
 }
 

@@ -26,6 +26,7 @@ type record struct {
 	ExecutionCount int               `json:"execution_count"`
 	Limits         api.Limits        `json:"limits"`
 	Env            map[string]string `json:"env,omitempty"`
+	Metadata       map[string]string `json:"metadata,omitempty"`
 	// Busy: a run held the session when this was written. A server that died meanwhile
 	// ended that run; the session counts as active until then.
 	Busy bool `json:"busy,omitempty"`
@@ -141,6 +142,7 @@ func (s *Session) recordLocked() record {
 		ExecutionCount: s.execCount,
 		Limits:         s.box.limits,
 		Env:            s.box.env,
+		Metadata:       s.metadata,
 		Busy:           s.busy,
 		Notice:         s.notice,
 	}

@@ -105,7 +105,8 @@ func (m *Manager) restore(ctx context.Context, recs []record) {
 func (m *Manager) restoreOne(ctx context.Context, r record) string {
 	s := &Session{id: r.ID, tenant: r.Tenant, language: r.Language,
 		idle: time.Duration(r.IdleTimeoutS * float64(time.Second)), created: r.CreatedAt,
-		lastActive: r.LastActiveAt, execCount: r.ExecutionCount, notice: r.Notice, turn: make(chan struct{}, 1)}
+		lastActive: r.LastActiveAt, execCount: r.ExecutionCount, notice: r.Notice, turn: make(chan struct{}, 1),
+		metadata: r.Metadata}
 	how := "attached"
 	ws, err := m.store.Dir(r.ID)
 	var b *box
