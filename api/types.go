@@ -49,9 +49,19 @@ type CreateSessionRequest struct {
 	Env          map[string]string `json:"env,omitempty"`
 	Limits       *Limits           `json:"limits,omitempty"`
 	IdleTimeoutS int               `json:"idle_timeout_s,omitempty"`
+	// LifetimeS ends the session this many seconds after its creation, busy or idle; 0: no
+	// lifetime (the idle timeout applies either way). PATCH /v1/sessions/{id} sets it anew.
+	LifetimeS int `json:"lifetime_s,omitempty"`
 	// Metadata is free-form labels, returned with the session: at most 64, keys 1-256 bytes,
 	// values up to 1024, 16 KiB in all.
 	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// UpdateSessionRequest is the body of PATCH /v1/sessions/{id}.
+type UpdateSessionRequest struct {
+	// LifetimeS: the session now ends this many seconds from now, replacing its earlier
+	// deadline (if any); it must be positive.
+	LifetimeS int `json:"lifetime_s"`
 }
 
 // Session describes a live session.
@@ -64,6 +74,8 @@ type Session struct {
 	ExecutionCount int       `json:"execution_count"`
 	CreatedAt      time.Time `json:"created_at"`
 	LastActiveAt   time.Time `json:"last_active_at"`
+	// ExpiresAt is when the session ends whatever it does (see LifetimeS); nil: no lifetime.
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 	// Metadata is what the session was created with.
 	Metadata map[string]string `json:"metadata,omitempty"`
 }

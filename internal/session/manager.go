@@ -1,6 +1,7 @@
 // Package session runs cellbox's sessions: it creates them (from a warm pool of ready
-// sandboxes when it can), looks them up, serializes their executions, ends idle ones,
-// cleans up after a crash and shuts down without leaving anything running.
+// sandboxes when it can), looks them up, serializes their executions, ends idle ones and
+// those past their lifetime, cleans up after a crash and shuts down without leaving
+// anything running.
 //
 // Every session belongs to the tenant that created it (see WithTenant): another tenant's
 // calls do not find it.
@@ -50,6 +51,8 @@ type Manager struct {
 	closed   bool
 	tenants  tenantUse
 
+	deadlines chan struct{} // a session's deadline was set: the reaper looks again (lifetime.go)
+
 	stopBg   context.CancelFunc
 	bg       sync.WaitGroup
 	running  sync.WaitGroup // runs: executions and commands, one-shots included
@@ -72,6 +75,7 @@ type Session struct {
 	box        *box
 	run        *run // the execution or command holding the turn
 	lastActive time.Time
+	expires    time.Time // the session's deadline (lifetime.go); zero: none
 	saved      time.Time // when the record was last written
 	busy       bool
 	execCount  int
@@ -95,6 +99,8 @@ func New(ctx context.Context, cfg config.Config, backend sandbox.Backend, store 
 		runs:     map[*run]bool{},
 		tenants:  tenantUse{starting: map[string]int{}, running: map[string]int{}},
 		keep:     backend.Capabilities().Reattach && !cfg.EndSessionsOnExit,
+
+		deadlines: make(chan struct{}, 1),
 	}
 	// The records folder is read even when sessions end with the server: a record of an
 	// earlier process that kept them is how its sessions get ended here.
@@ -291,6 +297,10 @@ func (m *Manager) Create(ctx context.Context, req api.CreateSessionRequest) (*ap
 	case req.IdleTimeoutS > 0:
 		idle = time.Duration(req.IdleTimeoutS) * time.Second
 	}
+	lifetime, err := m.createLifetime(req.LifetimeS)
+	if err != nil {
+		return nil, err
+	}
 	if err := checkMetadata(req.Metadata); err != nil {
 		return nil, err
 	}
@@ -306,6 +316,9 @@ func (m *Manager) Create(ctx context.Context, req api.CreateSessionRequest) (*ap
 	now := time.Now()
 	s := &Session{id: b.id, tenant: tenant, language: lang, idle: idle, created: now, lastActive: now, box: b, turn: make(chan struct{}, 1),
 		metadata: maps.Clone(req.Metadata)}
+	if lifetime > 0 {
+		s.expires = now.Add(lifetime)
+	}
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
@@ -315,6 +328,9 @@ func (m *Manager) Create(ctx context.Context, req api.CreateSessionRequest) (*ap
 	m.sessions[s.id] = s
 	m.mu.Unlock()
 	m.save(s)
+	if lifetime > 0 {
+		m.deadlineSet()
+	}
 	m.metrics.sessionsCreated.WithLabelValues(tenant).Inc()
 	m.log.Info("session created", "session_id", s.id, "tenant", tenant, "memory_mb", limits.MemoryMB, "cpus", limits.CPUs)
 	v := s.view()
@@ -328,6 +344,11 @@ func (s *Session) view() api.Session {
 	if s.busy {
 		state = "busy"
 	}
+	var expires *time.Time
+	if !s.expires.IsZero() {
+		t := s.expires.UTC()
+		expires = &t
+	}
 	return api.Session{
 		ID:             s.id,
 		Language:       s.language,
@@ -337,6 +358,7 @@ func (s *Session) view() api.Session {
 		ExecutionCount: s.execCount,
 		CreatedAt:      s.created.UTC(),
 		LastActiveAt:   s.lastActive.UTC(),
+		ExpiresAt:      expires,
 		Metadata:       maps.Clone(s.metadata),
 	}
 }

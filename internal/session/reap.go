@@ -5,22 +5,34 @@ import (
 	"time"
 )
 
-// reap ends idle sessions and sweeps old workspaces.
+// reap ends idle sessions (every 2 s) and those past their deadline (at once: a timer to
+// the earliest, set again whenever a deadline is set), and sweeps old workspaces.
 func (m *Manager) reap(ctx context.Context) {
 	defer m.bg.Done()
 	tick := time.NewTicker(2 * time.Second)
 	defer tick.Stop()
+	expiry := time.NewTimer(0) // restored sessions may be past their deadline already
+	defer expiry.Stop()
 	lastSweep := time.Now() // New swept
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-m.deadlines:
+		case <-expiry.C:
 		case now := <-tick.C:
 			m.endIdle(ctx, now)
 			if now.Sub(lastSweep) > 10*time.Minute {
 				lastSweep = now
 				m.sweep(ctx)
 			}
+		}
+		// Every round, so that a jump of the wall clock (restored deadlines have no
+		// monotonic reading) is caught within a tick.
+		if next := m.endExpired(ctx, time.Now()); next.IsZero() {
+			expiry.Stop()
+		} else {
+			expiry.Reset(time.Until(next))
 		}
 	}
 }

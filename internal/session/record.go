@@ -27,6 +27,8 @@ type record struct {
 	Limits         api.Limits        `json:"limits"`
 	Env            map[string]string `json:"env,omitempty"`
 	Metadata       map[string]string `json:"metadata,omitempty"`
+	// ExpiresAt is the session's deadline (see lifetime.go); nil: none.
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 	// Busy: a run held the session when this was written. A server that died meanwhile
 	// ended that run; the session counts as active until then.
 	Busy bool `json:"busy,omitempty"`
@@ -132,6 +134,11 @@ func validID(id string) bool {
 
 // recordLocked returns the session's record as it stands; s.mu is held.
 func (s *Session) recordLocked() record {
+	var expires *time.Time
+	if !s.expires.IsZero() {
+		t := s.expires
+		expires = &t
+	}
 	return record{
 		ID:             s.id,
 		Tenant:         s.tenant,
@@ -143,6 +150,7 @@ func (s *Session) recordLocked() record {
 		Limits:         s.box.limits,
 		Env:            s.box.env,
 		Metadata:       s.metadata,
+		ExpiresAt:      expires,
 		Busy:           s.busy,
 		Notice:         s.notice,
 	}

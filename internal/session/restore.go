@@ -23,9 +23,10 @@ const replacedNotice = "[cellbox: the server restarted and this session's sandbo
 const restoreTimeout = 2 * time.Minute
 
 // recover reads the records of an earlier process and returns those of the sessions that
-// live on. The others end: the idle ones, or all of them when sessions end with the server
-// (m.keep off). Then it cleans up: every sandbox and workspace mount the earlier process
-// left, but for those of the sessions that live on, is stopped and released.
+// live on. The others end: those past their deadline or idle too long, or all of them
+// when sessions end with the server (m.keep off). Then it cleans up: every sandbox and
+// workspace mount the earlier process left, but for those of the sessions that live on, is
+// stopped and released.
 func (m *Manager) recover(ctx context.Context) ([]record, error) {
 	recs, bad, err := m.records.load()
 	if err != nil {
@@ -42,6 +43,9 @@ func (m *Manager) recover(ctx context.Context) ([]record, error) {
 		switch {
 		case !m.keep:
 			m.log.Info("ending a session of an earlier server process (sessions end with the server here)", "session_id", r.ID, "tenant", r.Tenant)
+		case r.ExpiresAt != nil && !now.Before(*r.ExpiresAt):
+			m.log.Info("ending a session whose lifetime ran out while the server was down", "session_id", r.ID, "tenant", r.Tenant,
+				"expired_at", r.ExpiresAt.UTC().Format(time.RFC3339))
 		case !r.Busy && now.Sub(r.LastActiveAt) > idle:
 			m.log.Info("ending a session whose idle time ran out while the server was down", "session_id", r.ID, "tenant", r.Tenant,
 				"idle_since", r.LastActiveAt.UTC().Format(time.RFC3339))
@@ -107,6 +111,9 @@ func (m *Manager) restoreOne(ctx context.Context, r record) string {
 		idle: time.Duration(r.IdleTimeoutS * float64(time.Second)), created: r.CreatedAt,
 		lastActive: r.LastActiveAt, execCount: r.ExecutionCount, notice: r.Notice, turn: make(chan struct{}, 1),
 		metadata: r.Metadata}
+	if r.ExpiresAt != nil {
+		s.expires = *r.ExpiresAt // the reaper's first round ends it if it passes meanwhile
+	}
 	how := "attached"
 	ws, err := m.store.Dir(r.ID)
 	var b *box

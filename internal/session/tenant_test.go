@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/internal/config"
@@ -49,6 +50,10 @@ func TestAttackTenantIsolation(t *testing.T) {
 			"list files":  func() error { _, err := m.ListFiles(ctx, s.ID, "."); return err },
 			"delete file": func() error { return m.DeleteFile(ctx, s.ID, "secret.txt") },
 			"delete":      func() error { return m.Delete(ctx, s.ID) },
+			"set lifetime": func() error {
+				_, err := m.SetLifetime(ctx, s.ID, time.Second)
+				return err
+			},
 		}
 		for call, f := range calls {
 			t.Run("attack/"+name+"/"+call, func(t *testing.T) {
@@ -67,7 +72,7 @@ func TestAttackTenantIsolation(t *testing.T) {
 	if err != nil || r.Status != api.StatusOK || r.Outputs[0].Text != "alice's ['secret.txt']\n" {
 		t.Fatalf("the owner's session after the attacks: %v %+v", err, r)
 	}
-	if l := m.List(alice); len(l) != 1 || l[0].ID != s.ID {
+	if l := m.List(alice); len(l) != 1 || l[0].ID != s.ID || l[0].ExpiresAt != nil {
 		t.Errorf("the owner's list: %+v", l)
 	}
 }
