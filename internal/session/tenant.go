@@ -87,3 +87,19 @@ func (m *Manager) takeRun(tenant, kind string) (done func(), _ error) {
 		m.mu.Unlock()
 	}, nil
 }
+
+// Owner returns the tenant of the live session id. It is only for a front door that
+// authenticates a request by a credential of the session itself (a per-session token, as
+// E2B's sandbox traffic carries) instead of by an API key: having checked that credential,
+// it calls the Manager as the session's owner, with WithTenant(ctx, tenant). No call of the
+// API (REST, MCP, the SDK) answers with it: it reveals nothing to the API's callers, who
+// still find only their own tenant's sessions.
+func (m *Manager) Owner(id string) (tenant string, ok bool) {
+	m.mu.Lock()
+	s, ok := m.sessions[id]
+	m.mu.Unlock()
+	if !ok {
+		return "", false
+	}
+	return s.tenant, true
+}

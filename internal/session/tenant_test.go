@@ -172,3 +172,31 @@ func TestTenantContext(t *testing.T) {
 		t.Error("WithTenant and Tenant disagree")
 	}
 }
+
+// TestOwner: Owner names the tenant of a live session, and of no other.
+func TestOwner(t *testing.T) {
+	m := newManager(t, nil)
+	alice := WithTenant(context.Background(), "alice")
+	a, err := m.Create(alice, api.CreateSessionRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyless, err := m.Create(context.Background(), api.CreateSessionRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tenant, ok := m.Owner(a.ID); !ok || tenant != "alice" {
+		t.Errorf("Owner of alice's session: %q, %v", tenant, ok)
+	}
+	if tenant, ok := m.Owner(keyless.ID); !ok || tenant != "" {
+		t.Errorf("Owner of a keyless session: %q, %v", tenant, ok)
+	}
+	if err := m.Delete(alice, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{a.ID, "nope", ""} {
+		if tenant, ok := m.Owner(id); ok {
+			t.Errorf("Owner(%q) = %q, true; want no session", id, tenant)
+		}
+	}
+}
