@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -29,8 +30,9 @@ func (m *Manager) createLifetime(seconds int) (time.Duration, error) {
 }
 
 func (m *Manager) tooLong(seconds float64) error {
-	return fmt.Errorf("lifetime_s %v is above this server's maximum %v (--max-lifetime %v): %w",
-		seconds, m.cfg.MaxLifetime.Seconds(), m.cfg.MaxLifetime, errdefs.ErrInvalidArgument)
+	return fmt.Errorf("lifetime_s %s is above this server's maximum %s (--max-lifetime %v): %w",
+		strconv.FormatFloat(seconds, 'f', -1, 64), strconv.FormatFloat(m.cfg.MaxLifetime.Seconds(), 'f', -1, 64),
+		m.cfg.MaxLifetime, errdefs.ErrInvalidArgument)
 }
 
 // SetLifetime makes the session of ctx's tenant end d from now, busy or idle, replacing
