@@ -116,7 +116,7 @@ func (a answer) err() api.ErrorDetail {
 func TestAttackAPIKeys(t *testing.T) {
 	k := startKeyed(t, nil)
 	routes := []string{
-		"POST /v1/sessions", "GET /v1/sessions", "GET /v1/sessions/x", "DELETE /v1/sessions/x",
+		"POST /v1/sessions", "GET /v1/sessions", "GET /v1/sessions/x", "PATCH /v1/sessions/x", "DELETE /v1/sessions/x",
 		"POST /v1/sessions/x/execute", "POST /v1/sessions/x/interrupt", "POST /v1/sessions/x/restart",
 		"POST /v1/sessions/x/commands", "GET /v1/sessions/x/files", "PUT /v1/sessions/x/files/a.txt",
 		"GET /v1/sessions/x/files/a.txt", "DELETE /v1/sessions/x/files/a.txt", "POST /v1/execute",
@@ -233,6 +233,7 @@ func TestAttackTenantsOverHTTP(t *testing.T) {
 		{"GET", "/v1/sessions/ID/files/secret.txt", ""},
 		{"DELETE", "/v1/sessions/ID/files/secret.txt", ""},
 		{"POST", "/v1/agent", `{"input": "print the secret", "session_id": "ID", "files": [{"path": "pwned", "content": "x"}]}`},
+		{"PATCH", "/v1/sessions/ID", `{"lifetime_s": 1}`},
 		{"DELETE", "/v1/sessions/ID", ""}, // last: were it to work, the others would find nothing
 	}
 	for _, c := range calls {

@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -454,6 +455,14 @@ func TestBadRequests(t *testing.T) {
 		{"execute empty body", "POST", "/v1/sessions/nope/execute", ``, 400, api.CodeInvalidArgument},
 		{"no route", "GET", "/v2/x", "", 404, api.CodeNotFound},
 		{"bad method", "PATCH", "/v1/sessions", "", 405, api.CodeInvalidArgument},
+		{"bad method on a session", "PUT", "/v1/sessions/nope", "", 405, api.CodeInvalidArgument},
+		{"metadata with a NUL", "POST", "/v1/sessions", `{"metadata":{"a":"\u0000"}}`, 400, api.CodeInvalidArgument},
+		{"metadata not strings", "POST", "/v1/sessions", `{"metadata":{"a":1}}`, 400, api.CodeInvalidArgument},
+		{"lifetime above max", "POST", "/v1/sessions", `{"lifetime_s":86401}`, 400, api.CodeInvalidArgument},
+		{"negative lifetime", "POST", "/v1/sessions", `{"lifetime_s":-1}`, 400, api.CodeInvalidArgument},
+		{"patch unknown session", "PATCH", "/v1/sessions/nope", `{"lifetime_s":60}`, 404, api.CodeNotFound},
+		{"patch empty body", "PATCH", "/v1/sessions/nope", ``, 400, api.CodeInvalidArgument},
+		{"patch unknown field", "PATCH", "/v1/sessions/nope", `{"timeout":60}`, 400, api.CodeInvalidArgument},
 		{"one-shot bad file path", "POST", "/v1/execute", `{"code":"1","files":[{"path":"../x","content":"a"}]}`, 400, api.CodeInvalidArgument},
 		{"huge body", "POST", "/v1/execute", `{"code":"` + strings.Repeat("x", 9<<20) + `"}`, 413, api.CodeTooLarge},
 	}
@@ -565,5 +574,76 @@ func TestAttackCommandOutlivesCaller(t *testing.T) {
 	}
 	if st := c.do("GET", "/v1/sessions/"+id+"/files/late", nil, nil); st != http.StatusNotFound {
 		t.Errorf("the command ran to its end: late file status %d", st)
+	}
+}
+
+// TestSessionLifetimeAndMetadata: metadata and a lifetime given at creation come back with
+// the session; PATCH sets a new deadline from now, and at it the session ends although a
+// cell runs: the cell's caller is told, and the session is gone.
+func TestSessionLifetimeAndMetadata(t *testing.T) {
+	c := newClient(t)
+	md := map[string]string{"user": "ada", "purpose": "e2e"}
+	var s api.Session
+	if st := c.do("POST", "/v1/sessions", api.CreateSessionRequest{LifetimeS: 3600, Metadata: md}, &s); st != http.StatusCreated {
+		t.Fatalf("create: status %d", st)
+	}
+	t.Cleanup(func() { c.do("DELETE", "/v1/sessions/"+s.ID, nil, nil) })
+	var got api.Session
+	if st := c.do("GET", "/v1/sessions/"+s.ID, nil, &got); st != http.StatusOK || !maps.Equal(got.Metadata, md) ||
+		got.ExpiresAt == nil || got.ExpiresAt.Sub(got.CreatedAt) != time.Hour {
+		t.Fatalf("get: %d %+v", st, got)
+	}
+	for _, bad := range []string{`{"lifetime_s": 0}`, `{"lifetime_s": -5}`, `{"lifetime_s": 86401}`, `{"lifetime_s": 9223372036854775807}`} {
+		var e api.ErrorBody
+		if st := c.do("PATCH", "/v1/sessions/"+s.ID, bad, &e); st != http.StatusBadRequest || !strings.Contains(e.Error.Message, "lifetime_s") {
+			t.Errorf("PATCH %s: %d %+v", bad, st, e)
+		}
+	}
+
+	done := make(chan string, 1) // the end of the cell's event stream
+	started := make(chan struct{})
+	go func() {
+		req, _ := http.NewRequest("POST", c.url+"/v1/sessions/"+s.ID+"/execute", strings.NewReader(`{"code": "print('started', flush=True); import time; time.sleep(600)", "timeout_s": 900}`))
+		req.Header.Set("Accept", "text/event-stream")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			done <- err.Error()
+			return
+		}
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		var last []string
+		var once sync.Once
+		for sc.Scan() {
+			if strings.Contains(sc.Text(), "started") {
+				once.Do(func() { close(started) })
+			}
+			if last = append(last, sc.Text()); len(last) > 3 {
+				last = last[1:]
+			}
+		}
+		done <- strings.Join(last, "\n")
+	}()
+	select {
+	case <-started:
+	case <-time.After(time.Minute):
+		t.Fatal("the cell does not start")
+	}
+	var patched api.Session
+	before := time.Now()
+	if st := c.do("PATCH", "/v1/sessions/"+s.ID, `{"lifetime_s": 1}`, &patched); st != http.StatusOK ||
+		patched.ExpiresAt == nil || patched.ExpiresAt.Before(before.Add(time.Second)) || patched.State != "busy" || !maps.Equal(patched.Metadata, md) {
+		t.Fatalf("PATCH: %d %+v", st, patched)
+	}
+	select {
+	case end := <-done: // the session's end is what ends the cell
+		if !strings.Contains(end, "event: error") || !strings.Contains(end, api.CodeNotFound) || !strings.Contains(end, "ended") {
+			t.Errorf("the running cell's stream ended with %q, want an error event: the session ended", end)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the cell still runs two minutes after the session's deadline")
+	}
+	if st := c.do("GET", "/v1/sessions/"+s.ID, nil, nil); st != http.StatusNotFound {
+		t.Errorf("the session after its deadline: %d", st)
 	}
 }

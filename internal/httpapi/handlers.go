@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"mime"
 	"net/http"
 	"path"
@@ -36,6 +37,24 @@ func (s *server) listSessions(w http.ResponseWriter, r *http.Request) {
 
 func (s *server) getSession(w http.ResponseWriter, r *http.Request) {
 	sess, err := s.m.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sess)
+}
+
+func (s *server) updateSession(w http.ResponseWriter, r *http.Request) {
+	var req api.UpdateSessionRequest
+	if err := s.decode(w, r, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	d := time.Duration(req.LifetimeS) * time.Second
+	if req.LifetimeS > int(math.MaxInt64/time.Second) {
+		d = math.MaxInt64 // past any maximum, and not wrapped around to one within it
+	}
+	sess, err := s.m.SetLifetime(r.Context(), r.PathValue("id"), d)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

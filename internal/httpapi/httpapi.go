@@ -66,6 +66,7 @@ func New(m *session.Manager, opts Options) http.Handler {
 	mux.HandleFunc("POST /v1/sessions", s.createSession)
 	mux.HandleFunc("GET /v1/sessions", s.listSessions)
 	mux.HandleFunc("GET /v1/sessions/{id}", s.getSession)
+	mux.HandleFunc("PATCH /v1/sessions/{id}", s.updateSession)
 	mux.HandleFunc("DELETE /v1/sessions/{id}", s.deleteSession)
 	mux.HandleFunc("POST /v1/sessions/{id}/execute", s.execute)
 	mux.HandleFunc("POST /v1/sessions/{id}/interrupt", s.interrupt)
@@ -104,7 +105,7 @@ func (s *server) wrap(mux *http.ServeMux) http.Handler {
 		} else if pattern == "" {
 			// Tell 405 from 404 the way the mux would, but with the error shape.
 			code, msg := http.StatusNotFound, fmt.Sprintf("no route %s %s: see GET /v1/openapi.json", r.Method, r.URL.Path)
-			for _, m := range []string{"GET", "POST", "PUT", "DELETE"} {
+			for _, m := range []string{"GET", "POST", "PUT", "PATCH", "DELETE"} {
 				probe := r.Clone(r.Context())
 				probe.Method = m
 				if _, p := mux.Handler(probe); p != "" && m != r.Method {
