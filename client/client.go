@@ -90,6 +90,12 @@ func (c *Client) GetSession(ctx context.Context, id string) (*api.Session, error
 	return call[api.Session](ctx, c, http.MethodGet, sessionPath(id, ""), nil)
 }
 
+// UpdateSession changes a session: with req.LifetimeS, it ends that many seconds from
+// now, busy or idle, replacing its earlier deadline. It returns the session as it now is.
+func (c *Client) UpdateSession(ctx context.Context, id string, req api.UpdateSessionRequest) (*api.Session, error) {
+	return call[api.Session](ctx, c, http.MethodPatch, sessionPath(id, ""), req)
+}
+
 // DeleteSession ends a session; its workspace is kept for the server's retention period.
 func (c *Client) DeleteSession(ctx context.Context, id string) error {
 	_, err := call[struct{}](ctx, c, http.MethodDelete, sessionPath(id, ""), nil)

@@ -144,6 +144,35 @@ func TestSessionsAndErrors(t *testing.T) {
 	}
 }
 
+// TestUpdateSession: metadata and a lifetime round-trip, UpdateSession sets a new deadline
+// from now, and the server's refusals come back classified.
+func TestUpdateSession(t *testing.T) {
+	c := newClient(t)
+	ctx := t.Context()
+	s, err := c.CreateSession(ctx, api.CreateSessionRequest{LifetimeS: 600, Metadata: map[string]string{"owner": "sdk"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.DeleteSession(context.Background(), s.ID) })
+	if s.ExpiresAt == nil || s.ExpiresAt.Sub(s.CreatedAt) != 10*time.Minute || s.Metadata["owner"] != "sdk" {
+		t.Errorf("created: %+v", s)
+	}
+	before := time.Now()
+	u, err := c.UpdateSession(ctx, s.ID, api.UpdateSessionRequest{LifetimeS: 3600})
+	if err != nil || u.ExpiresAt == nil || u.ExpiresAt.Before(before.Add(time.Hour)) || u.Metadata["owner"] != "sdk" {
+		t.Fatalf("update: %+v, %v", u, err)
+	}
+	if got, err := c.GetSession(ctx, s.ID); err != nil || !got.ExpiresAt.Equal(*u.ExpiresAt) {
+		t.Errorf("get after update: %+v, %v", got, err)
+	}
+	if _, err := c.UpdateSession(ctx, s.ID, api.UpdateSessionRequest{}); !client.IsInvalidArgument(err) {
+		t.Errorf("no lifetime: %v", err)
+	}
+	if _, err := c.UpdateSession(ctx, "nope", api.UpdateSessionRequest{LifetimeS: 60}); !client.IsNotFound(err) {
+		t.Errorf("unknown session: %v", err)
+	}
+}
+
 func containsSession(list []api.Session, id string) bool {
 	for _, s := range list {
 		if s.ID == id {
