@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -268,9 +269,10 @@ func TestServeStateDirInUse(t *testing.T) {
 
 // TestServeRestart stops the server with SIGTERM, then with kill -9, and starts it again
 // on the same state dir each time: live sessions answer under their ids with their
-// variables and files. Meanwhile one session's idle time runs out (it ends at start) and
-// another's sandbox dies (it is replaced: files kept, variables lost, and the next cell
-// says so). A last server that ends sessions on exit leaves nothing behind.
+// variables, files, metadata and deadline. Meanwhile one session's idle time runs out (it
+// ends at start), another's deadline passes (it ends at start too) and another's sandbox
+// dies (it is replaced: files kept, variables lost, and the next cell says so). A last
+// server that ends sessions on exit leaves nothing behind.
 func TestServeRestart(t *testing.T) {
 	needRunc(t)
 	state := t.TempDir()
@@ -295,18 +297,33 @@ func TestServeRestart(t *testing.T) {
 		}
 		return b.String()
 	}
-	var ids [3]string // live, idle, dies
+	var ids [4]string // live, idle, dies, expires
+	var liveAtStart *api.Session
 	for i := range ids {
-		s, err := c.CreateSession(ctx, api.CreateSessionRequest{Env: map[string]string{"WHO": fmt.Sprint(i)}})
+		req := api.CreateSessionRequest{Env: map[string]string{"WHO": fmt.Sprint(i)}}
+		if i == 0 || i == 3 {
+			req.LifetimeS, req.Metadata = 3600, map[string]string{"who": fmt.Sprint(i), "ünï": "cødé"}
+		}
+		s, err := c.CreateSession(ctx, req)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if i == 0 {
+			liveAtStart = s
 		}
 		ids[i] = s.ID
 		if r := run(c, s.ID, "x = 42\nopen('kept.txt', 'w').write('kept')"); r.Status != api.StatusOK {
 			t.Fatalf("session %d: %+v", i, r)
 		}
 	}
-	live, idle, dies := ids[0], ids[1], ids[2]
+	live, idle, dies, expires := ids[0], ids[1], ids[2], ids[3]
+	sameLive := func(c *client.Client) {
+		t.Helper()
+		s, err := c.GetSession(ctx, live)
+		if err != nil || !maps.Equal(s.Metadata, liveAtStart.Metadata) || s.ExpiresAt == nil || !s.ExpiresAt.Equal(*liveAtStart.ExpiresAt) {
+			t.Errorf("live session after a restart: %+v, %v; want metadata %v and expires_at %v", s, err, liveAtStart.Metadata, liveAtStart.ExpiresAt)
+		}
+	}
 	runcRoot := filepath.Join(state, "runc", "runtime")
 
 	stopped := func(srv *served, how syscall.Signal) {
@@ -328,28 +345,37 @@ func TestServeRestart(t *testing.T) {
 			t.Errorf("session %s's sandbox did not outlive the server: %v", id, left)
 		}
 	}
-	if len(left) != 3 {
-		t.Errorf("sandboxes after SIGTERM: %v, want the 3 sessions' (the pool's is stopped)", left)
+	if len(left) != 4 {
+		t.Errorf("sandboxes after SIGTERM: %v, want the 4 sessions' (the pool's is stopped)", left)
 	}
 
-	// While no server runs: idle's time runs out, dies's sandbox dies.
-	recPath := filepath.Join(state, "sessions", idle+".json")
-	rec, err := os.ReadFile(recPath)
-	if err != nil {
-		t.Fatal(err)
+	// While no server runs: idle's time runs out, expires's deadline passes, dies's sandbox
+	// dies.
+	backdate := func(id, field string) {
+		t.Helper()
+		recPath := filepath.Join(state, "sessions", id+".json")
+		rec, err := os.ReadFile(recPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi, _ := os.Stat(recPath); fi.Mode().Perm() != 0o600 {
+			t.Errorf("session record mode %v, want 0600", fi.Mode().Perm())
+		}
+		var m map[string]any
+		if err := json.Unmarshal(rec, &m); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := m[field]; !ok {
+			t.Fatalf("the record of %s has no %s: %s", id, field, rec)
+		}
+		m[field] = time.Now().Add(-time.Hour).UTC().Format(time.RFC3339Nano)
+		rec, _ = json.Marshal(m)
+		if err := os.WriteFile(recPath, rec, 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if fi, _ := os.Stat(recPath); fi.Mode().Perm() != 0o600 {
-		t.Errorf("session record mode %v, want 0600", fi.Mode().Perm())
-	}
-	var m map[string]any
-	if err := json.Unmarshal(rec, &m); err != nil {
-		t.Fatal(err)
-	}
-	m["last_active_at"] = time.Now().Add(-time.Hour).UTC().Format(time.RFC3339Nano)
-	rec, _ = json.Marshal(m)
-	if err := os.WriteFile(recPath, rec, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	backdate(idle, "last_active_at")
+	backdate(expires, "expires_at")
 	if out, err := exec.Command("runc", "--root", runcRoot, "kill", dies, "KILL").CombinedOutput(); err != nil {
 		t.Fatalf("runc kill: %v %s", err, out)
 	}
@@ -362,6 +388,13 @@ func TestServeRestart(t *testing.T) {
 	if _, err := c.GetSession(ctx, idle); !client.IsNotFound(err) {
 		t.Errorf("session idle too long while the server was down: %v, want not found", err)
 	}
+	if _, err := c.GetSession(ctx, expires); !client.IsNotFound(err) {
+		t.Errorf("session past its deadline while the server was down: %v, want not found", err)
+	}
+	if !strings.Contains(srv.output(), "ending a session whose lifetime ran out while the server was down") {
+		t.Errorf("the end of the session past its deadline is not logged:\n%s", srv.output())
+	}
+	sameLive(c)
 	r := run(c, dies, "print(open('kept.txt').read(), __import__('os').environ['WHO'])\nx")
 	if r.Status != api.StatusError || stdout(r) != "kept 2\n" || len(r.Outputs) == 0 ||
 		!strings.Contains(r.Outputs[0].Text, "was replaced: variables are lost, files in /mnt/data are kept") {
@@ -401,6 +434,7 @@ func TestServeRestart(t *testing.T) {
 	if got := stdout(run(c, live, "print(x, y)")); got != "42 1\n" {
 		t.Errorf("live session after kill -9 and restart: %q, want 42 1\n%s", got, srv.output())
 	}
+	sameLive(c)
 	list, err := c.ListSessions(ctx)
 	if err != nil || len(list) != 2 {
 		t.Errorf("sessions after the restarts: %+v, %v; want live and dies", list, err)
