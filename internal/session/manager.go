@@ -774,10 +774,6 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 		return nil
 	}
 	m.closed = true
-	all := make([]*Session, 0, len(m.sessions))
-	for _, s := range m.sessions {
-		all = append(all, s)
-	}
 	runs := make([]*run, 0, len(m.runs))
 	for r := range m.runs {
 		runs = append(runs, r)
@@ -798,6 +794,15 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		m.log.Warn("shutdown: runs still going when time ran out; going on without them")
 	}
+
+	// The sessions left now: the reaper (idle, deadlines) may have ended some until it
+	// stopped, and no session starts once closed is set.
+	m.mu.Lock()
+	all := make([]*Session, 0, len(m.sessions))
+	for _, s := range m.sessions {
+		all = append(all, s)
+	}
+	m.mu.Unlock()
 
 	var wg sync.WaitGroup
 	var mu sync.Mutex
