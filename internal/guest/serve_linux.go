@@ -246,6 +246,8 @@ func (s *server) handle(ctx context.Context, st *yamux.Stream) {
 		go func() {
 			io.Copy(io.Discard, io.LimitReader(br, 1<<10))
 			cancel()
+			// Nobody reads this stream any more: a write must not wait for room forever.
+			st.SetWriteDeadline(time.Now())
 		}()
 	}
 	switch req.Op {
@@ -262,7 +264,7 @@ func (s *server) handle(ctx context.Context, st *yamux.Stream) {
 	case guestproto.OpRestart:
 		writeMsg(st, s.restart())
 	case guestproto.OpCommand:
-		writeMsg(st, s.command(ctx, req.RunID, req.Command))
+		writeMsg(st, s.command(ctx, st, req.RunID, req.Command, req.Stream))
 	case guestproto.OpPutFile:
 		writeMsg(st, s.putFile(req.Path, br))
 	case guestproto.OpGetFile:
