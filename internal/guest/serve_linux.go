@@ -50,6 +50,7 @@ type server struct {
 	cell  atomic.Pointer[context.CancelFunc] // interrupts the running cell (an Interrupt without run id)
 	kmu   sync.Mutex                         // held while the kernel runs a cell or is replaced
 	count atomic.Int64                       // the kernel's execution count after its latest cell
+	ctxs  map[string]bool                    // the kernel's named execution contexts; guarded by kmu
 
 	mu      sync.Mutex // guards what follows
 	cfg     *guestproto.Config
@@ -273,6 +274,8 @@ func (s *server) handle(ctx context.Context, st *yamux.Stream) {
 		writeMsg(st, s.listFiles(req.Path))
 	case guestproto.OpDeleteFile:
 		writeMsg(st, s.deleteFile(req.Path))
+	case guestproto.OpDeleteContext:
+		writeMsg(st, s.deleteContext(req.Context))
 	default:
 		writeMsg(st, errMsg(api.CodeInvalidArgument, fmt.Sprintf("unknown guest operation %q", req.Op)))
 	}

@@ -340,6 +340,13 @@ func (c *Client) CommandRun(ctx context.Context, id string, req api.CommandReque
 	return m.CommandResult, nil
 }
 
+// DeleteContext drops a named execution context of the kernel: its variables and working
+// directory. It fails with errdefs.ErrNotFound when the kernel has no such context.
+func (c *Client) DeleteContext(ctx context.Context, name string) error {
+	var m Message
+	return c.roundTrip(ctx, Request{Op: OpDeleteContext, Context: name}, &m)
+}
+
 // PutFile writes r to a workspace path, creating parent folders, replacing a file there.
 // The body travels in ChunkWriter framing; the file appears only if all of it arrived.
 // An error reading r is returned as it is (e.g. a body over the server's size cap).

@@ -36,6 +36,8 @@ const (
 	OpGetFile    = "get_file"
 	OpListFiles  = "list_files"
 	OpDeleteFile = "delete_file"
+	// OpDeleteContext drops a named execution context of the kernel (Request.Context).
+	OpDeleteContext = "delete_context"
 )
 
 // Request is the first line the server writes on a stream.
@@ -55,6 +57,8 @@ type Request struct {
 	// Command: send stdout and stderr as Output messages (api.OutputStream) as they are
 	// read, chunks cut at UTF-8 boundaries; the CommandResult then has no Stdout or Stderr.
 	Stream bool `json:"stream,omitempty"`
+	// DeleteContext: the context's name.
+	Context string `json:"context,omitempty"`
 	// PutFile, GetFile, ListFiles, DeleteFile: a workspace path as the API user gave it
 	// (relative, or absolute under /mnt/data); the guest resolves it safely.
 	Path string `json:"path,omitempty"`
