@@ -524,6 +524,9 @@ func (m *Manager) Execute(ctx context.Context, id string, req api.ExecuteRequest
 	if req.TimeoutS, err = m.timeout(req.TimeoutS); err != nil {
 		return nil, err
 	}
+	if err := checkExecute(&req); err != nil {
+		return nil, err
+	}
 	b, rctx, release, err := m.acquire(ctx, s)
 	if err != nil {
 		return nil, err
