@@ -75,6 +75,7 @@ type Session struct {
 	execCount  int
 	closed     bool
 	notice     string // told on the next execution: what happened to the session meanwhile
+	spawns     int    // programs Spawn runs beside the turn (spawn.go)
 }
 
 // New starts a Manager. Sessions outlive the server process when the backend can attach
