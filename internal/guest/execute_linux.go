@@ -191,7 +191,10 @@ func (s *server) execute(ctx context.Context, w io.Writer, runID string, req *ap
 	s.kmu.Lock()
 	defer s.kmu.Unlock()
 	cfg := s.config()
+	// An answer given before the cell runs frees the session first: the caller may send
+	// its next cell as soon as it reads it.
 	if cfg == nil {
+		release()
 		writeMsg(w, errMsg(api.CodeFailedPrecondition, "the sandbox is not configured yet"))
 		return
 	}
@@ -199,6 +202,7 @@ func (s *server) execute(ctx context.Context, w io.Writer, runID string, req *ap
 	k := s.currentKernel()
 	if k == nil || k.isDead() {
 		if err := s.restartLocked(); err != nil {
+			release()
 			writeMsg(w, errFrom(err))
 			return
 		}
@@ -221,6 +225,7 @@ func (s *server) execute(ctx context.Context, w io.Writer, runID string, req *ap
 	}
 	if req.Context != "" && !s.ctxs[req.Context] {
 		if len(s.ctxs) >= guestproto.MaxContexts {
+			release()
 			writeMsg(w, errMsg(api.CodeResourceExhausted, fmt.Sprintf("this session's kernel has %d execution contexts, "+
 				"the most it keeps: delete one you no longer need, or restart the kernel", len(s.ctxs))))
 			return
