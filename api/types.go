@@ -89,6 +89,14 @@ type SessionList struct {
 type ExecuteRequest struct {
 	Code     string  `json:"code"`
 	TimeoutS float64 `json:"timeout_s,omitempty"`
+	// Context names a separate namespace in the session's kernel, with its own variables,
+	// imports and working directory (which starts at /mnt/data); made at its first use, it
+	// lives until it is deleted (DELETE /v1/sessions/{id}/contexts/{name}) or the kernel
+	// restarts. "" is the default namespace. Names: 1 to 64 of A-Z a-z 0-9 _ . -.
+	Context string `json:"context,omitempty"`
+	// Env is set in the kernel's environment (os.environ) for this execution only: the
+	// variables are restored, or removed again, when it ends.
+	Env map[string]string `json:"env,omitempty"`
 }
 
 // Output is one output of an execution, in Jupyter's output model.

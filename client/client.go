@@ -117,6 +117,13 @@ func (c *Client) Command(ctx context.Context, id string, req api.CommandRequest)
 	return call[api.CommandResult](ctx, c, http.MethodPost, sessionPath(id, "/commands"), req)
 }
 
+// DeleteContext drops a named execution context of the session's kernel (see
+// api.ExecuteRequest.Context): its variables and working directory.
+func (c *Client) DeleteContext(ctx context.Context, id, name string) error {
+	_, err := call[struct{}](ctx, c, http.MethodDelete, sessionPath(id, "/contexts/"+url.PathEscape(name)), nil)
+	return err
+}
+
 // Health reports the server's liveness, backend and counts.
 func (c *Client) Health(ctx context.Context) (*api.Health, error) {
 	return call[api.Health](ctx, c, http.MethodGet, "/healthz", nil)

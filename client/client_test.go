@@ -173,6 +173,32 @@ func TestUpdateSession(t *testing.T) {
 	}
 }
 
+func TestContexts(t *testing.T) {
+	c := newClient(t)
+	ctx := t.Context()
+	s, err := c.CreateSession(ctx, api.CreateSessionRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.DeleteSession(context.WithoutCancel(ctx), s.ID)
+	if _, err := c.Execute(ctx, s.ID, api.ExecuteRequest{Code: "x = 1", Context: "my.ctx-1"}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.Execute(ctx, s.ID, api.ExecuteRequest{Code: "print('x' in globals())"})
+	if err != nil || stdout(r) != "False\n" {
+		t.Errorf("the default context sees another's variable: %+v, %v", r, err)
+	}
+	if err := c.DeleteContext(ctx, s.ID, "my.ctx-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DeleteContext(ctx, s.ID, "my.ctx-1"); !client.IsNotFound(err) {
+		t.Errorf("delete twice: %v", err)
+	}
+	if err := c.DeleteContext(ctx, s.ID, "a/b"); !client.IsInvalidArgument(err) {
+		t.Errorf("a name with a slash: %v", err)
+	}
+}
+
 func containsSession(list []api.Session, id string) bool {
 	for _, s := range list {
 		if s.ID == id {

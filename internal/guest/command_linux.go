@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -26,35 +27,135 @@ const maxCommandStream = (guestproto.MaxMessageSize - 64<<10) / 12
 // process group is killed: only a process that left the group can still hold the pipes.
 const afterExit = 200 * time.Millisecond
 
-// capture reads a pipe to its end, keeping the first max bytes.
+// capture is one output stream of a command, read to its end. It keeps the first max bytes,
+// cut at a UTF-8 boundary, and counts the rest as dropped.
 type capture struct {
-	buf     []byte
+	name    string
 	max     int
+	buf     []byte // what is kept; with a streamer, what waits to be sent
+	sent    int    // with a streamer: bytes sent
 	dropped int64
-	done    chan struct{}
+	done    chan struct{} // closed when read has returned
 }
 
-func newCapture(f *os.File, limit int) *capture {
-	c := &capture{max: limit, done: make(chan struct{})}
-	go func() {
-		defer close(c.done)
-		b := make([]byte, 32<<10)
-		for {
-			n, err := f.Read(b)
-			keep := min(n, c.max-len(c.buf))
-			c.buf = append(c.buf, b[:keep]...)
-			c.dropped += int64(n - keep)
-			if err != nil {
-				return
+func newCapture(name string, limit int) *capture {
+	return &capture{name: name, max: limit, done: make(chan struct{})}
+}
+
+// read reads f to its end, keeping what it reads, or passing it to sw when there is one.
+func (c *capture) read(f *os.File, sw *streamer) {
+	defer close(c.done)
+	b := make([]byte, 32<<10)
+	for {
+		n, err := f.Read(b)
+		if n > 0 {
+			if sw != nil {
+				sw.add(c, b[:n])
+			} else {
+				c.keep(b[:n])
 			}
 		}
-	}()
-	return c
+		if err != nil {
+			return
+		}
+	}
+}
+
+// keep appends data to buf, up to max bytes in all.
+func (c *capture) keep(data []byte) {
+	if c.dropped > 0 {
+		c.dropped += int64(len(data)) // once cut, nothing more: not even a rune that would fit
+		return
+	}
+	c.buf = append(c.buf, data...)
+	if over := c.sent + len(c.buf) - c.max; over > 0 {
+		n := runeCut(c.buf, len(c.buf)-over)
+		c.dropped += int64(len(c.buf) - n)
+		c.buf = c.buf[:n]
+	}
+}
+
+// streamer sends a command's stdout and stderr on w as outputs while it runs. A read's
+// text waits up to coalesce for what follows (a program writing a byte at a time must not
+// cost a message a byte), and goes without an incomplete UTF-8 sequence at its end, which
+// waits for the next read. The other stream's waiting text is sent first, so the order of
+// the two streams is kept. After a failed write (nobody listens any more) output is dropped.
+type streamer struct {
+	w       io.Writer
+	streams [2]*capture
+
+	mu     sync.Mutex
+	timer  *time.Timer // pending flush; nil: none
+	failed bool
+	closed bool
+}
+
+func (sw *streamer) add(c *capture, data []byte) {
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	for _, o := range sw.streams {
+		if o != c {
+			sw.flush(o, false)
+		}
+	}
+	c.keep(data)
+	if len(c.buf) >= maxPending {
+		sw.flush(c, false)
+	}
+	if len(c.buf) > 0 && sw.timer == nil && !sw.closed {
+		sw.timer = time.AfterFunc(coalesce, sw.tick)
+	}
+}
+
+func (sw *streamer) tick() {
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	sw.timer = nil
+	if sw.closed {
+		return
+	}
+	for _, c := range sw.streams {
+		sw.flush(c, false)
+	}
+}
+
+// flush sends what c's buffer holds; unless all, an incomplete rune at its end stays.
+// sw.mu is held.
+func (sw *streamer) flush(c *capture, all bool) {
+	n := len(c.buf)
+	if !all {
+		n = completeUTF8(c.buf)
+	}
+	if n == 0 {
+		return
+	}
+	if !sw.failed {
+		o := api.Output{Type: api.OutputStream, Name: c.name, Text: string(c.buf[:n])}
+		if err := writeMsg(sw.w, guestproto.Message{Output: &o}); err != nil {
+			sw.failed = true
+		}
+	}
+	c.sent += n
+	c.buf = append(c.buf[:0], c.buf[n:]...)
+}
+
+// close sends what is left, once both streams have been read to their end.
+func (sw *streamer) close() {
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	sw.closed = true
+	if sw.timer != nil {
+		sw.timer.Stop()
+	}
+	for _, c := range sw.streams {
+		sw.flush(c, true)
+	}
 }
 
 // command runs a program. Its run ends, and its process tree is killed, when ctx does (the
-// caller went away) or when an interrupt names runID, before or after it started.
-func (s *server) command(ctx context.Context, runID string, req *api.CommandRequest) guestproto.Message {
+// caller went away) or when an interrupt names runID, before or after it started. With
+// stream, its output is sent on w as it is read, and the result carries none.
+func (s *server) command(ctx context.Context, w io.Writer, runID string, req *api.CommandRequest, stream bool) guestproto.Message {
 	if req == nil || len(req.Cmd) == 0 || req.Cmd[0] == "" {
 		return errMsg(api.CodeInvalidArgument, "cmd must name a program to run, e.g. [\"ls\", \"-l\"]")
 	}
@@ -62,6 +163,9 @@ func (s *server) command(ctx context.Context, runID string, req *api.CommandRequ
 		if strings.ContainsRune(a, 0) {
 			return errMsg(api.CodeInvalidArgument, "cmd arguments cannot contain NUL bytes")
 		}
+	}
+	if e := checkEnv(req.Env); e != nil {
+		return guestproto.Message{Error: e}
 	}
 	cfg := guestproto.Config{}
 	if c := s.config(); c != nil {
@@ -157,7 +261,13 @@ func (s *server) command(ctx context.Context, runID string, req *api.CommandRequ
 	}
 
 	limit := min(cfg.MaxOutputBytes, maxCommandStream)
-	stdout, stderr := newCapture(outR, limit), newCapture(errR, limit)
+	stdout, stderr := newCapture("stdout", limit), newCapture("stderr", limit)
+	var sw *streamer
+	if stream {
+		sw = &streamer{w: w, streams: [2]*capture{stdout, stderr}}
+	}
+	go stdout.read(outR, sw)
+	go stderr.read(errR, sw)
 	if inW != nil {
 		go func() {
 			io.WriteString(inW, req.Stdin)
@@ -192,9 +302,13 @@ func (s *server) command(ctx context.Context, runID string, req *api.CommandRequ
 	}
 	<-stdout.done
 	<-stderr.done
+	if sw != nil {
+		sw.close()
+	} else {
+		res.Stdout, res.Stderr = string(stdout.buf), string(stderr.buf)
+	}
 
 	res.ExitCode = exitCode(ws)
-	res.Stdout, res.Stderr = string(stdout.buf), string(stderr.buf)
 	res.DurationMS = time.Since(start).Milliseconds()
 	res.Files = diff(before, s.root.snapshot())
 	switch {
@@ -219,13 +333,10 @@ func (s *server) command(ctx context.Context, runID string, req *api.CommandRequ
 		}
 	}
 	var cut []string
-	for _, c := range []struct {
-		name string
-		c    *capture
-	}{{"stdout", stdout}, {"stderr", stderr}} {
-		if c.c.dropped > 0 {
+	for _, c := range []*capture{stdout, stderr} {
+		if c.dropped > 0 {
 			res.Truncated = true
-			cut = append(cut, fmt.Sprintf("%s of %s", byteSize(c.c.dropped), c.name))
+			cut = append(cut, fmt.Sprintf("%s of %s", byteSize(c.dropped), c.name))
 		}
 	}
 	if len(cut) > 0 {
@@ -236,6 +347,22 @@ func (s *server) command(ctx context.Context, runID string, req *api.CommandRequ
 		res.Message = note
 	}
 	return guestproto.Message{CommandResult: res}
+}
+
+// checkEnv refuses what cannot be put in an environment: a name that is empty or holds '='
+// or NUL, a value that holds NUL. The server checks names more strictly.
+func checkEnv(env map[string]string) *guestproto.Error {
+	for k, v := range env {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+			name := k
+			if len(name) > 64 {
+				name = name[:64] + "..."
+			}
+			return &guestproto.Error{Code: api.CodeInvalidArgument,
+				Message: fmt.Sprintf("env %q: names must be non-empty without '=' or NUL, values without NUL", name)}
+		}
+	}
+	return nil
 }
 
 // startError explains why program could not be started.

@@ -71,6 +71,7 @@ func (s *server) restartLocked() error {
 	s.gen++
 	s.mu.Unlock()
 	s.count.Store(0)
+	s.ctxs = map[string]bool{}
 	// The runner reads its first command once IPython is up: the preimport (or an empty
 	// cell) finishing means the kernel is ready.
 	r := newRun(cfg.Preimport, true, max(startTimeout, seconds(cfg.DefaultTimeoutS)), 0, nil)
@@ -164,6 +165,16 @@ func (s *server) execute(ctx context.Context, w io.Writer, runID string, req *ap
 		writeMsg(w, errMsg(api.CodeInvalidArgument, "the execute request has no body"))
 		return
 	}
+	if req.Context != "" {
+		if err := guestproto.CheckContext(req.Context); err != nil {
+			writeMsg(w, errFrom(err))
+			return
+		}
+	}
+	if e := checkEnv(req.Env); e != nil {
+		writeMsg(w, guestproto.Message{Error: e})
+		return
+	}
 	if !s.busy.CompareAndSwap(false, true) {
 		writeMsg(w, errMsg(api.CodeFailedPrecondition, "another cell is still running in this session; wait for it or interrupt it"))
 		return
@@ -180,7 +191,10 @@ func (s *server) execute(ctx context.Context, w io.Writer, runID string, req *ap
 	s.kmu.Lock()
 	defer s.kmu.Unlock()
 	cfg := s.config()
+	// An answer given before the cell runs frees the session first: the caller may send
+	// its next cell as soon as it reads it.
 	if cfg == nil {
+		release()
 		writeMsg(w, errMsg(api.CodeFailedPrecondition, "the sandbox is not configured yet"))
 		return
 	}
@@ -188,6 +202,7 @@ func (s *server) execute(ctx context.Context, w io.Writer, runID string, req *ap
 	k := s.currentKernel()
 	if k == nil || k.isDead() {
 		if err := s.restartLocked(); err != nil {
+			release()
 			writeMsg(w, errFrom(err))
 			return
 		}
@@ -208,7 +223,17 @@ func (s *server) execute(ctx context.Context, w io.Writer, runID string, req *ap
 			Message: "the cell was interrupted before it started; none of it ran"}})
 		return
 	}
+	if req.Context != "" && !s.ctxs[req.Context] {
+		if len(s.ctxs) >= guestproto.MaxContexts {
+			release()
+			writeMsg(w, errMsg(api.CodeResourceExhausted, fmt.Sprintf("this session's kernel has %d execution contexts, "+
+				"the most it keeps: delete one you no longer need, or restart the kernel", len(s.ctxs))))
+			return
+		}
+		s.ctxs[req.Context] = true // the runner makes it when the cell arrives
+	}
 	r := newRun(req.Code, false, timeout, seconds(cfg.InterruptGraceS), newBudget(cfg.MaxOutputBytes, cfg.MaxRichBytes))
+	r.context, r.env = req.Context, req.Env
 	before := s.root.snapshot()
 	oom0 := s.oom.read()
 	start := time.Now()

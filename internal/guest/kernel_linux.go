@@ -43,9 +43,12 @@ const (
 // cellRun is one execution in the kernel. The execute handler creates it, the kernel's pump
 // fills it, and done is closed when it is over.
 type cellRun struct {
+	op       string // "exec", or "drop" (forget context)
 	code     string
-	silent   bool      // preimport: outputs discarded, nothing counted
-	deadline time.Time // zero: none
+	context  string            // the execution context ("": the default)
+	env      map[string]string // set in os.environ for this cell only
+	silent   bool              // preimport: outputs discarded, nothing counted
+	deadline time.Time         // zero: none
 	grace    time.Duration
 	budget   *budget
 
@@ -75,7 +78,7 @@ type cellRun struct {
 }
 
 func newRun(code string, silent bool, timeout, grace time.Duration, b *budget) *cellRun {
-	r := &cellRun{code: code, silent: silent, grace: grace, budget: b,
+	r := &cellRun{op: "exec", code: code, silent: silent, grace: grace, budget: b,
 		notify: make(chan struct{}, 1), done: make(chan struct{})}
 	if timeout > 0 {
 		r.deadline = time.Now().Add(timeout)
@@ -252,10 +255,12 @@ func (k *kernel) begin(r *cellRun) error {
 	}
 	k.mu.Unlock()
 	msg, _ := json.Marshal(struct {
-		Op     string `json:"op"`
-		Code   string `json:"code"`
-		Silent bool   `json:"silent,omitempty"`
-	}{"exec", r.code, r.silent})
+		Op      string            `json:"op"`
+		Code    string            `json:"code,omitempty"`
+		Silent  bool              `json:"silent,omitempty"`
+		Context string            `json:"ctx,omitempty"`
+		Env     map[string]string `json:"env,omitempty"`
+	}{r.op, r.code, r.silent, r.context, r.env})
 	return k.write(append(msg, '\n'))
 }
 

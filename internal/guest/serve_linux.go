@@ -50,6 +50,7 @@ type server struct {
 	cell  atomic.Pointer[context.CancelFunc] // interrupts the running cell (an Interrupt without run id)
 	kmu   sync.Mutex                         // held while the kernel runs a cell or is replaced
 	count atomic.Int64                       // the kernel's execution count after its latest cell
+	ctxs  map[string]bool                    // the kernel's named execution contexts; guarded by kmu
 
 	mu      sync.Mutex // guards what follows
 	cfg     *guestproto.Config
@@ -246,6 +247,8 @@ func (s *server) handle(ctx context.Context, st *yamux.Stream) {
 		go func() {
 			io.Copy(io.Discard, io.LimitReader(br, 1<<10))
 			cancel()
+			// Nobody reads this stream any more: a write must not wait for room forever.
+			st.SetWriteDeadline(time.Now())
 		}()
 	}
 	switch req.Op {
@@ -262,7 +265,7 @@ func (s *server) handle(ctx context.Context, st *yamux.Stream) {
 	case guestproto.OpRestart:
 		writeMsg(st, s.restart())
 	case guestproto.OpCommand:
-		writeMsg(st, s.command(ctx, req.RunID, req.Command))
+		writeMsg(st, s.command(ctx, st, req.RunID, req.Command, req.Stream))
 	case guestproto.OpPutFile:
 		writeMsg(st, s.putFile(req.Path, br))
 	case guestproto.OpGetFile:
@@ -271,6 +274,8 @@ func (s *server) handle(ctx context.Context, st *yamux.Stream) {
 		writeMsg(st, s.listFiles(req.Path))
 	case guestproto.OpDeleteFile:
 		writeMsg(st, s.deleteFile(req.Path))
+	case guestproto.OpDeleteContext:
+		writeMsg(st, s.deleteContext(req.Context))
 	default:
 		writeMsg(st, errMsg(api.CodeInvalidArgument, fmt.Sprintf("unknown guest operation %q", req.Op)))
 	}

@@ -15,7 +15,7 @@ import (
 // sandbox that outlives the server process, see `cellbox guest --listen`): the server
 // writes one line, the guest answers one line, then both start the multiplexer.
 //
-//	server → guest  {"op":"attach","version":3,"token":"<hex>"}\n
+//	server → guest  {"op":"attach","version":4,"token":"<hex>"}\n
 //	guest → server  {"ok":true}\n   or   {"error":{"code":...,"message":...}}\n
 //
 // The token is a secret the backend gave the guest when it started the sandbox; only the

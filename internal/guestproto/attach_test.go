@@ -44,13 +44,13 @@ func TestServerAttachRefuses(t *testing.T) {
 	for _, tc := range []struct{ name, in string }{
 		{"empty", "\n"},
 		{"not json", "GET / HTTP/1.1\r\n"},
-		{"other op", `{"op":"hello","version":3,"token":"secret"}` + "\n"},
-		{"old version", `{"op":"attach","version":2,"token":"secret"}` + "\n"},
-		{"no token", `{"op":"attach","version":3}` + "\n"},
-		{"wrong token", `{"op":"attach","version":3,"token":"secreT"}` + "\n"},
-		{"token prefix", `{"op":"attach","version":3,"token":"secre"}` + "\n"},
-		{"too long", `{"op":"attach","version":3,"token":"` + strings.Repeat("a", 2000) + `"}` + "\n"},
-		{"no newline", `{"op":"attach","version":3,"token":"secret"}`},
+		{"other op", `{"op":"hello","version":4,"token":"secret"}` + "\n"},
+		{"old version", `{"op":"attach","version":3,"token":"secret"}` + "\n"},
+		{"no token", `{"op":"attach","version":4}` + "\n"},
+		{"wrong token", `{"op":"attach","version":4,"token":"secreT"}` + "\n"},
+		{"token prefix", `{"op":"attach","version":4,"token":"secre"}` + "\n"},
+		{"too long", `{"op":"attach","version":4,"token":"` + strings.Repeat("a", 2000) + `"}` + "\n"},
+		{"no newline", `{"op":"attach","version":4,"token":"secret"}`},
 		{"nothing", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -68,7 +68,7 @@ func TestServerAttachRefuses(t *testing.T) {
 		})
 	}
 	// A good line followed by more bytes: those stay unread for the multiplexer.
-	r := strings.NewReader(`{"op":"attach","version":3,"token":"secret"}` + "\nYAMUX")
+	r := strings.NewReader(`{"op":"attach","version":4,"token":"secret"}` + "\nYAMUX")
 	var out bytes.Buffer
 	if err := ServerAttach(struct {
 		io.Reader
@@ -87,9 +87,9 @@ func TestServerAttachRefuses(t *testing.T) {
 // FuzzServerAttach: whatever a connecting process sends, the guest accepts only the exact
 // token, and never reads more than one capped line.
 func FuzzServerAttach(f *testing.F) {
-	f.Add([]byte(`{"op":"attach","version":3,"token":"secret"}` + "\n"))
-	f.Add([]byte(`{"op":"attach","version":3,"token":"secret","token":"x"}` + "\n"))
-	f.Add([]byte(`{"op":"attach","version":3,"token":"secret\u0000"}` + "\n"))
+	f.Add([]byte(`{"op":"attach","version":4,"token":"secret"}` + "\n"))
+	f.Add([]byte(`{"op":"attach","version":4,"token":"secret","token":"x"}` + "\n"))
+	f.Add([]byte(`{"op":"attach","version":4,"token":"secret\u0000"}` + "\n"))
 	f.Add([]byte("\x00\x00\x00\x0c"))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		r := bytes.NewReader(in)

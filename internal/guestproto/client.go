@@ -292,21 +292,44 @@ func (c *Client) Restart(ctx context.Context) error {
 // it runs, the guest kills it and everything it started, and Command still returns the
 // result (status interrupted). req.TimeoutS must be set.
 func (c *Client) Command(ctx context.Context, req api.CommandRequest) (*api.CommandResult, error) {
+	return c.CommandRun(ctx, newRunID(), req, nil)
+}
+
+// CommandRun is Command with the run's id chosen by the caller, for InterruptRun. With
+// onOutput, the guest streams the program's stdout and stderr: each chunk goes to onOutput
+// (from the calling goroutine) as it is read, as an api.OutputStream output named "stdout"
+// or "stderr", and the result's Stdout and Stderr stay empty.
+func (c *Client) CommandRun(ctx context.Context, id string, req api.CommandRequest, onOutput func(api.Output)) (*api.CommandResult, error) {
 	wait := time.Duration(req.TimeoutS*float64(time.Second)) + c.Slack
-	id := newRunID()
 	sctx, stop := c.runContext(ctx, id, wait)
 	defer stop()
-	_, br, done, err := c.call(sctx, Request{Op: OpCommand, RunID: id, Command: &req})
+	_, br, done, err := c.call(sctx, Request{Op: OpCommand, RunID: id, Command: &req, Stream: onOutput != nil})
 	if err != nil {
 		return nil, err
 	}
 	defer done()
-	m, err := c.final(sctx, br, c.MaxExecutionBytes, nil)
+	var bad bool
+	var each func(api.Output)
+	if onOutput != nil {
+		each = func(o api.Output) {
+			if o.Type != api.OutputStream || (o.Name != "stdout" && o.Name != "stderr") {
+				bad = true
+				return
+			}
+			if !bad {
+				onOutput(o)
+			}
+		}
+	}
+	m, err := c.final(sctx, br, c.MaxExecutionBytes, each)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
 			return nil, fmt.Errorf("guest gave no result within %s: %w", wait, errdefs.ErrUnavailable)
 		}
 		return nil, err
+	}
+	if bad {
+		return nil, fmt.Errorf("guest sent a command output that is not stdout or stderr text: %w", errdefs.ErrUnavailable)
 	}
 	if m.CommandResult == nil || !validStatus(m.CommandResult.Status) {
 		return nil, fmt.Errorf("guest answered command without a valid result: %w", errdefs.ErrUnavailable)
@@ -315,6 +338,13 @@ func (c *Client) Command(ctx context.Context, req api.CommandRequest) (*api.Comm
 		m.CommandResult.Files = []api.FileChange{}
 	}
 	return m.CommandResult, nil
+}
+
+// DeleteContext drops a named execution context of the kernel: its variables and working
+// directory. It fails with errdefs.ErrNotFound when the kernel has no such context.
+func (c *Client) DeleteContext(ctx context.Context, name string) error {
+	var m Message
+	return c.roundTrip(ctx, Request{Op: OpDeleteContext, Context: name}, &m)
 }
 
 // PutFile writes r to a workspace path, creating parent folders, replacing a file there.

@@ -84,6 +84,41 @@ func TestClientRefusesBadGuests(t *testing.T) {
 	}
 }
 
+// TestCommandRunStream: a streaming command's outputs reach onOutput in order; an output
+// that is not stdout or stderr text fails the call, and a guest that streams to a call
+// that asked for no stream is refused.
+func TestCommandRunStream(t *testing.T) {
+	const result = `{"command_result":{"status":"ok","exit_code":0}}` + "\n"
+	out := func(name, text string) string {
+		return `{"output":{"type":"stream","name":"` + name + `","text":"` + text + `"}}` + "\n"
+	}
+	var streamed []bool
+	c := fakeGuest(t, func(req Request) []byte {
+		streamed = append(streamed, req.Stream)
+		if req.Command.Cmd[0] == "bad" {
+			return []byte(`{"output":{"type":"display_data","data":{"text/plain":"x"}}}` + "\n" + result)
+		}
+		return []byte(out("stdout", "a") + out("stderr", "b") + out("stdout", "c") + result)
+	})
+	ctx := context.Background()
+	var got []string
+	r, err := c.CommandRun(ctx, "run-1", api.CommandRequest{Cmd: []string{"x"}, TimeoutS: 5}, func(o api.Output) {
+		got = append(got, o.Name+":"+o.Text)
+	})
+	if err != nil || r.Status != api.StatusOK || strings.Join(got, ",") != "stdout:a,stderr:b,stdout:c" {
+		t.Fatalf("stream: %+v, %v, outputs %q", r, err, got)
+	}
+	if _, err := c.CommandRun(ctx, "run-2", api.CommandRequest{Cmd: []string{"bad"}, TimeoutS: 5}, func(api.Output) {}); !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Errorf("a rich output in a command's stream: %v, want unavailable", err)
+	}
+	if _, err := c.Command(ctx, api.CommandRequest{Cmd: []string{"x"}, TimeoutS: 5}); !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Errorf("outputs for a command that streams nothing: %v, want unavailable", err)
+	}
+	if len(streamed) != 3 || !streamed[0] || !streamed[1] || streamed[2] {
+		t.Errorf("requests asked for streams %v, want true, true, false", streamed)
+	}
+}
+
 func TestClientCapsTotalBytes(t *testing.T) {
 	out := `{"output":{"type":"stream","name":"stdout","text":"` + strings.Repeat("x", 1<<20) + `"}}` + "\n"
 	c := fakeGuest(t, func(Request) []byte { return bytes.Repeat([]byte(out), 20) })

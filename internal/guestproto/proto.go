@@ -6,7 +6,8 @@
 // server writes one Request as a JSON line, then, for OpPutFile only, the file's bytes in
 // ChunkWriter framing (an upload without its end chunk is discarded). The guest answers with Message JSON lines: zero or more Output messages
 // and exactly one final message (Result, CommandResult, File, Listing, Hello, OK or Error).
-// For OpGetFile the final File message is followed by exactly File.Size raw bytes.
+// For OpGetFile the final File message is followed by exactly File.Size raw bytes. A
+// command with Request.Stream set sends its output as Output messages while it runs.
 //
 // The server treats everything the guest says as untrusted: user code runs beside the guest
 // with the same uid and may replace it. Lines are capped at MaxMessageSize, and the client
@@ -18,7 +19,7 @@ package guestproto
 import "github.com/cellbox/cellbox/api"
 
 // Version is bumped on any change of behaviour. The server refuses a guest of another version.
-const Version = 3
+const Version = 4
 
 // MaxMessageSize caps one JSON line in either direction (a PNG output is one line).
 const MaxMessageSize = 32 << 20
@@ -35,6 +36,8 @@ const (
 	OpGetFile    = "get_file"
 	OpListFiles  = "list_files"
 	OpDeleteFile = "delete_file"
+	// OpDeleteContext drops a named execution context of the kernel (Request.Context).
+	OpDeleteContext = "delete_context"
 )
 
 // Request is the first line the server writes on a stream.
@@ -51,6 +54,11 @@ type Request struct {
 	Execute *api.ExecuteRequest `json:"execute,omitempty"`
 	// Command.
 	Command *api.CommandRequest `json:"command,omitempty"`
+	// Command: send stdout and stderr as Output messages (api.OutputStream) as they are
+	// read, chunks cut at UTF-8 boundaries; the CommandResult then has no Stdout or Stderr.
+	Stream bool `json:"stream,omitempty"`
+	// DeleteContext: the context's name.
+	Context string `json:"context,omitempty"`
 	// PutFile, GetFile, ListFiles, DeleteFile: a workspace path as the API user gave it
 	// (relative, or absolute under /mnt/data); the guest resolves it safely.
 	Path string `json:"path,omitempty"`

@@ -405,6 +405,52 @@ func readSSE(t *testing.T, r io.Reader) <-chan sseEvent {
 	return ch
 }
 
+// TestContexts: an execution's context and env over REST, DELETE of a context, and names
+// that are paths, NUL or huge refused.
+func TestContexts(t *testing.T) {
+	c := newClient(t)
+	id := c.session(api.CreateSessionRequest{})
+	run := func(req api.ExecuteRequest) string {
+		t.Helper()
+		var r api.ExecuteResult
+		if st := c.do("POST", "/v1/sessions/"+id+"/execute", req, &r); st != http.StatusOK {
+			t.Fatalf("execute %+v: status %d", req, st)
+		}
+		wantStatus(t, r, api.StatusOK)
+		return stdout(r)
+	}
+	run(api.ExecuteRequest{Code: "x = 'default'"})
+	run(api.ExecuteRequest{Code: "x = 'a'\nimport os\nos.chdir('/tmp')", Context: "a"})
+	if got := run(api.ExecuteRequest{Code: "import os\nprint(x, os.getcwd(), os.environ.get('V'))", Context: "a", Env: map[string]string{"V": "v"}}); got != "a /tmp v\n" {
+		t.Errorf("in a: %q", got)
+	}
+	if got := run(api.ExecuteRequest{Code: "import os\nprint(x, os.getcwd(), os.environ.get('V'))"}); got != "default /mnt/data None\n" {
+		t.Errorf("in the default context: %q", got)
+	}
+	if st := c.do("DELETE", "/v1/sessions/"+id+"/contexts/a", nil, nil); st != http.StatusNoContent {
+		t.Errorf("delete context: status %d", st)
+	}
+	var e api.ErrorBody
+	if st := c.do("DELETE", "/v1/sessions/"+id+"/contexts/a", nil, &e); st != http.StatusNotFound || !strings.Contains(e.Error.Message, `"a"`) {
+		t.Errorf("delete it again: status %d, %+v", st, e)
+	}
+	if st := c.do("DELETE", "/v1/sessions/nope/contexts/a", nil, nil); st != http.StatusNotFound {
+		t.Errorf("delete in an unknown session: status %d", st)
+	}
+	for _, name := range []string{"a%2Fb", "..%2F..%2Fetc", "a%00b", strings.Repeat("n", 10<<10)} {
+		e = api.ErrorBody{}
+		if st := c.do("DELETE", "/v1/sessions/"+id+"/contexts/"+name, nil, &e); st != http.StatusBadRequest || e.Error.Code != api.CodeInvalidArgument {
+			t.Errorf("delete context %.20q: status %d, %+v", name, st, e)
+		}
+	}
+	for _, body := range []string{`{"code":"1","context":"a/b"}`, `{"code":"1","context":"a\u0000b"}`, `{"code":"1","env":{"A":"a\u0000"}}`} {
+		e = api.ErrorBody{}
+		if st := c.do("POST", "/v1/sessions/"+id+"/execute", body, &e); st != http.StatusBadRequest || e.Error.Code != api.CodeInvalidArgument {
+			t.Errorf("execute %s: status %d, %+v", body, st, e)
+		}
+	}
+}
+
 func TestOneShot(t *testing.T) {
 	c := newClient(t)
 	var r api.ExecuteResult
@@ -491,7 +537,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 			if method == "parameters" {
 				continue
 			}
-			path := strings.NewReplacer("{id}", "nope", "{path}", "f.txt").Replace(p)
+			path := strings.NewReplacer("{id}", "nope", "{path}", "f.txt", "{name}", "c").Replace(p)
 			req, _ := http.NewRequest(strings.ToUpper(method), c.url+path, strings.NewReader("{}"))
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
@@ -505,7 +551,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 			}
 		}
 	}
-	for _, p := range []string{"/v1/sessions", "/v1/sessions/{id}/execute", "/v1/sessions/{id}/files/{path}", "/v1/execute", "/v1/tools", "/v1/agent", "/healthz", "/metrics"} {
+	for _, p := range []string{"/v1/sessions", "/v1/sessions/{id}/execute", "/v1/sessions/{id}/contexts/{name}", "/v1/sessions/{id}/files/{path}", "/v1/execute", "/v1/tools", "/v1/agent", "/healthz", "/metrics"} {
 		if _, ok := doc.Paths[p]; !ok {
 			t.Errorf("%s is routed but not documented", p)
 		}

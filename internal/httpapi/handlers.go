@@ -212,6 +212,14 @@ func (s *server) command(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, res)
 }
 
+func (s *server) deleteContext(w http.ResponseWriter, r *http.Request) {
+	if err := s.m.DeleteContext(r.Context(), r.PathValue("id"), r.PathValue("name")); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
 func (s *server) listFiles(w http.ResponseWriter, r *http.Request) {
 	list, err := s.m.ListFiles(r.Context(), r.PathValue("id"), r.URL.Query().Get("path"))
 	if err != nil {

@@ -72,6 +72,7 @@ func New(m *session.Manager, opts Options) http.Handler {
 	mux.HandleFunc("POST /v1/sessions/{id}/interrupt", s.interrupt)
 	mux.HandleFunc("POST /v1/sessions/{id}/restart", s.restart)
 	mux.HandleFunc("POST /v1/sessions/{id}/commands", s.command)
+	mux.HandleFunc("DELETE /v1/sessions/{id}/contexts/{name}", s.deleteContext)
 	mux.HandleFunc("GET /v1/sessions/{id}/files", s.listFiles)
 	mux.HandleFunc("PUT /v1/sessions/{id}/files/{path...}", s.putFile)
 	mux.HandleFunc("GET /v1/sessions/{id}/files/{path...}", s.getFile)

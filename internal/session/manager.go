@@ -81,6 +81,7 @@ type Session struct {
 	execCount  int
 	closed     bool
 	notice     string // told on the next execution: what happened to the session meanwhile
+	spawns     int    // programs Spawn runs beside the turn (spawn.go)
 }
 
 // New starts a Manager. Sessions outlive the server process when the backend can attach
@@ -551,6 +552,9 @@ func (m *Manager) Execute(ctx context.Context, id string, req api.ExecuteRequest
 	}
 	defer done()
 	if req.TimeoutS, err = m.timeout(req.TimeoutS); err != nil {
+		return nil, err
+	}
+	if err := checkExecute(&req); err != nil {
 		return nil, err
 	}
 	b, rctx, release, err := m.acquire(ctx, s)

@@ -38,7 +38,8 @@ func (m *Manager) reap(ctx context.Context) {
 }
 
 // endIdle ends the sessions idle at now. A session is ended only while the reaper holds its
-// turn: one that an execution or command took meanwhile is left alone.
+// turn: one that an execution or command took meanwhile is left alone, and so is one where
+// a spawned program runs.
 func (m *Manager) endIdle(ctx context.Context, now time.Time) {
 	m.mu.Lock()
 	all := make([]*Session, 0, len(m.sessions))
@@ -53,7 +54,7 @@ func (m *Manager) endIdle(ctx context.Context, now time.Time) {
 			continue // something runs: not idle
 		}
 		s.mu.Lock()
-		idle := !s.closed && now.Sub(s.lastActive) > s.idle
+		idle := !s.closed && s.spawns == 0 && now.Sub(s.lastActive) > s.idle
 		s.mu.Unlock()
 		if idle {
 			m.log.Info("ending idle session", "session_id", s.id)

@@ -5,7 +5,10 @@
 # are pipes the guest reads: everything the user's code (and any C code or child process)
 # writes there is a stream output. This script never writes to them itself.
 #
-# guest -> runner:  {"op": "exec", "code": "...", "silent": false}
+# guest -> runner:  {"op": "exec", "code": "...", "silent": false, "ctx": "name", "env": {...}}
+#                        runs code in execution context ctx ("" or absent: the default),
+#                        with env set in os.environ for the cell only
+#                   {"op": "drop", "ctx": "name"}   forgets a named context; answered "done"
 #                   {"op": "ack"}           (answer to every message with "a": 1)
 # runner -> guest:  {"t": "started", "n": N}   the cell runs; SIGINT now interrupts it
 #                   {"t": "out", "o": {...}, "a": 1}
@@ -18,6 +21,7 @@ import sys
 
 
 def _main():
+    import gc
     import io
     import json
     import re
@@ -222,11 +226,66 @@ def _main():
     cfg.InteractiveShell.autoindent = False
     shell = Shell.instance(config=cfg, displayhook_class=Hook, display_pub_class=Publisher)
 
-    def run(code, silent):
+    # Execution contexts: namespaces of this one kernel, each with its own working directory.
+    # "" is the shell's own; a named one is made at its first cell, starting in the folder
+    # the kernel started in (the workspace). Entering one makes its module the shell's user
+    # module and sys.modules["__main__"] (so pickle finds what it defines), with its own
+    # hidden names (%who); In, Out and the execution count stay the kernel's.
+    workspace = os.getcwd()
+    contexts = {}  # name -> [user_module, user_ns, user_ns_hidden, cwd], for those not entered
+    current = {"name": ""}
+
+    def enter(name):
+        if name == current["name"]:
+            return
+        try:
+            cwd = os.getcwd()
+        except OSError:
+            cwd = workspace  # its folder was removed
+        contexts[current["name"]] = [shell.user_module, shell.user_ns, shell.user_ns_hidden, cwd]
+        ctx = contexts.pop(name, None)
+        fresh = ctx is None
+        if fresh:
+            module, ns = shell.prepare_user_module(None, None)
+            ctx = [module, ns, {}, workspace]
+        shell.user_module, shell.user_ns, shell.user_ns_hidden, cwd = ctx
+        shell.ns_table["user_global"] = shell.user_module.__dict__
+        shell.ns_table["user_local"] = shell.user_ns
+        if fresh:
+            shell.init_user_ns()
+        shell.init_sys_modules()
+        current["name"] = name
+        for d in (cwd, workspace):
+            try:
+                os.chdir(d)
+                break
+            except OSError:
+                pass
+
+    def drop(name):
+        if name == current["name"]:
+            enter("")
+        if name and contexts.pop(name, None) is not None:
+            gc.collect()  # a namespace is a cycle (functions hold their globals)
+
+    def restore_env(saved):
+        # Earlier values back, variables that were not set removed again.
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+    def run(code, silent, ctx, env):
         n = shell.execution_count
         ok, ename = True, ""
         signal.signal(signal.SIGINT, on_sigint)
+        enter(ctx)
+        saved = {}
         try:
+            for k, v in env.items():
+                saved[k] = os.environ.get(k)
+                os.environ[k] = v
             try:
                 state["armed"] = True
                 send({"t": "started", "n": n})
@@ -242,6 +301,8 @@ def _main():
             ok, ename = False, "KeyboardInterrupt"
             send({"t": "out", "o": {"type": "error", "ename": "KeyboardInterrupt", "evalue": "",
                                     "traceback": ["KeyboardInterrupt"]}}, ack=True)
+        finally:
+            restore_env(saved)
         shell.exit_now = False
         send({"t": "done", "ok": ok, "ename": ename, "n": n})
 
@@ -253,8 +314,12 @@ def _main():
             msg = json.loads(line)
         except ValueError:
             continue
-        if msg.get("op") == "exec":
-            run(msg.get("code", ""), bool(msg.get("silent")))
+        op = msg.get("op")
+        if op == "exec":
+            run(msg.get("code", ""), bool(msg.get("silent")), str(msg.get("ctx") or ""), msg.get("env") or {})
+        elif op == "drop":
+            drop(str(msg.get("ctx") or ""))
+            send({"t": "done", "ok": True, "ename": "", "n": shell.execution_count})
 
 
 _main()

@@ -1,0 +1,102 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cellbox/cellbox/api"
+	"github.com/cellbox/cellbox/internal/errdefs"
+	"github.com/cellbox/cellbox/internal/guestproto"
+)
+
+// maxSpawns caps the programs Spawn runs at once in one session.
+const maxSpawns = 16
+
+// Spawn runs a program in a session beside whatever runs there, as processes run in E2B's
+// sandboxes: unlike Command it does not wait for the session's turn. Its stdout and stderr
+// go to onOutput as they are read (nil: into the result, as with Command). It ends, its
+// whole process tree killed, when ctx ends (the result says interrupted) or its timeout
+// passes (req.TimeoutS as for Command). It counts against the tenant's runs and Shutdown
+// ends it, but Interrupt and Restart, which act on the session's turn, leave it alone. At
+// most 16 run at once in a session; a session where one runs is not idle.
+func (m *Manager) Spawn(ctx context.Context, id string, req api.CommandRequest, onOutput func(api.Output)) (*api.CommandResult, error) {
+	s, done, err := m.lookupRun(ctx, id, "command")
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	if err := checkCommand(&req); err != nil {
+		return nil, err
+	}
+	if req.TimeoutS, err = m.timeout(req.TimeoutS); err != nil {
+		return nil, err
+	}
+	rctx, _, end, err := m.startRun(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer end()
+	b, leave, err := m.spawnSlot(s)
+	if err != nil {
+		return nil, err
+	}
+	defer leave()
+	res, err := b.guest.CommandRun(rctx, newID(), req, onOutput)
+	if err != nil {
+		return m.spawnFailed(ctx, s, b, err)
+	}
+	m.metrics.observe("command", res.Status, time.Duration(res.DurationMS)*time.Millisecond)
+	return res, nil
+}
+
+// spawnSlot takes one of the session's places for spawned programs and returns its box;
+// leave gives the place back. Both count as activity.
+func (m *Manager) spawnSlot(s *Session) (_ *box, leave func(), _ error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, nil, notFound(s.id)
+	}
+	if s.spawns >= maxSpawns {
+		return nil, nil, fmt.Errorf("this session runs %d programs beside its executions, the most it may: "+
+			"wait for one to end or stop one: %w", maxSpawns, errdefs.ErrResourceExhausted)
+	}
+	s.spawns++
+	s.lastActive = time.Now()
+	return s.box, func() {
+		s.mu.Lock()
+		s.spawns--
+		s.lastActive = time.Now()
+		s.mu.Unlock()
+		m.save(s)
+	}, nil
+}
+
+// spawnFailed handles a guest that failed under a spawned program, as Command does: the
+// sandbox is replaced and the program reported crashed. Only the holder of the session's
+// turn replaces a sandbox, so Spawn waits for it first (an execution beside it, failing
+// too, may be replacing it already: then there is nothing left to do).
+func (m *Manager) spawnFailed(ctx context.Context, s *Session, b *box, err error) (*api.CommandResult, error) {
+	if b.alive() && !errors.Is(err, guestproto.ErrGuestGone) {
+		return nil, err
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
+	_, _, release, aerr := m.acquire(wctx, s)
+	if aerr != nil {
+		return nil, fmt.Errorf("the sandbox stopped while the program ran: %w", aerr)
+	}
+	defer release()
+	s.mu.Lock()
+	replaced := s.box != b
+	s.mu.Unlock()
+	if !replaced {
+		if _, ferr := m.afterGuestFailure(ctx, s, b, err); ferr != nil {
+			return nil, ferr
+		}
+	}
+	return &api.CommandResult{Status: api.StatusCrashed, ExitCode: -1, Files: []api.FileChange{},
+		Message: "the sandbox stopped unexpectedly and was restarted: files in /mnt/data are kept"}, nil
+}
