@@ -6,6 +6,7 @@ package errdefs
 
 import (
 	"errors"
+	"net/http"
 
 	"github.com/cellbox/cellbox/api"
 )
@@ -68,4 +69,29 @@ func Code(err error) string {
 		}
 	}
 	return api.CodeInternal
+}
+
+// HTTPStatus maps a code (api.Code*) to its HTTP status, in one place for every front door.
+func HTTPStatus(code string) int {
+	switch code {
+	case api.CodeInvalidArgument:
+		return http.StatusBadRequest
+	case api.CodeNotFound:
+		return http.StatusNotFound
+	case api.CodeResourceExhausted:
+		return http.StatusTooManyRequests
+	case api.CodeTooLarge:
+		return http.StatusRequestEntityTooLarge
+	case api.CodeFailedPrecondition:
+		return http.StatusConflict
+	case api.CodeUnavailable:
+		return http.StatusServiceUnavailable
+	case api.CodePermissionDenied:
+		return http.StatusForbidden
+	case api.CodeUnauthenticated:
+		return http.StatusUnauthorized
+	case api.CodeCanceled:
+		return 499
+	}
+	return http.StatusInternalServerError
 }

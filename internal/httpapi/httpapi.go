@@ -45,12 +45,23 @@ type Options struct {
 	Keys *auth.Keys
 	// MetricsPublic serves /metrics without a key even with Keys.
 	MetricsPublic bool
+	// E2B serves the E2B-compatible API (package e2b) on the same address; nil: none.
+	E2B FrontDoor
 
 	// Tools says what the tool descriptions of /v1/tools and /v1/agent state (limits).
 	Tools tool.Options
 	// NewProvider returns the model provider of /v1/agent named name ("" for the server's
 	// default) and its default model; nil: /v1/agent answers unavailable.
 	NewProvider func(name string) (p llm.Provider, model string, err error)
+}
+
+// FrontDoor is another API on the same address: it claims its own requests (and says
+// whether they need an API key: those that do not authenticate themselves) and answers
+// refusals in its own error shape.
+type FrontDoor interface {
+	http.Handler
+	Claims(r *http.Request) (claimed, needsKey bool)
+	WriteError(w http.ResponseWriter, r *http.Request, err error)
 }
 
 type server struct {
@@ -96,8 +107,27 @@ func New(m *session.Manager, opts Options) http.Handler {
 func (s *server) wrap(mux *http.ServeMux) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		_, pattern := mux.Handler(r)
 		rw := &statusWriter{ResponseWriter: w}
+		defer func() {
+			s.log.Debug("http request", "method", r.Method, "path", r.URL.Path, "status", rw.status, "duration_ms", time.Since(start).Milliseconds())
+		}()
+		if fd := s.opts.E2B; fd != nil {
+			if claimed, needsKey := fd.Claims(r); claimed {
+				err := s.refuse(r)
+				if err == nil && needsKey {
+					if r, err = s.authenticate(r, ""); err != nil {
+						rw.Header().Set("WWW-Authenticate", `Bearer realm="cellbox"`)
+					}
+				}
+				if err != nil {
+					fd.WriteError(rw, r, err)
+				} else {
+					fd.ServeHTTP(rw, r)
+				}
+				return
+			}
+		}
+		_, pattern := mux.Handler(r)
 		if err := s.refuse(r); err != nil {
 			s.writeError(rw, r, err)
 		} else if r, err = s.authenticate(r, pattern); err != nil {
@@ -118,7 +148,6 @@ func (s *server) wrap(mux *http.ServeMux) http.Handler {
 		} else {
 			mux.ServeHTTP(rw, r)
 		}
-		s.log.Debug("http request", "method", r.Method, "path", r.URL.Path, "status", rw.status, "duration_ms", time.Since(start).Milliseconds())
 	})
 }
 
@@ -216,31 +245,6 @@ func (w *statusWriter) Flush() {
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// httpStatus maps the error vocabulary to HTTP, in one place.
-func httpStatus(code string) int {
-	switch code {
-	case api.CodeInvalidArgument:
-		return http.StatusBadRequest
-	case api.CodeNotFound:
-		return http.StatusNotFound
-	case api.CodeResourceExhausted:
-		return http.StatusTooManyRequests
-	case api.CodeTooLarge:
-		return http.StatusRequestEntityTooLarge
-	case api.CodeFailedPrecondition:
-		return http.StatusConflict
-	case api.CodeUnavailable:
-		return http.StatusServiceUnavailable
-	case api.CodePermissionDenied:
-		return http.StatusForbidden
-	case api.CodeUnauthenticated:
-		return http.StatusUnauthorized
-	case api.CodeCanceled:
-		return 499
-	}
-	return http.StatusInternalServerError
-}
-
 // errorDetail classifies err; an unclassified error is logged and not shown in detail.
 func (s *server) errorDetail(r *http.Request, err error) api.ErrorDetail {
 	var mbe *http.MaxBytesError
@@ -261,7 +265,7 @@ func (s *server) errorDetail(r *http.Request, err error) api.ErrorDetail {
 
 func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	d := s.errorDetail(r, err)
-	writeJSON(w, httpStatus(d.Code), api.ErrorBody{Error: d})
+	writeJSON(w, errdefs.HTTPStatus(d.Code), api.ErrorBody{Error: d})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
