@@ -34,6 +34,10 @@ const (
 // WorkspaceDir is where the workspace appears inside every sandbox.
 const WorkspaceDir = "/mnt/data"
 
+// HomeDir is the workspace again, in sandboxes that can show it twice (runc, gVisor):
+// where programs written for E2B's sandboxes expect the user's files.
+const HomeDir = "/home/user"
+
 // Limits bound one session's sandbox. Zero means "the server's default"; a value above the
 // server's maximum is refused with invalid_argument.
 type Limits struct {

@@ -23,7 +23,7 @@ var hostEtc = []string{"ld.so.cache", "alternatives", "fonts", "ssl", "matplotli
 // the host paths to bind-mount read-only into it at the same place. It is idempotent: a
 // sandbox still running on an older skeleton keeps working.
 func buildRootfs(dir string, uid, gid uint32) (binds []string, err error) {
-	for _, d := range []string{"", "proc", "dev", "sys", "tmp", "mnt/data", "etc", ".cellbox/mpl-cache", ".cellbox/run"} {
+	for _, d := range []string{"", "proc", "dev", "sys", "tmp", "mnt/data", "home/user", "etc", ".cellbox/mpl-cache", ".cellbox/run"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
 			return nil, err
 		}

@@ -110,6 +110,8 @@ func buildSpec(in specInput) *specs.Spec {
 	mounts = append(mounts,
 		specs.Mount{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", fmt.Sprintf("size=%dm", tmpMB)}},
 		specs.Mount{Destination: api.WorkspaceDir, Type: "bind", Source: s.Workspace, Options: []string{"bind", "rw", "nosuid", "nodev"}},
+		// The same folder again where E2B's SDKs expect the user's files.
+		specs.Mount{Destination: api.HomeDir, Type: "bind", Source: s.Workspace, Options: []string{"bind", "rw", "nosuid", "nodev"}},
 		roBind(in.guest, guestPath),
 		// Root-owned, 0700: user code cannot reach the socket or the token in it.
 		specs.Mount{Destination: guestRunPath, Type: "bind", Source: in.run, Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}},
