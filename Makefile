@@ -19,6 +19,8 @@ FUZZTIME ?= 20s
 
 # The official MCP TypeScript SDK, for the MCP client tests (npm ci, again when the lock changes).
 TSCLIENT := internal/mcpserver/testdata/tsclient
+# E2B's official JS SDKs, for the E2B-compatible API's tests.
+E2BCLIENT := internal/e2b/testdata/e2bclient
 
 .PHONY: help build deps run test fuzz bench lint clean
 
@@ -37,7 +39,7 @@ run: deps build ## run the server on 127.0.0.1:8080 with the runc backend, state
 
 test: ## install test needs, lint, run every test with the race detector, the REST tests on gVisor too (as root)
 	scripts/install-deps.sh --test
-	$(MAKE) --no-print-directory $(TSCLIENT)/node_modules/.package-lock.json lint
+	$(MAKE) --no-print-directory $(TSCLIENT)/node_modules/.package-lock.json $(E2BCLIENT)/node_modules/.package-lock.json lint
 	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 25m ./...
 	@echo "== the REST tests again on gVisor (--runtime runsc)"
 	CELLBOX_TEST_RUNTIME=runsc CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 15m ./internal/httpapi/
@@ -56,6 +58,9 @@ bench: build ## run the benchmarks (cellbox bench)
 
 $(TSCLIENT)/node_modules/.package-lock.json: $(TSCLIENT)/package-lock.json
 	npm ci --prefix $(TSCLIENT) --no-audit --no-fund --prefer-offline --loglevel=error
+
+$(E2BCLIENT)/node_modules/.package-lock.json: $(E2BCLIENT)/package-lock.json
+	npm ci --prefix $(E2BCLIENT) --no-audit --no-fund --prefer-offline --loglevel=error
 
 lint: ## go vet, and gofmt (fails listing the files it would change)
 	$(GO) vet ./...

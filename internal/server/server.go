@@ -22,6 +22,7 @@ import (
 	"github.com/cellbox/cellbox/internal/agent"
 	"github.com/cellbox/cellbox/internal/auth"
 	"github.com/cellbox/cellbox/internal/config"
+	"github.com/cellbox/cellbox/internal/e2b"
 	"github.com/cellbox/cellbox/internal/httpapi"
 	"github.com/cellbox/cellbox/internal/llm"
 	"github.com/cellbox/cellbox/internal/mcpserver"
@@ -181,6 +182,17 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (_ *Server, err
 	case !loopback:
 		log.Warn("NO AUTHENTICATION (--insecure-no-auth): anyone who can reach this address can run code here", "addr", ln.Addr().String())
 	}
+	var front httpapi.FrontDoor
+	if !cfg.NoE2B {
+		e, err := e2b.New(m, e2b.Options{StateDir: cfg.StateDir, MaxBodyBytes: cfg.MaxBodyBytes, MaxUploadBytes: cfg.MaxUploadBytes,
+			MaxExecTimeout: cfg.MaxExecTimeout, MaxIdleTimeout: cfg.MaxIdleTimeout, Logger: log})
+		if err != nil {
+			ln.Close()
+			m.Shutdown(ctx)
+			return nil, err
+		}
+		front = e
+	}
 	h := httpapi.New(m, httpapi.Options{
 		MaxBodyBytes:   cfg.MaxBodyBytes,
 		MaxUploadBytes: cfg.MaxUploadBytes,
@@ -190,6 +202,7 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (_ *Server, err
 		LoopbackOnly:   loopback,
 		Keys:           opts.Keys,
 		MetricsPublic:  cfg.MetricsPublic,
+		E2B:            front,
 		Tools:          tool.Options{TimeoutS: cfg.ExecTimeout.Seconds(), MemoryMB: cfg.MemoryMB},
 		NewProvider:    providers(cfg),
 	})

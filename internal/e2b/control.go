@@ -1,0 +1,344 @@
+package e2b
+
+import (
+	"encoding/base64"
+	"fmt"
+	"math"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cellbox/cellbox/api"
+	"github.com/cellbox/cellbox/internal/errdefs"
+	"github.com/cellbox/cellbox/internal/session"
+)
+
+// templates are the E2B template ids cellbox serves: each is its default Python session.
+// "base" is the e2b package's default; cellbox's sandboxes always have the interpreter.
+var templates = []string{"code-interpreter-v1", "base"}
+
+// defaultTimeout is E2B's sandbox timeout when create gives none.
+const defaultTimeout = 300
+
+func (h *Handler) controlRoutes() http.Handler {
+	mux := http.NewServeMux()
+	for _, v := range []string{"", "/v2"} {
+		mux.HandleFunc("POST "+v+"/sandboxes", h.create)
+		mux.HandleFunc("GET "+v+"/sandboxes", h.list)
+		mux.HandleFunc("POST "+v+"/sandboxes/{id}/connect", h.connect)
+	}
+	mux.HandleFunc("GET /sandboxes/{id}", h.info)
+	mux.HandleFunc("DELETE /sandboxes/{id}", h.kill)
+	mux.HandleFunc("POST /sandboxes/{id}/timeout", h.setTimeout)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		h.controlError(w, r, fmt.Errorf("%s %s is not part of cellbox's E2B-compatible API (docs/e2b.md lists what is): %w",
+			r.Method, r.URL.Path, errdefs.ErrNotFound))
+	})
+	return mux
+}
+
+// controlError answers with E2B's error shape, {code, message}.
+func (h *Handler) controlError(w http.ResponseWriter, r *http.Request, err error) {
+	st := status(err)
+	writeJSON(w, st, map[string]any{"code": st, "message": h.message(r, err)})
+}
+
+// sandbox is E2B's answer to create and connect.
+type sandbox struct {
+	SandboxID          string  `json:"sandboxID"`
+	TemplateID         string  `json:"templateID"`
+	Alias              string  `json:"alias"`
+	ClientID           string  `json:"clientID"`
+	EnvdVersion        string  `json:"envdVersion"`
+	EnvdAccessToken    string  `json:"envdAccessToken"`
+	TrafficAccessToken string  `json:"trafficAccessToken"`
+	Domain             *string `json:"domain"`
+}
+
+// listed is E2B's ListedSandbox; detail its SandboxDetail.
+type listed struct {
+	SandboxID   string            `json:"sandboxID"`
+	TemplateID  string            `json:"templateID"`
+	Alias       string            `json:"alias"`
+	ClientID    string            `json:"clientID"`
+	StartedAt   time.Time         `json:"startedAt"`
+	EndAt       time.Time         `json:"endAt"`
+	CPUCount    int               `json:"cpuCount"`
+	MemoryMB    int               `json:"memoryMB"`
+	DiskSizeMB  int               `json:"diskSizeMB"`
+	Metadata    map[string]string `json:"metadata"`
+	State       string            `json:"state"`
+	EnvdVersion string            `json:"envdVersion"`
+}
+
+type detail struct {
+	listed
+	EnvdAccessToken     string  `json:"envdAccessToken"`
+	Domain              *string `json:"domain"`
+	AllowInternetAccess bool    `json:"allowInternetAccess"`
+}
+
+// clientID fills E2B's deprecated, still required field.
+const clientID = "cellbox"
+
+func (h *Handler) sandboxOf(r *http.Request, id string) sandbox {
+	tok := h.token(session.Tenant(r.Context()), id)
+	return sandbox{SandboxID: id, TemplateID: templates[0], Alias: templates[0], ClientID: clientID,
+		EnvdVersion: envdVersion, EnvdAccessToken: tok, TrafficAccessToken: tok}
+}
+
+func listedOf(s api.Session) listed {
+	end := s.LastActiveAt.Add(time.Duration(s.IdleTimeoutS) * time.Second)
+	if s.ExpiresAt != nil {
+		end = *s.ExpiresAt
+	}
+	md := s.Metadata
+	if md == nil {
+		md = map[string]string{}
+	}
+	return listed{SandboxID: s.ID, TemplateID: templates[0], Alias: templates[0], ClientID: clientID,
+		StartedAt: s.CreatedAt, EndAt: end.UTC(), CPUCount: int(math.Ceil(s.Limits.CPUs)),
+		MemoryMB: s.Limits.MemoryMB, DiskSizeMB: s.Limits.DiskMB, Metadata: md, State: "running",
+		EnvdVersion: envdVersion}
+}
+
+// timeoutSeconds checks an E2B timeout (seconds); nil gives def.
+func timeoutSeconds(t *int, def int) (time.Duration, error) {
+	if t == nil {
+		return time.Duration(def) * time.Second, nil
+	}
+	if *t <= 0 {
+		return 0, fmt.Errorf("timeout must be at least 1 second, not %d: %w", *t, errdefs.ErrInvalidArgument)
+	}
+	return time.Duration(*t) * time.Second, nil
+}
+
+func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		TemplateID string            `json:"templateID"`
+		Timeout    *int              `json:"timeout"`
+		Metadata   map[string]string `json:"metadata"`
+		EnvVars    map[string]string `json:"envVars"`
+	}
+	if err := h.decode(w, r, &req); err != nil {
+		h.controlError(w, r, err)
+		return
+	}
+	if req.TemplateID != "" && req.TemplateID != templates[0] && req.TemplateID != templates[1] {
+		h.controlError(w, r, fmt.Errorf("template '%.100s' not found: this server has %s: %w",
+			req.TemplateID, strings.Join(templates, ", "), errdefs.ErrNotFound))
+		return
+	}
+	life, err := timeoutSeconds(req.Timeout, defaultTimeout)
+	if err != nil {
+		h.controlError(w, r, err)
+		return
+	}
+	s, err := h.m.Create(r.Context(), api.CreateSessionRequest{
+		Env:          req.EnvVars,
+		Metadata:     req.Metadata,
+		LifetimeS:    int(life.Seconds()),
+		IdleTimeoutS: int(h.opts.MaxIdleTimeout.Seconds()),
+	})
+	if err != nil {
+		h.controlError(w, r, err)
+		return
+	}
+	h.sweep()
+	writeJSON(w, http.StatusCreated, h.sandboxOf(r, s.ID))
+}
+
+func (h *Handler) connect(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Timeout *int `json:"timeout"`
+	}
+	if err := h.decode(w, r, &req); err != nil {
+		h.controlError(w, r, err)
+		return
+	}
+	id := r.PathValue("id")
+	s, err := h.m.Get(r.Context(), id)
+	if err == nil && req.Timeout != nil {
+		// Connecting extends the sandbox's life, never shortens it.
+		var life time.Duration
+		if life, err = timeoutSeconds(req.Timeout, 0); err == nil && (s.ExpiresAt == nil || time.Now().Add(life).After(*s.ExpiresAt)) {
+			_, err = h.m.SetLifetime(r.Context(), id, life)
+		}
+	}
+	if err != nil {
+		h.controlError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, h.sandboxOf(r, id))
+}
+
+func (h *Handler) info(w http.ResponseWriter, r *http.Request) {
+	s, err := h.m.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		h.controlError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, detail{listed: listedOf(*s), EnvdAccessToken: h.token(session.Tenant(r.Context()), s.ID)})
+}
+
+func (h *Handler) setTimeout(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Timeout *int `json:"timeout"`
+	}
+	if err := h.decode(w, r, &req); err != nil {
+		h.controlError(w, r, err)
+		return
+	}
+	if req.Timeout == nil {
+		h.controlError(w, r, fmt.Errorf("give the sandbox's new timeout in seconds: {\"timeout\": 300}: %w", errdefs.ErrInvalidArgument))
+		return
+	}
+	life, err := timeoutSeconds(req.Timeout, 0)
+	if err == nil {
+		_, err = h.m.SetLifetime(r.Context(), r.PathValue("id"), life)
+	}
+	if err != nil {
+		h.controlError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (h *Handler) kill(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if err := h.m.Delete(r.Context(), id); err != nil {
+		h.controlError(w, r, err)
+		return
+	}
+	h.forget(id)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// maxPage caps one page of the list.
+const maxPage = 1000
+
+func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	filter, err := metadataFilter(q.Get("metadata"))
+	if err != nil {
+		h.controlError(w, r, err)
+		return
+	}
+	limit := 100
+	if v := q.Get("limit"); v != "" {
+		if limit, err = strconv.Atoi(v); err != nil || limit < 1 || limit > maxPage {
+			h.controlError(w, r, fmt.Errorf("limit must be a number from 1 to %d: %w", maxPage, errdefs.ErrInvalidArgument))
+			return
+		}
+	}
+	after, err := parseCursor(q.Get("nextToken"))
+	if err != nil {
+		h.controlError(w, r, err)
+		return
+	}
+	running := true
+	if v := q.Get("state"); v != "" {
+		running = false
+		for _, s := range strings.Split(v, ",") {
+			running = running || s == "running"
+		}
+	}
+	out := []listed{}
+	var all []api.Session
+	if running {
+		all = h.m.List(r.Context())
+	}
+	sort.Slice(all, func(i, j int) bool { return before(all[i], cursorOf(all[j])) })
+	for _, s := range all {
+		if after != nil && !before(*after, cursorOf(s)) || !matches(s.Metadata, filter) {
+			continue
+		}
+		if len(out) == limit {
+			w.Header().Set("X-Next-Token", cursorOf(out[len(out)-1].session()).String())
+			break
+		}
+		out = append(out, listedOf(s))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (l listed) session() api.Session { return api.Session{ID: l.SandboxID, CreatedAt: l.StartedAt} }
+
+// cursor is a position in the list, ordered by creation, then id.
+type cursor struct {
+	created time.Time
+	id      string
+}
+
+func cursorOf(s api.Session) cursor { return cursor{s.CreatedAt, s.ID} }
+
+func (c cursor) String() string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(c.created.UnixNano(), 10) + ":" + c.id))
+}
+
+func parseCursor(tok string) (*api.Session, error) {
+	if tok == "" {
+		return nil, nil
+	}
+	bad := fmt.Errorf("nextToken is not one this server gave: %w", errdefs.ErrInvalidArgument)
+	b, err := base64.RawURLEncoding.DecodeString(tok)
+	if err != nil {
+		return nil, bad
+	}
+	ns, id, ok := strings.Cut(string(b), ":")
+	n, err := strconv.ParseInt(ns, 10, 64)
+	if !ok || err != nil {
+		return nil, bad
+	}
+	return &api.Session{ID: id, CreatedAt: time.Unix(0, n)}, nil
+}
+
+// before reports whether s comes before c in the list's order.
+func before(s api.Session, c cursor) bool {
+	if !s.CreatedAt.Equal(c.created) {
+		return s.CreatedAt.Before(c.created)
+	}
+	return s.ID < c.id
+}
+
+// metadataFilter parses the list's metadata filter. The SDK encodes it three times: each
+// key and value, then the k=v&k=v string, then the query parameter (undone by the URL
+// parser already).
+func metadataFilter(v string) (map[string]string, error) {
+	if v == "" {
+		return nil, nil
+	}
+	bad := func(why string) error {
+		return fmt.Errorf("metadata filter %.200q is not valid (%s): give it as the SDK does, {key: value} pairs: %w", v, why, errdefs.ErrInvalidArgument)
+	}
+	s, err := url.QueryUnescape(v)
+	if err != nil {
+		return nil, bad("not URL-encoded")
+	}
+	out := map[string]string{}
+	for _, pair := range strings.Split(s, "&") {
+		kv := strings.Split(pair, "=")
+		if len(kv) != 2 {
+			return nil, bad("each pair is key=value")
+		}
+		k, err1 := url.QueryUnescape(kv[0])
+		val, err2 := url.QueryUnescape(kv[1])
+		if err1 != nil || err2 != nil {
+			return nil, bad("not URL-encoded")
+		}
+		out[k] = val
+	}
+	return out, nil
+}
+
+func matches(md, filter map[string]string) bool {
+	for k, v := range filter {
+		if got, ok := md[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,146 @@
+package e2b
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/cellbox/cellbox/internal/errdefs"
+)
+
+// maxContexts caps a sandbox's named contexts (the kernel holds 64 namespaces at most).
+const maxContexts = 64
+
+// sandboxState is what the E2B API keeps about a sandbox beyond its session: the code
+// contexts (in a file of the state folder, so they survive a restart as the kernel does)
+// and the processes started through envd (in memory: they end with the server process).
+type sandboxState struct {
+	file string // where the contexts are kept
+
+	mu       sync.Mutex
+	contexts map[string]codeContext
+	procs    map[uint32]*process
+	nextPID  uint32
+}
+
+// state returns the state of sandbox id, loading it on first use.
+func (h *Handler) state(id string) *sandboxState {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	st, ok := h.boxes[id]
+	if !ok {
+		st = &sandboxState{file: filepath.Join(h.opts.StateDir, "e2b", "contexts", id+".json"),
+			contexts: map[string]codeContext{}, procs: map[uint32]*process{}, nextPID: 1000}
+		if b, err := os.ReadFile(st.file); err == nil {
+			var list []codeContext
+			if json.Unmarshal(b, &list) == nil {
+				for _, c := range list {
+					st.contexts[c.ID] = c
+				}
+			}
+		}
+		h.boxes[id] = st
+	}
+	return st
+}
+
+// forget drops the state of an ended sandbox.
+func (h *Handler) forget(id string) {
+	h.mu.Lock()
+	st := h.boxes[id]
+	delete(h.boxes, id)
+	h.mu.Unlock()
+	file := filepath.Join(h.opts.StateDir, "e2b", "contexts", id+".json")
+	if st != nil {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+	}
+	os.Remove(file)
+}
+
+// sweep forgets the state of sandboxes that ended without a kill (timeout, idle, restart
+// of the server), in memory and on disk.
+func (h *Handler) sweep() {
+	h.mu.Lock()
+	var gone []string
+	for id := range h.boxes {
+		if _, ok := h.m.Owner(id); !ok {
+			gone = append(gone, id)
+		}
+	}
+	h.mu.Unlock()
+	entries, _ := os.ReadDir(filepath.Join(h.opts.StateDir, "e2b", "contexts"))
+	for _, e := range entries {
+		id, ok := strings.CutSuffix(e.Name(), ".json")
+		if _, live := h.m.Owner(id); ok && !live {
+			gone = append(gone, id)
+		}
+	}
+	for _, id := range gone {
+		h.forget(id)
+	}
+}
+
+func (st *sandboxState) context(id string) (codeContext, bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	c, ok := st.contexts[id]
+	return c, ok
+}
+
+func (st *sandboxState) contextList() []codeContext {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	out := make([]codeContext, 0, len(st.contexts))
+	for _, c := range st.contexts {
+		out = append(out, c)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+func (st *sandboxState) addContext(cwd string) (codeContext, error) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if len(st.contexts) >= maxContexts {
+		return codeContext{}, fmt.Errorf("this sandbox has its maximum of %d contexts: remove one first: %w", maxContexts, errdefs.ErrResourceExhausted)
+	}
+	var b [16]byte
+	rand.Read(b[:])
+	c := codeContext{ID: hex.EncodeToString(b[:]), Language: "python", Cwd: cwd}
+	st.contexts[c.ID] = c
+	return c, st.saveLocked()
+}
+
+func (st *sandboxState) removeContext(id string) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	delete(st.contexts, id)
+	st.saveLocked()
+}
+
+// saveLocked writes the contexts (atomically: a new file renamed over the old).
+func (st *sandboxState) saveLocked() error {
+	list := make([]codeContext, 0, len(st.contexts))
+	for _, c := range st.contexts {
+		list = append(list, c)
+	}
+	b, _ := json.Marshal(list)
+	if err := os.MkdirAll(filepath.Dir(st.file), 0o700); err != nil {
+		return fmt.Errorf("save contexts: %w", err)
+	}
+	tmp := st.file + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return fmt.Errorf("save contexts: %w", err)
+	}
+	if err := os.Rename(tmp, st.file); err != nil {
+		return fmt.Errorf("save contexts: %w", err)
+	}
+	return nil
+}
