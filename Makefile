@@ -22,7 +22,7 @@ TSCLIENT := internal/mcpserver/testdata/tsclient
 # E2B's official JS SDKs, for the E2B-compatible API's tests.
 E2BCLIENT := internal/e2b/testdata/e2bclient
 
-.PHONY: help build deps run test fuzz bench lint clean
+.PHONY: help build deps run test fuzz bench bench-e2b lint clean
 
 help: ## list the targets
 	@echo "usage: make <target>"
@@ -55,6 +55,9 @@ fuzz: ## run every Fuzz target for FUZZTIME (default 20s) each
 
 bench: build ## run the benchmarks (cellbox bench)
 	./bin/cellbox bench --state-dir ./.state/bench
+
+bench-e2b: build ## E2B's JS SDK against cellbox: create → first runCode result, runCode round trip
+	scripts/bench-e2b.sh
 
 $(TSCLIENT)/node_modules/.package-lock.json: $(TSCLIENT)/package-lock.json
 	npm ci --prefix $(TSCLIENT) --no-audit --no-fund --prefer-offline --loglevel=error

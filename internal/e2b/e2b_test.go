@@ -644,6 +644,8 @@ func TestAttackSandboxTraffic(t *testing.T) {
 		{"absolute elsewhere", "GET", "/files?path=/proc/self/environ", "", sandboxHeaders(a.SandboxID, envd, a.EnvdAccessToken), 400, "outside"},
 		{"NUL", "GET", "/files?path=a%00b", "", sandboxHeaders(a.SandboxID, envd, a.EnvdAccessToken), 400, "NUL"},
 		{"a folder", "GET", "/files?path=/home/user", "", sandboxHeaders(a.SandboxID, envd, a.EnvdAccessToken), 400, "folder"},
+		{"REST through sandbox traffic", "GET", "/v1/sessions", "", sandboxHeaders(a.SandboxID, envd, a.EnvdAccessToken), 404, "not served by cellbox's envd"},
+		{"MCP through sandbox traffic", "POST", "/mcp", `{}`, sandboxHeaders(a.SandboxID, interp, a.EnvdAccessToken), 404, "not served"},
 		{"double slash execute", "POST", "//execute", `{"code":"6*7"}`, sandboxHeaders(a.SandboxID, interp, a.EnvdAccessToken), 200, `"text":"42"`},
 		{"context and language", "POST", "/execute", `{"code":"1","context_id":"x","language":"python"}`, sandboxHeaders(a.SandboxID, interp, a.EnvdAccessToken), 400, "not both"},
 		{"unknown context", "POST", "/execute", `{"code":"1","context_id":"../../x"}`, sandboxHeaders(a.SandboxID, interp, a.EnvdAccessToken), 404, "not found"},
@@ -657,7 +659,7 @@ func TestAttackSandboxTraffic(t *testing.T) {
 		{"rpc: signal unknown pid", "POST", "/process.Process/SendSignal", `{"process":{"pid":4242},"signal":"SIGNAL_SIGKILL"}`, append(sandboxHeaders(a.SandboxID, envd, a.EnvdAccessToken), "Content-Type: application/json"), 404, "not_found"},
 	}
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
+		t.Run("attack/"+c.name, func(t *testing.T) {
 			st, _, body := raw(t, c.method, c.path, strings.NewReader(c.body), c.hdr...)
 			if st != c.status || !strings.Contains(body, c.want) {
 				t.Errorf("%s %s: %d %.300s; want %d containing %q", c.method, c.path, st, body, c.status, c.want)
@@ -701,7 +703,7 @@ func TestAttackUploads(t *testing.T) {
 		{"too large", "", map[string]string{"big.bin": strings.Repeat("x", maxUpload+1)}, 413, "upload limit"},
 		{"through a link out", "", map[string]string{"/home/user/out/evil": "x"}, 400, ""},
 	} {
-		t.Run(c.name, func(t *testing.T) {
+		t.Run("attack/"+c.name, func(t *testing.T) {
 			if c.name == "through a link out" {
 				st, body := execute(t, a, "import os\nos.symlink('/etc', '/home/user/out')")
 				if st != 200 || strings.Contains(body, `"error"`) {
