@@ -151,6 +151,7 @@ func TestSpecMounts(t *testing.T) {
 		"/sys/fs/cgroup":      {"cgroup", "", []string{"ro", "nosuid", "nodev", "noexec"}},
 		"/tmp":                {"tmpfs", "", []string{"nosuid", "nodev", "size=100m", "mode=1777"}},
 		"/mnt/data":           {"bind", "/srv/ws/abc-1", []string{"bind", "rw", "nosuid", "nodev"}},
+		"/home/user":          {"bind", "/srv/ws/abc-1", []string{"bind", "rw", "nosuid", "nodev"}},
 		"/usr":                {"bind", "/usr", []string{"bind", "ro", "nosuid", "nodev"}},
 		"/etc/ssl":            {"bind", "/etc/ssl", []string{"bind", "ro", "nosuid", "nodev"}},
 		guestPath:             {"bind", "/opt/cellbox", []string{"bind", "ro", "nosuid", "nodev"}},
@@ -171,8 +172,8 @@ func TestSpecMounts(t *testing.T) {
 		if m.Type == "bind" && !slices.Contains([]string{"/srv/ws/abc-1", "/usr", "/etc/ssl", "/opt/cellbox", "/var/cache/mpl", "/state/bundles/abc-1/run"}, m.Source) {
 			t.Errorf("unexpected bind of %s at %s", m.Source, m.Destination)
 		}
-		// The workspace, and the guest's own run folder (0700, root's).
-		if m.Type == "bind" && m.Destination != "/mnt/data" && m.Destination != guestRunPath && !slices.Contains(m.Options, "ro") {
+		// The workspace (at both its names), and the guest's own run folder (0700, root's).
+		if m.Type == "bind" && m.Source != "/srv/ws/abc-1" && m.Destination != guestRunPath && !slices.Contains(m.Options, "ro") {
 			t.Errorf("bind at %s is writable", m.Destination)
 		}
 		if slices.Contains(m.Options, "rbind") {
