@@ -34,14 +34,15 @@ func (h *Handler) controlRoutes() http.Handler {
 	mux.HandleFunc("DELETE /sandboxes/{id}", h.kill)
 	mux.HandleFunc("POST /sandboxes/{id}/timeout", h.setTimeout)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		h.controlError(w, r, fmt.Errorf("%s %s is not part of cellbox's E2B-compatible API (docs/e2b.md lists what is): %w",
+		h.writeError(w, r, fmt.Errorf("%s %s is not part of cellbox's E2B-compatible API (docs/e2b.md lists what is): %w",
 			r.Method, r.URL.Path, errdefs.ErrNotFound))
 	})
 	return mux
 }
 
-// controlError answers with E2B's error shape, {code, message}.
-func (h *Handler) controlError(w http.ResponseWriter, r *http.Request, err error) {
+// writeError answers with the error shape of E2B's control plane and envd's REST calls,
+// {code, message}.
+func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	st := status(err)
 	writeJSON(w, st, map[string]any{"code": st, "message": h.message(r, err)})
 }
@@ -124,17 +125,17 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		EnvVars    map[string]string `json:"envVars"`
 	}
 	if err := h.decode(w, r, &req); err != nil {
-		h.controlError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	if req.TemplateID != "" && req.TemplateID != templates[0] && req.TemplateID != templates[1] {
-		h.controlError(w, r, fmt.Errorf("template '%.100s' not found: this server has %s: %w",
+		h.writeError(w, r, fmt.Errorf("template '%.100s' not found: this server has %s: %w",
 			req.TemplateID, strings.Join(templates, ", "), errdefs.ErrNotFound))
 		return
 	}
 	life, err := timeoutSeconds(req.Timeout, defaultTimeout)
 	if err != nil {
-		h.controlError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	s, err := h.m.Create(r.Context(), api.CreateSessionRequest{
@@ -144,7 +145,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		IdleTimeoutS: int(h.opts.MaxIdleTimeout.Seconds()),
 	})
 	if err != nil {
-		h.controlError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	h.sweep()
@@ -156,7 +157,7 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request) {
 		Timeout *int `json:"timeout"`
 	}
 	if err := h.decode(w, r, &req); err != nil {
-		h.controlError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	id := r.PathValue("id")
@@ -169,7 +170,7 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if err != nil {
-		h.controlError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, h.sandboxOf(r, id))
@@ -178,7 +179,7 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) info(w http.ResponseWriter, r *http.Request) {
 	s, err := h.m.Get(r.Context(), r.PathValue("id"))
 	if err != nil {
-		h.controlError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, detail{listed: listedOf(*s), EnvdAccessToken: h.token(session.Tenant(r.Context()), s.ID)})
@@ -189,11 +190,11 @@ func (h *Handler) setTimeout(w http.ResponseWriter, r *http.Request) {
 		Timeout *int `json:"timeout"`
 	}
 	if err := h.decode(w, r, &req); err != nil {
-		h.controlError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	if req.Timeout == nil {
-		h.controlError(w, r, fmt.Errorf("give the sandbox's new timeout in seconds: {\"timeout\": 300}: %w", errdefs.ErrInvalidArgument))
+		h.writeError(w, r, fmt.Errorf("give the sandbox's new timeout in seconds: {\"timeout\": 300}: %w", errdefs.ErrInvalidArgument))
 		return
 	}
 	life, err := timeoutSeconds(req.Timeout, 0)
@@ -201,7 +202,7 @@ func (h *Handler) setTimeout(w http.ResponseWriter, r *http.Request) {
 		_, err = h.m.SetLifetime(r.Context(), r.PathValue("id"), life)
 	}
 	if err != nil {
-		h.controlError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -210,7 +211,7 @@ func (h *Handler) setTimeout(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) kill(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if err := h.m.Delete(r.Context(), id); err != nil {
-		h.controlError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	h.forget(id)
@@ -224,19 +225,19 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	filter, err := metadataFilter(q.Get("metadata"))
 	if err != nil {
-		h.controlError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	limit := 100
 	if v := q.Get("limit"); v != "" {
 		if limit, err = strconv.Atoi(v); err != nil || limit < 1 || limit > maxPage {
-			h.controlError(w, r, fmt.Errorf("limit must be a number from 1 to %d: %w", maxPage, errdefs.ErrInvalidArgument))
+			h.writeError(w, r, fmt.Errorf("limit must be a number from 1 to %d: %w", maxPage, errdefs.ErrInvalidArgument))
 			return
 		}
 	}
 	after, err := parseCursor(q.Get("nextToken"))
 	if err != nil {
-		h.controlError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	running := true
@@ -251,21 +252,21 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 	if running {
 		all = h.m.List(r.Context())
 	}
-	sort.Slice(all, func(i, j int) bool { return before(all[i], cursorOf(all[j])) })
+	sort.Slice(all, func(i, j int) bool { return cursorOf(all[i]).before(cursorOf(all[j])) })
+	var last cursor
 	for _, s := range all {
-		if after != nil && !before(*after, cursorOf(s)) || !matches(s.Metadata, filter) {
+		if after != nil && !after.before(cursorOf(s)) || !matches(s.Metadata, filter) {
 			continue
 		}
 		if len(out) == limit {
-			w.Header().Set("X-Next-Token", cursorOf(out[len(out)-1].session()).String())
+			w.Header().Set("X-Next-Token", last.String())
 			break
 		}
 		out = append(out, listedOf(s))
+		last = cursorOf(s)
 	}
 	writeJSON(w, http.StatusOK, out)
 }
-
-func (l listed) session() api.Session { return api.Session{ID: l.SandboxID, CreatedAt: l.StartedAt} }
 
 // cursor is a position in the list, ordered by creation, then id.
 type cursor struct {
@@ -279,7 +280,7 @@ func (c cursor) String() string {
 	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(c.created.UnixNano(), 10) + ":" + c.id))
 }
 
-func parseCursor(tok string) (*api.Session, error) {
+func parseCursor(tok string) (*cursor, error) {
 	if tok == "" {
 		return nil, nil
 	}
@@ -293,15 +294,15 @@ func parseCursor(tok string) (*api.Session, error) {
 	if !ok || err != nil {
 		return nil, bad
 	}
-	return &api.Session{ID: id, CreatedAt: time.Unix(0, n)}, nil
+	return &cursor{created: time.Unix(0, n), id: id}, nil
 }
 
-// before reports whether s comes before c in the list's order.
-func before(s api.Session, c cursor) bool {
-	if !s.CreatedAt.Equal(c.created) {
-		return s.CreatedAt.Before(c.created)
+// before reports whether c comes before d in the list's order.
+func (c cursor) before(d cursor) bool {
+	if !c.created.Equal(d.created) {
+		return c.created.Before(d.created)
 	}
-	return s.ID < c.id
+	return c.id < d.id
 }
 
 // metadataFilter parses the list's metadata filter. The SDK encodes it three times: each

@@ -34,6 +34,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/internal/errdefs"
 	"github.com/cellbox/cellbox/internal/session"
 )
@@ -160,7 +161,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // WriteError answers a claimed request with err in the control plane's shape, for
 // refusals made before the handler runs (a wrong API key).
 func (h *Handler) WriteError(w http.ResponseWriter, r *http.Request, err error) {
-	h.controlError(w, r, err)
+	h.writeError(w, r, err)
 }
 
 type sandboxKey struct{}
@@ -238,7 +239,7 @@ func (h *Handler) message(r *http.Request, err error) string {
 	if errors.As(err, &mbe) {
 		return fmt.Sprintf("request body is larger than this server's limit of %d bytes", mbe.Limit)
 	}
-	if errdefs.Code(err) == "internal" {
+	if errdefs.Code(err) == api.CodeInternal {
 		h.log.Error("internal error", "method", r.Method, "path", r.URL.Path, "err", err)
 		return "internal error; the server log has the details"
 	}

@@ -82,7 +82,7 @@ func TestMetadataFilter(t *testing.T) {
 func TestCursor(t *testing.T) {
 	s := api.Session{ID: "abc", CreatedAt: time.Unix(0, 1234567890123)}
 	got, err := parseCursor(cursorOf(s).String())
-	if err != nil || got.ID != s.ID || !got.CreatedAt.Equal(s.CreatedAt) {
+	if err != nil || got.id != s.ID || !got.created.Equal(s.CreatedAt) {
 		t.Errorf("cursor round trip: %+v, %v", got, err)
 	}
 	for _, bad := range []string{"!!", "YWJj", "eDph"} {

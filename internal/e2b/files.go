@@ -81,24 +81,15 @@ func (h *Handler) envdRoutes() http.Handler {
 	mux.Handle(filesystempbconnect.NewFilesystemHandler(filesystemService{h}, opts))
 	mux.Handle(processpbconnect.NewProcessHandler(processService{h}, opts))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		envdError(w, fmt.Errorf("%s %s is not served by cellbox's envd: %w", r.Method, r.URL.Path, errdefs.ErrNotFound), "")
+		h.writeError(w, r, fmt.Errorf("%s %s is not served by cellbox's envd: %w", r.Method, r.URL.Path, errdefs.ErrNotFound))
 	})
 	return mux
-}
-
-// envdError answers a REST call of envd with its error shape, {code, message}.
-func envdError(w http.ResponseWriter, err error, msg string) {
-	st := status(err)
-	if msg == "" {
-		msg = err.Error()
-	}
-	writeJSON(w, st, map[string]any{"code": st, "message": msg})
 }
 
 func (h *Handler) readFile(w http.ResponseWriter, r *http.Request) {
 	rel, err := workspacePath(r.URL.Query().Get("path"))
 	if err != nil {
-		envdError(w, err, h.message(r, err))
+		h.writeError(w, r, err)
 		return
 	}
 	info, body, err := h.m.GetFile(r.Context(), sandboxID(r.Context()), rel)
@@ -106,7 +97,7 @@ func (h *Handler) readFile(w http.ResponseWriter, r *http.Request) {
 		if errors.Is(err, errdefs.ErrNotFound) {
 			err = fmt.Errorf("path '%s' does not exist: %w", homePath(rel), errdefs.ErrNotFound)
 		}
-		envdError(w, err, h.message(r, err))
+		h.writeError(w, r, err)
 		return
 	}
 	defer body.Close()
@@ -133,7 +124,7 @@ type writeInfo struct {
 // its file name (the full path, as the SDK sends it) says, or where ?path= says.
 func (h *Handler) writeFiles(w http.ResponseWriter, r *http.Request) {
 	id := sandboxID(r.Context())
-	fail := func(err error) { envdError(w, err, h.message(r, err)) }
+	fail := func(err error) { h.writeError(w, r, err) }
 	mr, err := r.MultipartReader()
 	if err != nil {
 		fail(fmt.Errorf("send the files as multipart/form-data, one part named \"file\" each: %w", errdefs.ErrInvalidArgument))
@@ -181,9 +172,9 @@ func (h *Handler) writeFiles(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		seen[rel] = true
-		body := &capped{r: part, left: h.opts.MaxUploadBytes}
-		info, err := h.m.PutFile(r.Context(), id, rel, body)
-		if body.over {
+		// Past the limit the read fails, so the guest keeps nothing of the file.
+		info, err := h.m.PutFile(r.Context(), id, rel, http.MaxBytesReader(w, io.NopCloser(part), h.opts.MaxUploadBytes))
+		if errors.As(err, new(*http.MaxBytesError)) {
 			err = fmt.Errorf("%s is larger than this server's upload limit of %d bytes: %w", homePath(rel), h.opts.MaxUploadBytes, errdefs.ErrTooLarge)
 		}
 		if err != nil {
@@ -197,31 +188,6 @@ func (h *Handler) writeFiles(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, out)
-}
-
-// capped reads at most left bytes of r; past them it fails the read, so that nothing
-// partial is kept.
-type capped struct {
-	r    io.Reader
-	left int64
-	over bool
-}
-
-func (c *capped) Read(p []byte) (int, error) {
-	if c.left <= 0 {
-		var one [1]byte
-		if n, _ := c.r.Read(one[:]); n > 0 {
-			c.over = true
-			return 0, errors.New("upload too large")
-		}
-		return c.r.Read(p)
-	}
-	if int64(len(p)) > c.left {
-		p = p[:c.left]
-	}
-	n, err := c.r.Read(p)
-	c.left -= int64(n)
-	return n, err
 }
 
 // rpcError turns an error of the vocabulary into a Connect error.

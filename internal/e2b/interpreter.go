@@ -214,15 +214,16 @@ func (h *Handler) createContext(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) enterContext(r *http.Request, id string, c codeContext) error {
 	code := fmt.Sprintf("import os as __cellbox_os; __cellbox_os.chdir(%q); del __cellbox_os", c.Cwd)
 	res, err := h.m.Execute(r.Context(), id, api.ExecuteRequest{Code: code, Context: c.ID}, nil)
-	if err == nil && res.Status != api.StatusOK {
-		err = fmt.Errorf("could not enter the context's folder %s: %s: %w", c.Cwd, res.Message, errdefs.ErrInvalidArgument)
-		for _, o := range res.Outputs {
-			if o.Type == api.OutputError {
-				err = fmt.Errorf("could not enter the context's folder %s: %s: %w", c.Cwd, o.EValue, errdefs.ErrInvalidArgument)
-			}
+	if err != nil || res.Status == api.StatusOK {
+		return err
+	}
+	why := res.Message
+	for _, o := range res.Outputs {
+		if o.Type == api.OutputError {
+			why = o.EValue
 		}
 	}
-	return err
+	return fmt.Errorf("could not enter the context's folder %s: %s: %w", c.Cwd, why, errdefs.ErrInvalidArgument)
 }
 
 func (h *Handler) listContexts(w http.ResponseWriter, r *http.Request) {

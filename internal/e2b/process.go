@@ -18,7 +18,7 @@ import (
 	"github.com/cellbox/cellbox/internal/e2b/envd/processpb"
 	"github.com/cellbox/cellbox/internal/e2b/envd/processpb/processpbconnect"
 	"github.com/cellbox/cellbox/internal/errdefs"
-	"github.com/cellbox/cellbox/internal/session"
+	"github.com/cellbox/cellbox/internal/workspace"
 )
 
 // maxProcs caps the processes started through envd that run at once in one sandbox.
@@ -149,8 +149,8 @@ func (s processService) Start(ctx context.Context, req *connect.Request[processp
 			cwd = home + "/" + cwd
 		}
 	}
-	if strings.ContainsRune(cwd, 0) || len(cwd) > 4096 {
-		return fmt.Errorf("cwd is longer than 4096 bytes or contains a NUL byte: %w", errdefs.ErrInvalidArgument)
+	if strings.ContainsRune(cwd, 0) || len(cwd) > workspace.MaxPathLen {
+		return fmt.Errorf("cwd is longer than %d bytes or contains a NUL byte: %w", workspace.MaxPathLen, errdefs.ErrInvalidArgument)
 	}
 	creq := api.CommandRequest{Cmd: append([]string{"env", "--chdir=" + cwd, "--", m.Process.Cmd}, m.Process.Args...), Env: m.Process.Envs}
 	// The program runs until Connect-Timeout-Ms (the SDK's timeoutMs) passes, else as long
@@ -163,7 +163,9 @@ func (s processService) Start(ctx context.Context, req *connect.Request[processp
 
 	id := sandboxID(ctx)
 	st := s.h.state(id)
-	pctx, kill := context.WithCancel(session.WithTenant(context.WithoutCancel(ctx), session.Tenant(ctx)))
+	// Not the request's end: the program outlives its client. The tenant and the sandbox
+	// stay in the context's values.
+	pctx, kill := context.WithCancel(context.WithoutCancel(ctx))
 	p := &process{tag: m.Tag, config: m.Process, kill: kill, subs: map[*follower]bool{}, done: make(chan struct{})}
 	st.mu.Lock()
 	if len(st.procs) >= maxProcs {
