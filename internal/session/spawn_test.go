@@ -125,12 +125,14 @@ func TestSpawnLifetime(t *testing.T) {
 	if r := <-done; r == nil || r.Status != api.StatusInterrupted {
 		t.Errorf("a spawned program whose caller left: %+v", r)
 	}
-	r, err := m.Spawn(ctx, s.ID, api.CommandRequest{Cmd: []string{"sh", "-c", "sleep 30 & sleep 31"}, TimeoutS: 0.5}, nil)
+	r, err := m.Spawn(ctx, s.ID, api.CommandRequest{Cmd: []string{"sh", "-c", "sleep 3017 & sleep 3019"}, TimeoutS: 0.5}, nil)
 	if err != nil || r.Status != api.StatusTimeout {
 		t.Errorf("a spawned program past its timeout: %+v, %v", r, err)
 	}
+	// This backend shares the host's processes, other tests' among them: look for this
+	// test's programs by their own command lines.
 	ps, err := m.Spawn(ctx, s.ID, api.CommandRequest{Cmd: []string{"ps", "-eo", "args"}}, nil)
-	if err != nil || strings.Contains(ps.Stdout, "never") || strings.Contains(ps.Stdout, "sleep 3") {
+	if err != nil || strings.Contains(ps.Stdout, "started-never") || strings.Contains(ps.Stdout, "sleep 3017") || strings.Contains(ps.Stdout, "sleep 3019") {
 		t.Errorf("killed programs live on: %v\n%s", err, ps.Stdout)
 	}
 
