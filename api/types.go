@@ -251,12 +251,16 @@ type AgentRequest struct {
 
 // AgentStep is one tool call the model made: the code (or shell command) and what it gave.
 type AgentStep struct {
+	// ID is the model's id of the call; in a conversation, approvals name the call by it.
+	ID            string         `json:"id,omitempty"`
 	Tool          string         `json:"tool"` // "python" or "shell"
 	Code          string         `json:"code"`
 	Result        *ExecuteResult `json:"result,omitempty"`         // python
 	CommandResult *CommandResult `json:"command_result,omitempty"` // shell
 	// Error says why the call did not run (bad arguments, or cellbox failed).
 	Error string `json:"error,omitempty"`
+	// Declined: the person chose Skip or Stop at the approval, so it did not run.
+	Declined bool `json:"declined,omitempty"`
 }
 
 // Agent stop reasons.
@@ -275,4 +279,122 @@ type AgentResponse struct {
 	StopReason string       `json:"stop_reason"`
 	Provider   string       `json:"provider"`
 	Model      string       `json:"model"`
+}
+
+// Approval modes of a conversation.
+const (
+	ApproveAuto = "auto" // every call the model makes runs
+	ApproveAsk  = "ask"  // each call waits for a decision (POST /v1/conversations/{id}/approvals)
+)
+
+// Approval decisions.
+const (
+	DecisionRun  = "run"  // run the call
+	DecisionSkip = "skip" // don't run it; the model is told and goes on
+	DecisionStop = "stop" // don't run it, and end the answer
+)
+
+// Conversation states.
+const (
+	ConversationIdle      = "idle"      // no answer is being written
+	ConversationAnswering = "answering" // the model is answering, or its code runs
+	ConversationWaiting   = "waiting"   // a call waits for an approval decision
+)
+
+// ConversationRequest is the body of POST /v1/conversations: a conversation with a model
+// about one session, kept on the server. Later messages keep its history and the session's
+// variables.
+type ConversationRequest struct {
+	SessionID string `json:"session_id,omitempty"` // the session to work in; default: a new one
+	Provider  string `json:"provider,omitempty"`   // openai | anthropic; default: the server's
+	Model     string `json:"model,omitempty"`      // default: the server's for that provider
+	System    string `json:"system,omitempty"`     // replaces the default system prompt
+	MaxSteps  int    `json:"max_steps,omitempty"`  // tool calls allowed per message; default 10
+	Approve   string `json:"approve,omitempty"`    // auto (default) | ask
+}
+
+// Conversation describes a conversation. Turns is filled by GET /v1/conversations/{id}
+// only.
+type Conversation struct {
+	ID        string    `json:"id"`
+	SessionID string    `json:"session_id"`
+	Provider  string    `json:"provider"`
+	Model     string    `json:"model"`
+	Approve   string    `json:"approve"`
+	MaxSteps  int       `json:"max_steps"`
+	State     string    `json:"state"` // idle | answering | waiting
+	Title     string    `json:"title"` // the first message, cut to 80 characters
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+	// TurnCount is how many messages were answered (or are being answered).
+	TurnCount int `json:"turn_count"`
+	// Turns are the kept messages and their answers, oldest first; the server keeps the
+	// latest ones (the model too may see fewer: old images and, past its budget, old turns
+	// are dropped from what it is sent).
+	Turns []ConversationTurn `json:"turns,omitempty"`
+}
+
+// ConversationList is the body of GET /v1/conversations.
+type ConversationList struct {
+	Conversations []Conversation `json:"conversations"`
+}
+
+// UpdateConversationRequest is the body of PATCH /v1/conversations/{id}; a field left out
+// stays as it is. It takes effect from the next message.
+type UpdateConversationRequest struct {
+	Approve  string `json:"approve,omitempty"`  // auto | ask
+	Provider string `json:"provider,omitempty"` // openai | anthropic
+	Model    string `json:"model,omitempty"`
+}
+
+// MessageRequest is the body of POST /v1/conversations/{id}/messages.
+type MessageRequest struct {
+	Input string `json:"input"`
+	// Files names files already in the session's workspace (relative to /mnt/data, e.g.
+	// uploaded with PUT .../files/{path}) that this message brings: the model is told their
+	// paths, sizes and, for CSV and TSV files, their columns and first rows.
+	Files []string `json:"files,omitempty"`
+}
+
+// ConversationTurn is one message and its answer.
+type ConversationTurn struct {
+	Input        string       `json:"input"`
+	Files        []string     `json:"files,omitempty"` // the files the message brought
+	Steps        []AgentStep  `json:"steps"`
+	Output       string       `json:"output"`        // the model's answer
+	ChangedFiles []FileChange `json:"changed_files"` // files the code changed, the latest change of each
+	// StopReason: done, step_limit, max_tokens, stopped (Stop, or Stop at an approval), or
+	// error (Error says why); "" while the answer is being written.
+	StopReason string     `json:"stop_reason"`
+	Error      string     `json:"error,omitempty"`
+	StartedAt  time.Time  `json:"started_at"`
+	EndedAt    *time.Time `json:"ended_at,omitempty"`
+}
+
+// ApprovalRequest is the body of POST /v1/conversations/{id}/approvals: the decision on a
+// call that waits (its id came in the message stream's call event).
+type ApprovalRequest struct {
+	CallID   string `json:"call_id"`
+	Decision string `json:"decision"` // run | skip | stop
+}
+
+// AgentStopped is the stop reason of an answer the person stopped.
+const AgentStopped = "stopped"
+
+// AgentError is the stop reason of a conversation turn that failed (the model API, or
+// cellbox); the turn's Error says why.
+const AgentError = "error"
+
+// Provider is a model API the server is configured with.
+type Provider struct {
+	Name         string `json:"name"`          // openai | anthropic
+	DefaultModel string `json:"default_model"` // used when a request names no model
+	// Models are the model names to offer; any other name may still be given.
+	Models  []string `json:"models"`
+	Default bool     `json:"default"` // used when a request names no provider
+}
+
+// ProviderList is the body of GET /v1/providers.
+type ProviderList struct {
+	Providers []Provider `json:"providers"`
 }
