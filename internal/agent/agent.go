@@ -45,6 +45,10 @@ type Config struct {
 	System    string // "" → DefaultSystem
 	MaxSteps  int    // tool calls per turn; 0 → DefaultMaxSteps
 	MaxTokens int    // per model call; 0 → the provider's default
+	// MaxHistoryBytes bounds what the conversation sends the model: past it, the oldest
+	// exchanges (a request and its answer) are dropped before the next request, the latest
+	// one always kept. 0: no bound.
+	MaxHistoryBytes int
 
 	Runner    tool.Runner
 	SessionID string
@@ -78,6 +82,7 @@ type Event struct {
 
 // Step is one tool call of a turn.
 type Step struct {
+	ID       string       // the model's id of the call
 	Tool     string       // python or shell ("" when the model named no known tool)
 	Code     string       // the code or command line
 	Result   *tool.Result // what the model was given; nil only when not run and not declined
@@ -134,6 +139,53 @@ func (a *Agent) forgetOldImages() {
 	}
 }
 
+// trim drops the oldest exchanges while the history is over MaxHistoryBytes, and returns
+// how many messages it dropped. An exchange starts with a message of the person's (text,
+// no tool results) and ends before the next one; the last exchange always stays.
+func (a *Agent) trim() int {
+	if a.cfg.MaxHistoryBytes <= 0 {
+		return 0
+	}
+	size := 0
+	for _, m := range a.history {
+		size += messageBytes(m)
+	}
+	dropped := 0
+	for size > a.cfg.MaxHistoryBytes {
+		next := -1 // the start of the second exchange
+		for i := 1; i < len(a.history); i++ {
+			if m := a.history[i]; m.Role == llm.RoleUser && len(m.ToolResults) == 0 {
+				next = i
+				break
+			}
+		}
+		if next < 0 {
+			break
+		}
+		for _, m := range a.history[:next] {
+			size -= messageBytes(m)
+		}
+		a.history = a.history[next:]
+		dropped += next
+	}
+	return dropped
+}
+
+// messageBytes is about what a message costs a request: its text, calls, results, images.
+func messageBytes(m llm.Message) int {
+	n := len(m.Text)
+	for _, c := range m.ToolCalls {
+		n += len(c.Name) + len(c.Input)
+	}
+	for _, r := range m.ToolResults {
+		n += len(r.Text)
+		for _, img := range r.Images {
+			n += len(img.Data)
+		}
+	}
+	return n
+}
+
 // Reset forgets the conversation; the session (its variables and files) stays.
 func (a *Agent) Reset() { a.history = nil }
 
@@ -167,6 +219,7 @@ func (a *Agent) Send(ctx context.Context, input string) (*Turn, error) {
 	before := len(a.history)
 	a.addUser(input)
 	a.forgetOldImages()
+	before -= a.trim()
 	turn := &Turn{}
 	files := map[string]int{} // path → index in turn.Files
 	var onText func(string)
@@ -271,10 +324,11 @@ func (a *Agent) addUser(input string) {
 func (a *Agent) step(ctx context.Context, call llm.ToolCall) (Step, llm.ToolResult, bool, error) {
 	c, err := tool.Decode(call.Name, call.Input)
 	if err != nil {
-		step := Step{Tool: knownTool(call.Name), Code: string(call.Input), Error: err.Error()}
+		step := Step{ID: call.ID, Tool: knownTool(call.Name), Code: string(call.Input), Error: err.Error()}
 		return step, llm.ToolResult{Text: err.Error(), IsError: true}, false, nil
 	}
-	step := Step{Tool: c.Name, Code: c.Code}
+	c.ID = call.ID
+	step := Step{ID: call.ID, Tool: c.Name, Code: c.Code}
 	a.emit(Event{Kind: EventCall, Call: &c})
 	if a.cfg.Approve != nil {
 		d, err := a.cfg.Approve(ctx, c)

@@ -179,7 +179,7 @@ func TestDecline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(asked) != 1 || !strings.Contains(asked[0].Code, "should-not-exist") {
+	if len(asked) != 1 || !strings.Contains(asked[0].Code, "should-not-exist") || asked[0].ID != "c1" {
 		t.Errorf("asked %+v", asked)
 	}
 	if !strings.Contains(got.Text, "declined") || len(turn.Steps) != 1 || !turn.Steps[0].Declined || turn.Steps[0].Result != nil {
@@ -381,5 +381,42 @@ func TestOldImagesAreDropped(t *testing.T) {
 	}
 	if !strings.Contains(a.history[2].ToolResults[0].Text, "no longer kept") {
 		t.Errorf("the dropped image is not noted: %q", a.history[2].ToolResults[0].Text)
+	}
+}
+
+// TestHistoryBound: past MaxHistoryBytes the oldest exchanges are dropped whole (a request,
+// its calls and their results), so the history still starts with a request of the person's;
+// the latest exchange always stays, however big.
+func TestHistoryBound(t *testing.T) {
+	m := sessiontest.New(t, nil)
+	p := &scripted{reply: func(n int, req llm.Request) (*llm.Response, error) {
+		if n%2 == 1 {
+			return callPython(fmt.Sprintf("c%d", n), "print('x' * 300)"), nil
+		}
+		return answer("done"), nil
+	}}
+	a := newAgent(t, m, p, func(c *Config) { c.MaxHistoryBytes = 1000 })
+	for i := range 4 {
+		if _, err := a.Send(context.Background(), fmt.Sprintf("request %d %s", i, strings.Repeat("y", 200))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reqs := p.requests()
+	last := reqs[len(reqs)-1].Messages
+	first := last[0]
+	if first.Role != llm.RoleUser || len(first.ToolResults) > 0 || !strings.HasPrefix(first.Text, "request ") {
+		t.Fatalf("the history starts with %+v", first)
+	}
+	if strings.HasPrefix(first.Text, "request 0") || strings.HasPrefix(first.Text, "request 1") {
+		t.Errorf("old exchanges kept: the history starts with %.20q (%d messages)", first.Text, len(last))
+	}
+	// One exchange bigger than the bound is still sent whole.
+	a.cfg.MaxHistoryBytes = 10
+	if _, err := a.Send(context.Background(), "request 4"); err != nil {
+		t.Fatal(err)
+	}
+	reqs = p.requests()
+	if got := reqs[len(reqs)-1].Messages; got[0].Text != "request 4" || len(got) != 3 {
+		t.Errorf("with a tiny bound the last request has %d messages, starting %.20q; want the latest exchange's 3", len(got), got[0].Text)
 	}
 }

@@ -62,7 +62,7 @@ func (s *server) agent(w http.ResponseWriter, r *http.Request) {
 				case agent.EventText:
 					send("text", map[string]string{"text": e.Text})
 				case agent.EventCall:
-					send("call", map[string]string{"tool": e.Call.Name, "code": e.Call.Code})
+					send("call", map[string]string{"id": e.Call.ID, "tool": e.Call.Name, "code": e.Call.Code})
 				case agent.EventOutput:
 					send("output", e.Output)
 				case agent.EventStep:
@@ -165,7 +165,7 @@ func runAgent(ctx context.Context, cfg agent.Config, req *api.AgentRequest) (*ap
 }
 
 func agentStep(st agent.Step) api.AgentStep {
-	out := api.AgentStep{Tool: st.Tool, Code: st.Code, Error: st.Error}
+	out := api.AgentStep{ID: st.ID, Tool: st.Tool, Code: st.Code, Error: st.Error, Declined: st.Declined}
 	if st.Result != nil {
 		out.Result, out.CommandResult = st.Result.Execute, st.Result.Command
 	}

@@ -137,6 +137,7 @@ type shellArgs struct {
 
 // Call is one decoded tool call.
 type Call struct {
+	ID        string // the model's id of the call, when it has one
 	Name      string
 	Code      string // python: the code; shell: the command line
 	SessionID string // only when the tools take one
