@@ -186,6 +186,12 @@ func messageBytes(m llm.Message) int {
 	return n
 }
 
+// SetModel makes the next requests go to provider p's model; the history stays. Not while
+// Send runs.
+func (a *Agent) SetModel(p llm.Provider, model string) {
+	a.cfg.Provider, a.cfg.Model = p, model
+}
+
 // Reset forgets the conversation; the session (its variables and files) stays.
 func (a *Agent) Reset() { a.history = nil }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/internal/agent"
+	"github.com/cellbox/cellbox/internal/conversation"
 	"github.com/cellbox/cellbox/internal/errdefs"
 	"github.com/cellbox/cellbox/internal/tool"
 	"github.com/cellbox/cellbox/internal/workspace"
@@ -66,7 +67,7 @@ func (s *server) agent(w http.ResponseWriter, r *http.Request) {
 				case agent.EventOutput:
 					send("output", e.Output)
 				case agent.EventStep:
-					send("step", agentStep(*e.Step))
+					send("step", conversation.Step(*e.Step))
 				}
 			}
 		}
@@ -159,17 +160,9 @@ func runAgent(ctx context.Context, cfg agent.Config, req *api.AgentRequest) (*ap
 		res.Files = []api.FileChange{}
 	}
 	for _, st := range turn.Steps {
-		res.Steps = append(res.Steps, agentStep(st))
+		res.Steps = append(res.Steps, conversation.Step(st))
 	}
 	return res, nil
-}
-
-func agentStep(st agent.Step) api.AgentStep {
-	out := api.AgentStep{ID: st.ID, Tool: st.Tool, Code: st.Code, Error: st.Error, Declined: st.Declined}
-	if st.Result != nil {
-		out.Result, out.CommandResult = st.Result.Execute, st.Result.Command
-	}
-	return out
 }
 
 // describeInputs tells the model about the request's files (already checked and placed).

@@ -121,6 +121,9 @@ func TestAttackAPIKeys(t *testing.T) {
 		"POST /v1/sessions/x/commands", "DELETE /v1/sessions/x/contexts/c", "GET /v1/sessions/x/files", "PUT /v1/sessions/x/files/a.txt",
 		"GET /v1/sessions/x/files/a.txt", "DELETE /v1/sessions/x/files/a.txt", "POST /v1/execute",
 		"GET /v1/tools", "POST /v1/agent", "GET /v1/openapi.json", "POST /mcp", "GET /mcp", "DELETE /mcp",
+		"GET /v1/providers", "POST /v1/conversations", "GET /v1/conversations", "GET /v1/conversations/x",
+		"PATCH /v1/conversations/x", "DELETE /v1/conversations/x", "POST /v1/conversations/x/messages",
+		"POST /v1/conversations/x/approvals", "POST /v1/conversations/x/stop",
 		"GET /metrics", "GET /no/such/route", "PATCH /v1/sessions",
 	}
 	creds := map[string][]string{

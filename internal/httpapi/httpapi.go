@@ -53,6 +53,13 @@ type Options struct {
 	// NewProvider returns the model provider of /v1/agent named name ("" for the server's
 	// default) and its default model; nil: /v1/agent answers unavailable.
 	NewProvider func(name string) (p llm.Provider, model string, err error)
+	// Providers lists the model APIs the server can use, for GET /v1/providers; nil: none.
+	Providers func() []api.Provider
+	// Conversations keeps the conversations of /v1/conversations; nil: none (unavailable).
+	Conversations Conversations
+	// Web is the browser page, served at GET / and GET /assets/ without an API key; nil:
+	// none.
+	Web http.Handler
 }
 
 // FrontDoor is another API on the same address: it claims its own requests (and says
@@ -91,7 +98,20 @@ func New(m *session.Manager, opts Options) http.Handler {
 	mux.HandleFunc("POST /v1/execute", s.oneShot)
 	mux.HandleFunc("GET /v1/tools", s.tools)
 	mux.HandleFunc("POST /v1/agent", s.agent)
+	mux.HandleFunc("GET /v1/providers", s.providers)
+	mux.HandleFunc("POST /v1/conversations", s.conversations(s.createConversation))
+	mux.HandleFunc("GET /v1/conversations", s.conversations(s.listConversations))
+	mux.HandleFunc("GET /v1/conversations/{id}", s.conversations(s.getConversation))
+	mux.HandleFunc("PATCH /v1/conversations/{id}", s.conversations(s.updateConversation))
+	mux.HandleFunc("DELETE /v1/conversations/{id}", s.conversations(s.deleteConversation))
+	mux.HandleFunc("POST /v1/conversations/{id}/messages", s.conversations(s.sendMessage))
+	mux.HandleFunc("POST /v1/conversations/{id}/approvals", s.conversations(s.decide))
+	mux.HandleFunc("POST /v1/conversations/{id}/stop", s.conversations(s.stopConversation))
 	mux.HandleFunc("GET /v1/openapi.json", serveOpenAPI)
+	if opts.Web != nil {
+		mux.Handle("GET /{$}", opts.Web)
+		mux.Handle("GET /assets/", opts.Web)
+	}
 	mux.HandleFunc("GET /healthz", s.health)
 	if opts.Gatherer != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{}))
@@ -168,10 +188,12 @@ func (s *server) refuse(r *http.Request) error {
 
 // authenticate returns r with the tenant of its API key in its context (r itself with an
 // error when the key is missing or wrong). Without keys
-// configured every request is the keyless tenant's; with keys, only GET /healthz (and
-// /metrics with MetricsPublic) may come without one.
+// configured every request is the keyless tenant's; with keys, only GET /healthz, the web
+// page (it asks for a key, and holds no data) and /metrics with MetricsPublic may come
+// without one.
 func (s *server) authenticate(r *http.Request, pattern string) (*http.Request, error) {
-	if s.opts.Keys.Len() == 0 || pattern == "GET /healthz" || (pattern == "GET /metrics" && s.opts.MetricsPublic) {
+	if s.opts.Keys.Len() == 0 || pattern == "GET /healthz" || (pattern == "GET /metrics" && s.opts.MetricsPublic) ||
+		pattern == "GET /{$}" || pattern == "GET /assets/" {
 		return r, nil
 	}
 	key, ok := presentedKey(r.Header)

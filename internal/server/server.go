@@ -19,9 +19,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/internal/agent"
 	"github.com/cellbox/cellbox/internal/auth"
 	"github.com/cellbox/cellbox/internal/config"
+	"github.com/cellbox/cellbox/internal/conversation"
 	"github.com/cellbox/cellbox/internal/e2b"
 	"github.com/cellbox/cellbox/internal/httpapi"
 	"github.com/cellbox/cellbox/internal/llm"
@@ -205,6 +207,9 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (_ *Server, err
 		E2B:            front,
 		Tools:          tool.Options{TimeoutS: cfg.ExecTimeout.Seconds(), MemoryMB: cfg.MemoryMB},
 		NewProvider:    providers(cfg),
+		Providers:      func() []api.Provider { return providerList(cfg) },
+		Conversations: conversation.New(conversation.Options{Sessions: m, NewProvider: providers(cfg),
+			Tools: tool.Options{TimeoutS: cfg.ExecTimeout.Seconds(), MemoryMB: cfg.MemoryMB}}),
 	})
 	s.http = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	s.URL = "http://" + ln.Addr().String()
@@ -244,6 +249,23 @@ func providers(cfg config.Config) func(string) (llm.Provider, string, error) {
 		}
 		return agent.NewProvider(agent.ProviderConfig{Name: name})
 	}
+}
+
+// providerList is what GET /v1/providers says: the providers that can be set up (a key in
+// the environment, ...), each with its default model.
+func providerList(cfg config.Config) []api.Provider {
+	newProvider := providers(cfg)
+	def, _, defErr := newProvider("")
+	list := []api.Provider{}
+	for _, name := range []string{api.ProviderOpenAI, api.ProviderAnthropic} {
+		p, model, err := newProvider(name)
+		if err != nil {
+			continue
+		}
+		list = append(list, api.Provider{Name: p.Name(), DefaultModel: model, Models: []string{model},
+			Default: defErr == nil && def.Name() == p.Name()})
+	}
+	return list
 }
 
 // Shutdown interrupts running cells, stops every sandbox, closes the listener and the MCP
