@@ -21,12 +21,14 @@ FUZZTIME ?= 20s
 TSCLIENT := internal/mcpserver/testdata/tsclient
 # E2B's official JS SDKs, for the E2B-compatible API's tests.
 E2BCLIENT := internal/e2b/testdata/e2bclient
+# playwright-core, which drives Debian's chromium in the web page's tests.
+BROWSER := internal/web/testdata/browser
 
-.PHONY: help build deps run test fuzz bench bench-e2b lint clean
+.PHONY: help build deps run test fuzz bench bench-e2b screenshots lint clean
 
 help: ## list the targets
 	@echo "usage: make <target>"
-	@awk 'BEGIN {FS = ":.*## "} /^[a-z]+:.*## / {printf "  %-6s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 build: ## build the static binary ./bin/cellbox
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/cellbox ./cmd/cellbox
@@ -39,7 +41,7 @@ run: deps build ## run the server on 127.0.0.1:8080 with the runc backend, state
 
 test: ## install test needs, lint, run every test with the race detector, the REST tests on gVisor too (as root)
 	scripts/install-deps.sh --test
-	$(MAKE) --no-print-directory $(TSCLIENT)/node_modules/.package-lock.json $(E2BCLIENT)/node_modules/.package-lock.json lint
+	$(MAKE) --no-print-directory $(TSCLIENT)/node_modules/.package-lock.json $(E2BCLIENT)/node_modules/.package-lock.json $(BROWSER)/node_modules/.package-lock.json lint
 	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 25m ./...
 	@echo "== the REST tests again on gVisor (--runtime runsc)"
 	CELLBOX_TEST_RUNTIME=runsc CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 15m ./internal/httpapi/
@@ -59,11 +61,20 @@ bench: build ## run the benchmarks (cellbox bench)
 bench-e2b: build ## E2B's JS SDK against cellbox: create → first runCode result, runCode round trip
 	scripts/bench-e2b.sh
 
+screenshots: ## the web page's screenshots in docs/screenshots (chat and notebook, 1440 and 390 px; as root)
+	scripts/install-deps.sh --test
+	$(MAKE) --no-print-directory $(BROWSER)/node_modules/.package-lock.json
+	mkdir -p docs/screenshots
+	CELLBOX_SCREENSHOTS=$(CURDIR)/docs/screenshots CGO_ENABLED=1 $(GO) test -count=1 -run '^TestBrowser$$' ./internal/web/
+
 $(TSCLIENT)/node_modules/.package-lock.json: $(TSCLIENT)/package-lock.json
 	npm ci --prefix $(TSCLIENT) --no-audit --no-fund --prefer-offline --loglevel=error
 
 $(E2BCLIENT)/node_modules/.package-lock.json: $(E2BCLIENT)/package-lock.json
 	npm ci --prefix $(E2BCLIENT) --no-audit --no-fund --prefer-offline --loglevel=error
+
+$(BROWSER)/node_modules/.package-lock.json: $(BROWSER)/package-lock.json
+	npm ci --prefix $(BROWSER) --no-audit --no-fund --prefer-offline --loglevel=error
 
 lint: ## go vet, and gofmt (fails listing the files it would change)
 	$(GO) vet ./...

@@ -29,8 +29,8 @@ pkgs=(runc crun runsc e2fsprogs mount python3 python3-ipython python3-numpy pyth
 	python3-matplotlib python3-matplotlib-inline python3-scipy fonts-dejavu-core
 	iproute2 procps ca-certificates)
 # What the tests need: make and git; gcc and libc6-dev for cgo (go test -race); Node.js and
-# npm for the MCP client tests.
-test_pkgs=(make git gcc libc6-dev)
+# npm for the MCP and E2B client tests; chromium for the web page's browser test.
+test_pkgs=(make git gcc libc6-dev chromium)
 
 if [[ ! -r /etc/os-release ]] || ! grep -qiE '^(ID|ID_LIKE)=.*(debian|ubuntu)' /etc/os-release ||
 	! command -v apt-get >/dev/null || ! command -v dpkg-query >/dev/null; then
