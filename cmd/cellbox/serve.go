@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -48,6 +49,9 @@ func serveMain(args []string) int {
 		return 1
 	}
 	log.Info("cellbox serving", "url", s.URL, "backend", cfg.Backend, "state_dir", cfg.StateDir, "pool_size", cfg.PoolSize)
+	if !cfg.NoWeb {
+		fmt.Fprintf(os.Stderr, "cellbox: open %s in a browser: chat with a model about your files, or use the notebook\n", browserURL(s.URL))
+	}
 	<-ctx.Done()
 	stop()
 	if cfg.EndSessionsOnExit {
@@ -63,4 +67,15 @@ func serveMain(args []string) int {
 	}
 	log.Info("stopped")
 	return 0
+}
+
+// browserURL is url with a wildcard listen address (0.0.0.0, [::]) replaced by loopback, an
+// address a browser on this machine can open.
+func browserURL(url string) string {
+	for _, any := range []string{"//0.0.0.0:", "//[::]:"} {
+		if strings.Contains(url, any) {
+			return strings.Replace(url, any, "//127.0.0.1:", 1)
+		}
+	}
+	return url
 }

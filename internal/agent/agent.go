@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/cellbox/cellbox/api"
@@ -54,6 +55,9 @@ type Config struct {
 	SessionID string
 	Tools     []tool.Definition // nil → tool.Definitions(tool.Options{})
 	Limits    tool.RenderLimits
+
+	// History is the conversation so far (one kept by History), to go on with.
+	History []llm.Message
 
 	// Approve, if set, is asked before each call runs.
 	Approve func(ctx context.Context, c tool.Call) (Decision, error)
@@ -209,8 +213,12 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Tools == nil {
 		cfg.Tools = tool.Definitions(tool.Options{})
 	}
-	return &Agent{cfg: cfg}, nil
+	return &Agent{cfg: cfg, history: slices.Clone(cfg.History)}, nil
 }
+
+// History returns the conversation so far, to keep and go on with later (Config.History).
+// Not while Send runs.
+func (a *Agent) History() []llm.Message { return slices.Clone(a.history) }
 
 func (a *Agent) emit(e Event) {
 	if a.cfg.OnEvent != nil {

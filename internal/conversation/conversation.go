@@ -3,8 +3,9 @@
 // bounded, with approvals decided and answers stopped by other requests while an answer
 // streams. The REST API's /v1/conversations (and so the web page) is built on it.
 //
-// Conversations live in memory, each as long as its session: one whose session has ended
-// is dropped when next looked at.
+// A conversation lives as long as its session: one whose session has ended is dropped when
+// next looked at. With a Dir, each is also kept in a file there (after each answer), so that
+// conversations, like sessions, outlive a restart of the server.
 //
 // Not for: the loop itself (package agent), HTTP (package httpapi), sessions (package
 // session, reached only through the Sessions interface).
@@ -18,6 +19,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"log/slog"
+	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -68,7 +72,10 @@ type Options struct {
 	MaxKeptBytes int
 	// MaxHistoryBytes bounds what the model is sent of the history (agent.Config).
 	MaxHistoryBytes int
-	Now             func() time.Time
+	// Dir keeps each conversation in a file, read again by New; "": memory only.
+	Dir    string
+	Logger *slog.Logger
+	Now    func() time.Time
 }
 
 // Store holds the conversations of every tenant.
@@ -85,7 +92,9 @@ type conv struct {
 	tenant string
 	info   api.Conversation // without Turns
 	system string
-	agent  *agent.Agent
+	agent  *agent.Agent  // nil for one read from a file, until its next message
+	kept   []llm.Message // the agent's history after the last answer (or as read from the file)
+	saving sync.Mutex    // orders the writes of its file; taken before mu
 	turns  []api.ConversationTurn
 	sizes  []int // the JSON size of each ended turn (0 for the running one)
 
@@ -103,8 +112,8 @@ type approval struct {
 // errStopped is the cause of an answer ended by Stop.
 var errStopped = errors.New("stopped by the person")
 
-// New returns an empty store.
-func New(opts Options) *Store {
+// New returns a store with the conversations kept in opts.Dir, if any.
+func New(opts Options) (*Store, error) {
 	if opts.MaxPerTenant <= 0 {
 		opts.MaxPerTenant = DefaultMaxPerTenant
 	}
@@ -120,7 +129,19 @@ func New(opts Options) *Store {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Store{opts: opts, convs: map[string]*conv{}}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Store{opts: opts, convs: map[string]*conv{}}
+	if opts.Dir != "" {
+		if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
+			return nil, fmt.Errorf("conversations: %w", err)
+		}
+		if err := s.load(); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
 }
 
 // Create starts a conversation, in a new session unless the request names one.
@@ -171,17 +192,22 @@ func (s *Store) Create(ctx context.Context, req api.ConversationRequest) (*api.C
 		info: api.Conversation{ID: newID(), SessionID: req.SessionID, Provider: p.Name(), Model: model,
 			Approve: req.Approve, MaxSteps: req.MaxSteps, State: api.ConversationIdle, CreatedAt: now, UpdatedAt: now},
 	}
-	c.agent, err = agent.New(agent.Config{Provider: p, Model: model, System: req.System, MaxSteps: req.MaxSteps,
-		MaxHistoryBytes: s.opts.MaxHistoryBytes, Runner: s.opts.Sessions, SessionID: req.SessionID,
-		Tools: tool.Definitions(s.opts.Tools), Approve: c.approve, OnEvent: c.event, Stream: true})
-	if err != nil {
+	if c.agent, err = s.newAgent(c, p, model); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
 	s.convs[c.info.ID] = c
 	info := c.info
 	s.mu.Unlock()
+	s.save(c)
 	return &info, nil
+}
+
+// newAgent makes the loop of c, going on from its kept history.
+func (s *Store) newAgent(c *conv, p llm.Provider, model string) (*agent.Agent, error) {
+	return agent.New(agent.Config{Provider: p, Model: model, System: c.system, MaxSteps: c.info.MaxSteps,
+		MaxHistoryBytes: s.opts.MaxHistoryBytes, Runner: s.opts.Sessions, SessionID: c.info.SessionID,
+		Tools: tool.Definitions(s.opts.Tools), Approve: c.approve, OnEvent: c.event, Stream: true, History: c.kept})
 }
 
 // provider picks the provider named name and the model: model, else the provider's default.
@@ -229,6 +255,11 @@ func (s *Store) forget(c *conv) {
 		c.stop(errStopped)
 	}
 	delete(s.convs, c.info.ID)
+	if s.opts.Dir != "" {
+		if err := os.Remove(s.file(c.info.ID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			s.opts.Logger.Warn("remove a conversation's file", "conversation_id", c.info.ID, "err", err)
+		}
+	}
 }
 
 // dropEnded forgets the tenant's conversations whose sessions have ended.
@@ -321,6 +352,9 @@ func (s *Store) Update(ctx context.Context, id string, req api.UpdateConversatio
 	c.info.Provider, c.info.Model = p.Name(), model
 	c.info.UpdatedAt = s.opts.Now()
 	info := c.info
+	if c.stop == nil {
+		go s.save(c) // not under s.mu; an answer running saves at its end
+	}
 	return &info, nil
 }
 
@@ -419,6 +453,11 @@ func (s *Store) Send(ctx context.Context, id string, req api.MessageRequest, emi
 	if err != nil {
 		return nil, err
 	}
+	if c.agent == nil {
+		if c.agent, err = s.newAgent(c, p, model); err != nil {
+			return nil, err
+		}
+	}
 	c.agent.SetModel(p, model)
 	s.mu.Lock()
 	now := s.opts.Now()
@@ -433,8 +472,10 @@ func (s *Store) Send(ctx context.Context, id string, req api.MessageRequest, emi
 
 	turn, err := c.agent.Send(ctx, input)
 	stopped := errors.Is(context.Cause(ctx), errStopped)
+	defer s.save(c)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	c.kept = c.agent.History()
 	t := &c.turns[len(c.turns)-1]
 	ended := s.opts.Now()
 	t.EndedAt = &ended

@@ -2,8 +2,12 @@ package conversation
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -52,13 +56,14 @@ func (f *fakeSessions) GetFile(ctx context.Context, id, path string) (*api.FileI
 	return nil, nil, fmt.Errorf("file %s: %w", path, errdefs.ErrNotFound)
 }
 
+// echo answers with the last message and how many it was sent.
 type echo struct{}
 
 func (echo) Name() string { return api.ProviderOpenAI }
 
 func (echo) Complete(_ context.Context, req llm.Request, _ func(string)) (*llm.Response, error) {
 	last := req.Messages[len(req.Messages)-1]
-	return &llm.Response{Message: llm.Message{Role: llm.RoleAssistant, Text: "you said " + last.Text}, StopReason: llm.StopEnd}, nil
+	return &llm.Response{Message: llm.Message{Role: llm.RoleAssistant, Text: fmt.Sprintf("you said %s (%d)", last.Text, len(req.Messages))}, StopReason: llm.StopEnd}, nil
 }
 
 func newStore(t *testing.T, mod func(*Options)) (*Store, *fakeSessions) {
@@ -68,7 +73,11 @@ func newStore(t *testing.T, mod func(*Options)) (*Store, *fakeSessions) {
 	if mod != nil {
 		mod(&o)
 	}
-	return New(o), f
+	s, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, f
 }
 
 func TestKeptTurnsBounded(t *testing.T) {
@@ -80,7 +89,7 @@ func TestKeptTurnsBounded(t *testing.T) {
 	}
 	for i := range 3 {
 		turn, err := s.Send(ctx, c.ID, api.MessageRequest{Input: fmt.Sprint("message ", i)}, nil)
-		if err != nil || turn.Output != fmt.Sprint("you said message ", i) {
+		if err != nil || turn.Output != fmt.Sprintf("you said message %d (%d)", i, 2*i+1) {
 			t.Fatalf("send %d: %+v %v", i, turn, err)
 		}
 	}
@@ -133,5 +142,54 @@ func TestTitle(t *testing.T) {
 		if got := title(in); got != want {
 			t.Errorf("title(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestKeptInFiles: a store on the same folder (the next server) has the conversations,
+// their turns and what the model was told, and goes on with them; one whose session ended
+// meanwhile is dropped with its file; an unreadable file is left alone.
+func TestKeptInFiles(t *testing.T) {
+	dir := t.TempDir()
+	s, f := newStore(t, func(o *Options) { o.Dir = dir })
+	alice := session.WithTenant(context.Background(), "alice")
+	c, _ := s.Create(alice, api.ConversationRequest{Approve: api.ApproveAsk, System: "be brief"})
+	gone, _ := s.Create(alice, api.ConversationRequest{})
+	if _, err := s.Send(alice, c.ID, api.MessageRequest{Input: "one"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	delete(f.owner, gone.SessionID)
+	f.mu.Unlock()
+	os.WriteFile(filepath.Join(dir, "conv_broken.json"), []byte("{"), 0o600)
+
+	s2, err := New(Options{Sessions: f, Dir: dir, NewProvider: func(string) (llm.Provider, string, error) { return echo{}, "echo-1", nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := s2.Get(alice, c.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Approve != api.ApproveAsk || len(got.Turns) != 1 || got.Turns[0].Output != "you said one (1)" || got.Title != "one" {
+		t.Errorf("after a restart: %+v", got)
+	}
+	turn, err := s2.Send(alice, c.ID, api.MessageRequest{Input: "two"}, nil)
+	if err != nil || turn.Output != "you said two (3)" {
+		t.Errorf("going on after a restart: %+v %v (want the model sent the 3 messages)", turn, err)
+	}
+	if _, err := s2.Get(alice, gone.ID); errdefs.Code(err) != api.CodeNotFound {
+		t.Errorf("a conversation whose session ended: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, gone.ID+".json")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("its file: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "conv_broken.json")); err != nil {
+		t.Errorf("the unreadable file: %v", err)
+	}
+	if err := s2.Delete(alice, c.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, c.ID+".json")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a deleted conversation's file: %v", err)
 	}
 }

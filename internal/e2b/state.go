@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/cellbox/cellbox/internal/errdefs"
+	"github.com/cellbox/cellbox/internal/statefile"
 )
 
 // maxContexts caps a sandbox's named contexts (the kernel holds 64 namespaces at most).
@@ -135,11 +136,7 @@ func (st *sandboxState) saveLocked() error {
 	if err := os.MkdirAll(filepath.Dir(st.file), 0o700); err != nil {
 		return fmt.Errorf("save contexts: %w", err)
 	}
-	tmp := st.file + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return fmt.Errorf("save contexts: %w", err)
-	}
-	if err := os.Rename(tmp, st.file); err != nil {
+	if err := statefile.Write(st.file, b, 0o600); err != nil {
 		return fmt.Errorf("save contexts: %w", err)
 	}
 	return nil

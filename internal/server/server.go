@@ -195,6 +195,13 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (_ *Server, err
 		}
 		front = e
 	}
+	convs, err := conversation.New(conversation.Options{Sessions: m, NewProvider: providers(cfg), Logger: log,
+		Tools: tool.Options{TimeoutS: cfg.ExecTimeout.Seconds(), MemoryMB: cfg.MemoryMB}, Dir: filepath.Join(cfg.StateDir, "conversations")})
+	if err != nil {
+		ln.Close()
+		m.Shutdown(ctx)
+		return nil, err
+	}
 	h := httpapi.New(m, httpapi.Options{
 		MaxBodyBytes:   cfg.MaxBodyBytes,
 		MaxUploadBytes: cfg.MaxUploadBytes,
@@ -208,8 +215,7 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (_ *Server, err
 		Tools:          tool.Options{TimeoutS: cfg.ExecTimeout.Seconds(), MemoryMB: cfg.MemoryMB},
 		NewProvider:    providers(cfg),
 		Providers:      func() []api.Provider { return providerList(cfg) },
-		Conversations: conversation.New(conversation.Options{Sessions: m, NewProvider: providers(cfg),
-			Tools: tool.Options{TimeoutS: cfg.ExecTimeout.Seconds(), MemoryMB: cfg.MemoryMB}}),
+		Conversations:  convs,
 	})
 	s.http = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	s.URL = "http://" + ln.Addr().String()

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cellbox/cellbox/api"
+	"github.com/cellbox/cellbox/internal/statefile"
 )
 
 // record is what survives of a session when the server process ends: enough to attach to
@@ -54,19 +55,7 @@ func (r records) save(rec record) error {
 	if err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(r.dir, ".tmp-"+rec.ID+"-")
-	if err != nil {
-		return fmt.Errorf("save session %s: %w", rec.ID, err)
-	}
-	_, err = f.Write(data)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), r.path(rec.ID))
-	}
-	if err != nil {
-		os.Remove(f.Name())
+	if err := statefile.Write(r.path(rec.ID), data, 0o600); err != nil {
 		return fmt.Errorf("save session %s: %w", rec.ID, err)
 	}
 	return nil

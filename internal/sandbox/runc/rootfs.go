@@ -1,10 +1,11 @@
 package runc
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
+
+	"github.com/cellbox/cellbox/internal/statefile"
 )
 
 // hostRoot is the host's root, a variable for tests.
@@ -127,9 +128,5 @@ func writeFileAtomic(path, content string) error {
 	if cur, err := os.ReadFile(path); err == nil && string(cur) == content {
 		return nil
 	}
-	tmp := fmt.Sprintf("%s.tmp%d", path, os.Getpid())
-	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return statefile.Write(path, []byte(content), 0o644)
 }
