@@ -300,7 +300,7 @@ export function Chat({ active, conversationId, go, onConversation, ended }) {
     ${providers === null && html`<p class="error" role="alert">Could not list the server's models: ${providersError}</p>`}
     ${st.conv && html`<p class="muted small">Session <code>${st.conv.session_id}</code> · ${st.conv.provider} ${st.conv.model}</p>`}
     ${st.loading && html`<p class="muted">Loading the conversation…</p>`}
-    ${!st.turns.length && !st.loading && html`<div class="intro">
+    ${!st.turns.length && !st.loading && !noModel && html`<div class="intro">
       <p>Ask a question about your data. Drop files onto the page or use <em>Upload files</em>: they go into the session's
         workspace, <code>/mnt/data</code>. The model writes Python, runs it in the sandbox, and answers.</p>
     </div>`}

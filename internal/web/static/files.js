@@ -112,12 +112,14 @@ export function Files({ sessionId, ensureSession, refresh, adder }) {
       ${list.map((f) => {
         const path = relativePath(f.path);
         return html`<li key=${f.path}>
-          ${f.type === 'dir'
-            ? html`<button type="button" class="link" aria-label=${'Open folder ' + path} onClick=${() => setDir(path)}>${f.name}/</button>`
-            : f.type === 'file'
-              ? html`<${DownloadButton} sessionId=${sessionId} path=${path} label=${f.name} />`
-              : html`<span>${f.name}</span>`}
-          <span class="muted small">${f.type === 'file' ? formatSize(f.size) + ' · ' : ''}${ago(f.mod_time)}</span>
+          <div>
+            ${f.type === 'dir'
+              ? html`<button type="button" class="link" aria-label=${'Open folder ' + path} onClick=${() => setDir(path)}>${f.name}/</button>`
+              : f.type === 'file'
+                ? html`<${DownloadButton} sessionId=${sessionId} path=${path} label=${f.name} />`
+                : html`<span>${f.name}</span>`}
+            <div class="muted small">${f.type === 'file' ? formatSize(f.size) + ' · ' : ''}${ago(f.mod_time)}</div>
+          </div>
           ${f.type !== 'dir' && html`<button type="button" class="small" aria-label=${'Delete ' + path} onClick=${() => remove(path)}>Delete</button>`}
         </li>`;
       })}
