@@ -31,6 +31,7 @@ export function Notebook({ active, sessionId, go, onSession, ended }) {
   const [dragging, setDragging] = useState(false);
   const adder = useRef();
   const boxes = useRef({});
+  const books = useRef(new Map()); // session id → its notebook, kept while the page lives
   const activeRef = useRef(active);
   activeRef.current = active;
 
@@ -42,6 +43,7 @@ export function Notebook({ active, sessionId, go, onSession, ended }) {
   }, [active]);
   useEffect(() => onSession(st.sid), [st.sid]);
   useEffect(() => {
+    books.current.delete(ended);
     if (ended && ended === st.sid) {
       state.current = fresh('');
       state.current.note = `Session ${ended} was ended. Running a cell starts a new one.`;
@@ -53,8 +55,11 @@ export function Notebook({ active, sessionId, go, onSession, ended }) {
     st.focus = 0;
   });
 
+  // open shows session sid's notebook: the one this page had for it (cells typed there
+  // are not lost by looking at another session), else a new one.
   function open(sid) {
-    state.current = fresh(sid);
+    state.current = books.current.get(sid) || fresh(sid);
+    if (sid) books.current.set(sid, state.current);
     render();
     if (sid) importSteps(state.current);
   }
@@ -96,6 +101,7 @@ export function Notebook({ active, sessionId, go, onSession, ended }) {
       .then((s) => {
         if (mine === state.current) {
           mine.sid = s.id;
+          books.current.set(s.id, mine);
           if (activeRef.current) go('#notebook/' + encodeURIComponent(s.id), true);
           render();
         }
