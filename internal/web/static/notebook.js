@@ -1,0 +1,229 @@
+// The notebook: cells a person types and runs in a session's kernel (POST .../execute,
+// streamed), the kernel's Interrupt and Restart, and the workspace's files. Opened on a
+// session the model worked in, it starts with the model's Python steps as cells.
+
+import { html, useEffect, useReducer, useRef, useState } from './vendor/preact-htm.js';
+import { ApiError, get, message, post, sessionPath, stream } from './api.js';
+import { Outputs, Result } from './cells.js';
+import { Files } from './files.js';
+
+let keys = 0;
+const cell = (code = '', more = {}) => ({ key: ++keys, code, outputs: [], result: null, running: false, error: '', note: '', ...more });
+
+// A notebook's state is one mutable object, drawn again after each change (render).
+const fresh = (sid) => ({ sid, cells: [cell()], imported: new Set(), error: '', note: '', creating: null, importing: null, focus: 0 });
+
+// stepCell is a python step of the model as a cell: its code and what it gave.
+const stepCell = (s) =>
+  cell(s.code, {
+    outputs: s.result?.outputs || [],
+    result: s.result || null,
+    byModel: true,
+    note: s.declined ? 'The model wrote this; it was skipped, not run.' : s.error ? `The model wrote this; it did not run: ${s.error}` : '',
+  });
+
+export function Notebook({ active, sessionId, go, onSession, ended }) {
+  const state = useRef(null);
+  state.current ??= fresh('');
+  const st = state.current;
+  const [, render] = useReducer((n) => n + 1, 0);
+  const [refresh, setRefresh] = useState(0);
+  const [dragging, setDragging] = useState(false);
+  const adder = useRef();
+  const boxes = useRef({});
+  const books = useRef(new Map()); // session id → its notebook, kept while the page lives
+  const activeRef = useRef(active);
+  activeRef.current = active;
+
+  useEffect(() => {
+    if (sessionId !== undefined && sessionId !== st.sid) open(sessionId);
+  }, [sessionId]);
+  useEffect(() => {
+    if (active && st.sid) importSteps(st);
+  }, [active]);
+  useEffect(() => onSession(st.sid), [st.sid]);
+  useEffect(() => {
+    books.current.delete(ended);
+    if (ended && ended === st.sid) {
+      state.current = fresh('');
+      state.current.note = `Session ${ended} was ended. Running a cell starts a new one.`;
+      render();
+    }
+  }, [ended]);
+  useEffect(() => {
+    if (st.focus) boxes.current[st.focus]?.focus();
+    st.focus = 0;
+  });
+
+  // open shows session sid's notebook: the one this page had for it (cells typed there
+  // are not lost by looking at another session), else a new one.
+  function open(sid) {
+    state.current = books.current.get(sid) || fresh(sid);
+    if (sid) books.current.set(sid, state.current);
+    render();
+    if (sid) importSteps(state.current);
+  }
+
+  // importSteps adds the model's python steps of the session's conversations that are not
+  // cells yet, oldest first, before the empty cells at the end.
+  async function importSteps(mine) {
+    if (mine.importing) return;
+    mine.importing = true;
+    try {
+      const list = await get('/v1/conversations?session_id=' + encodeURIComponent(mine.sid));
+      const cells = [];
+      for (const c of [...(list?.conversations || [])].reverse()) {
+        const full = await get('/v1/conversations/' + encodeURIComponent(c.id));
+        (full.turns || []).forEach((t, ti) =>
+          (t.steps || []).forEach((s, si) => {
+            const id = `${c.id}/${s.id || ti + '.' + si}`;
+            if (s.tool !== 'python' || !s.code || mine.imported.has(id)) return;
+            mine.imported.add(id);
+            cells.push(stepCell(s));
+          }),
+        );
+      }
+      let at = mine.cells.length;
+      while (at > 0 && !mine.cells[at - 1].code && !mine.cells[at - 1].result) at--;
+      mine.cells.splice(at, 0, ...cells);
+    } catch (e) {
+      // 404: a server without conversations; the notebook works all the same.
+      if (!(e instanceof ApiError && e.status === 404)) mine.error = "Could not load the model's steps: " + message(e);
+    }
+    mine.importing = false;
+    render();
+  }
+
+  function ensureSession() {
+    const mine = state.current;
+    if (mine.sid) return Promise.resolve(mine.sid);
+    mine.creating ??= post('/v1/sessions', {})
+      .then((s) => {
+        if (mine === state.current) {
+          mine.sid = s.id;
+          books.current.set(s.id, mine);
+          if (activeRef.current) go('#notebook/' + encodeURIComponent(s.id), true);
+          render();
+        }
+        return s.id;
+      })
+      .finally(() => (mine.creating = null));
+    return mine.creating;
+  }
+
+  async function run(c) {
+    if (c.running || !c.code.trim()) return;
+    Object.assign(c, { running: true, outputs: [], result: null, error: '', note: '' });
+    render();
+    try {
+      const sid = await ensureSession();
+      const onEvent = (event, data) => {
+        if (event !== 'output') return;
+        c.outputs.push(data);
+        render();
+      };
+      c.result = await stream(sessionPath(sid) + '/execute', { code: c.code }, onEvent);
+      if (c.result.outputs?.length) c.outputs = c.result.outputs;
+      if (c.result.files?.length) setRefresh((n) => n + 1);
+    } catch (e) {
+      c.error = message(e);
+    }
+    c.running = false;
+    render();
+  }
+
+  function add(after) {
+    const c = cell();
+    const at = after ? st.cells.indexOf(after) + 1 : st.cells.length;
+    st.cells.splice(at, 0, c);
+    st.focus = c.key;
+    render();
+    return c;
+  }
+
+  function onKey(e, c) {
+    if (e.key !== 'Enter' || !(e.shiftKey || e.ctrlKey || e.metaKey)) return;
+    e.preventDefault();
+    run(c);
+    if (e.shiftKey) {
+      // Shift+Enter runs and goes on to the next cell, as in Jupyter.
+      const next = st.cells[st.cells.indexOf(c) + 1];
+      if (next) {
+        st.focus = next.key;
+        render();
+      } else add(c);
+    }
+  }
+
+  async function kernel(action) {
+    if (action === 'restart' && !confirm('Restart the kernel? Its variables are lost; the files stay.')) return;
+    st.error = '';
+    st.note = '';
+    render();
+    try {
+      await post(sessionPath(st.sid) + '/' + action);
+      st.note = action === 'restart' ? 'The kernel restarted: variables are gone, files are kept.' : 'Interrupted.';
+    } catch (e) {
+      st.error = `Could not ${action === 'restart' ? 'restart' : 'interrupt'} the kernel: ${message(e)}`;
+    }
+    render();
+  }
+
+  const drop = {
+    onDragOver: (e) => {
+      if (!e.dataTransfer?.types?.includes('Files')) return;
+      e.preventDefault();
+      setDragging(true);
+    },
+    onDragLeave: (e) => e.currentTarget === e.target && setDragging(false),
+    onDrop: (e) => {
+      e.preventDefault();
+      setDragging(false);
+      if (e.dataTransfer?.files?.length) adder.current?.([...e.dataTransfer.files]);
+    },
+  };
+
+  return html`<section class="view notebook" hidden=${!active} aria-label="Notebook" ...${drop}>
+    ${dragging && html`<div class="dropzone" aria-hidden="true">Drop files to upload them into the workspace</div>`}
+    <div class="toolbar">
+      <span class="muted small">${st.sid ? html`Session <code>${st.sid}</code>` : 'New session'}</span>
+      <span class="grow"></span>
+      <button type="button" onClick=${() => kernel('interrupt')} disabled=${!st.sid}>Interrupt</button>
+      <button type="button" onClick=${() => kernel('restart')} disabled=${!st.sid}>Restart</button>
+      <button type="button" onClick=${() => go('#notebook')}>New session</button>
+    </div>
+    ${st.error && html`<p class="error" role="alert">${st.error}</p>`}
+    ${st.note && html`<p class="status" role="status">${st.note}</p>`}
+    <div class="columns">
+      <div class="cells">
+        ${st.importing && html`<p class="muted">Loading the model's steps…</p>`}
+        ${st.cells.map(
+          (c, i) => html`<article class=${'cell' + (c.byModel ? ' by-model' : '')} key=${c.key} aria-label=${`Cell ${i + 1}`}>
+            <header>
+              <span class="count">[${c.running ? '*' : c.result?.execution_count || ' '}]</span>
+              ${c.byModel && html`<span class="muted small">written by the model</span>`}
+              <span class="grow"></span>
+              <button type="button" class="primary small" onClick=${() => run(c)} disabled=${c.running}>Run cell</button>
+              <button type="button" class="small" onClick=${() => ((st.cells = st.cells.filter((x) => x !== c)), render())}>Delete cell</button>
+            </header>
+            <textarea class="source" aria-label=${`Code of cell ${i + 1}`} spellcheck="false" rows=${Math.min(30, Math.max(2, c.code.split('\n').length))}
+              ref=${(el) => (boxes.current[c.key] = el)} value=${c.code} placeholder="Python (Shift+Enter runs the cell)"
+              onInput=${(e) => {
+                c.code = e.target.value;
+                render();
+              }}
+              onKeyDown=${(e) => onKey(e, c)}></textarea>
+            ${c.note && html`<p class="status">${c.note}</p>`}
+            <div class="outputs" aria-live="polite">
+              <${Outputs} outputs=${c.outputs} />
+              <${Result} sessionId=${st.sid} result=${c.result} />
+            </div>
+            ${c.error && html`<p class="error" role="alert">${c.error}</p>`}
+          </article>`,
+        )}
+        <button type="button" onClick=${() => add()}>Add cell</button>
+      </div>
+      <${Files} sessionId=${st.sid} ensureSession=${ensureSession} refresh=${refresh} adder=${adder} />
+    </div>
+  </section>`;
+}
