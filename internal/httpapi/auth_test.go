@@ -167,6 +167,45 @@ func TestAttackAPIKeys(t *testing.T) {
 	}
 }
 
+// TestAttackPageWithoutKey: the web page and its files come without a key (the page asks
+// for one); nothing else does, whatever the path looks like.
+func TestAttackPageWithoutKey(t *testing.T) {
+	k := startKeyed(t, nil)
+	for _, tt := range []struct {
+		method, path string
+		status       int
+	}{
+		{"GET", "/", http.StatusOK},
+		{"GET", "/assets/app.js", http.StatusOK},
+		{"HEAD", "/assets/style.css", http.StatusOK},
+		{"GET", "/assets/nope.js", http.StatusNotFound},
+		{"GET", "/assets/", http.StatusNotFound},
+		{"GET", "/assets/vendor/", http.StatusNotFound},
+		{"GET", "/assets/..%2fv1%2fsessions", http.StatusNotFound},
+		{"GET", "/assets/../v1/sessions", http.StatusUnauthorized}, // cleaned: /v1/sessions, which needs the key
+		{"GET", "/index.html", http.StatusUnauthorized},
+		{"POST", "/", http.StatusUnauthorized},
+		{"GET", "/v1/providers", http.StatusUnauthorized},
+		{"GET", "/v1/conversations", http.StatusUnauthorized},
+	} {
+		t.Run("attack/"+tt.method+" "+tt.path, func(t *testing.T) {
+			req, _ := http.NewRequest(tt.method, k.url+tt.path, nil)
+			req.URL.Opaque = tt.path // as sent, not cleaned by the client
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != tt.status {
+				t.Errorf("status %d, want %d", resp.StatusCode, tt.status)
+			}
+			if resp.StatusCode == http.StatusOK && !strings.Contains(resp.Header.Get("Content-Security-Policy"), "script-src 'self'") {
+				t.Errorf("no CSP: %q", resp.Header.Get("Content-Security-Policy"))
+			}
+		})
+	}
+}
+
 // TestMetricsPublic: --metrics-public opens /metrics, and nothing else.
 func TestMetricsPublic(t *testing.T) {
 	k := startKeyed(t, func(c *config.Config) { c.MetricsPublic = true })

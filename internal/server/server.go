@@ -33,6 +33,7 @@ import (
 	"github.com/cellbox/cellbox/internal/sandbox/runc"
 	"github.com/cellbox/cellbox/internal/session"
 	"github.com/cellbox/cellbox/internal/tool"
+	"github.com/cellbox/cellbox/internal/web"
 	"github.com/cellbox/cellbox/internal/workspace"
 )
 
@@ -216,6 +217,7 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (_ *Server, err
 		NewProvider:    providers(cfg),
 		Providers:      func() []api.Provider { return providerList(cfg) },
 		Conversations:  convs,
+		Web:            webPage(cfg),
 	})
 	s.http = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	s.URL = "http://" + ln.Addr().String()
@@ -255,6 +257,14 @@ func providers(cfg config.Config) func(string) (llm.Provider, string, error) {
 		}
 		return agent.NewProvider(agent.ProviderConfig{Name: name})
 	}
+}
+
+// webPage is the browser page, unless --no-web.
+func webPage(cfg config.Config) http.Handler {
+	if cfg.NoWeb {
+		return nil
+	}
+	return web.Handler()
 }
 
 // providerList is what GET /v1/providers says: the providers that can be set up (a key in

@@ -1,0 +1,205 @@
+// Drives cellbox's web page in Debian's chromium with playwright-core: the path a person
+// takes (key, upload, ask, approve, see the code, output and plot, answer, follow-up, stop a
+// long cell, the notebook on the same session). Run by internal/web's TestBrowser, which
+// starts the server and a stand-in model API; it exits non-zero with the failed check.
+//
+// Environment: CELLBOX_URL, CELLBOX_KEY, CHROMIUM, DATA_CSV, MEAN_SPEED (what the follow-up
+// must show), CELLBOX_SCREENSHOTS (optional: a folder for the docs' screenshots).
+
+import { chromium } from 'playwright-core';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+
+const env = (name) => {
+  const v = process.env[name];
+  if (!v) throw new Error(`${name} is not set`);
+  return v;
+};
+const url = env('CELLBOX_URL');
+const key = env('CELLBOX_KEY');
+const shots = process.env.CELLBOX_SCREENSHOTS || '';
+const step = (s) => console.error(`browser: ${s}`);
+const check = (ok, what) => {
+  if (!ok) throw new Error(`check failed: ${what}`);
+};
+
+// shoot saves a screenshot of the whole page at width: the window made as tall as the page,
+// so that the sticky bars sit where a person sees them.
+async function shoot(page, name, width, dark = false) {
+  await page.emulateMedia({ colorScheme: dark ? 'dark' : 'light' });
+  await page.setViewportSize({ width, height: 900 });
+  const height = await page.evaluate(() => document.documentElement.scrollHeight);
+  await page.setViewportSize({ width, height: Math.min(height, 4000) });
+  await page.evaluate(() => scrollTo(0, 0));
+  await page.screenshot({ path: join(shots, name) });
+  await page.emulateMedia({ colorScheme: 'light' });
+  await page.setViewportSize({ width: 1440, height: 1000 });
+}
+
+const browser = await chromium.launch({ executablePath: env('CHROMIUM'), args: ['--no-sandbox'] });
+const failures = [];
+try {
+  const context = await browser.newContext({ viewport: { width: 1440, height: 1000 }, acceptDownloads: true });
+  const page = await context.newPage();
+  page.setDefaultTimeout(30_000);
+  const external = [];
+  page.on('request', (r) => {
+    if (!r.url().startsWith(url) && !r.url().startsWith('data:') && !r.url().startsWith('blob:')) external.push(r.url());
+  });
+  page.on('pageerror', (e) => failures.push(`page error: ${e.message}`));
+  page.on('console', (m) => m.type() === 'error' && !/401|Unauthorized/.test(m.text()) && failures.push(`console error: ${m.text()}`));
+
+  step('the page asks for the API key, refuses a wrong one, takes the right one');
+  await page.goto(url);
+  const keyBox = page.getByLabel('API key');
+  await keyBox.fill('cbx_wrong0000000000000000000000000000000000');
+  await page.getByRole('button', { name: 'Use key' }).click();
+  await page.getByText(/not one of this server's|wrong|not accepted/i).first().waitFor();
+  await keyBox.fill(key);
+  await page.getByRole('button', { name: 'Use key' }).click();
+  await keyBox.waitFor({ state: 'hidden' });
+  check(await page.evaluate((k) => !Object.values(localStorage).includes(k), key), 'the key is not in localStorage');
+  check(await page.evaluate((k) => Object.values(sessionStorage).includes(k), key), 'the key is kept in sessionStorage');
+
+  const chat = page.locator('section.chat');
+  const message = page.getByRole('textbox', { name: 'Message' });
+
+  step('the provider and model offered are the server\'s');
+  await chat.getByLabel('Provider').waitFor();
+  check((await chat.getByLabel('Provider').inputValue()) === 'openai', 'the provider is the server\'s');
+  check((await chat.getByLabel('Model').inputValue()) === env('DEFAULT_MODEL'), 'the model is the server\'s default');
+
+  step('ask mode on; upload the CSV');
+  const ask = chat.getByRole('checkbox', { name: /ask/i });
+  if (!(await ask.isChecked())) await ask.check();
+  const [chooser] = await Promise.all([page.waitForEvent('filechooser'), page.getByRole('button', { name: 'Upload files' }).click()]);
+  await chooser.setFiles(env('DATA_CSV'));
+  await chat.getByText('traffic_accidents.csv').first().waitFor();
+  await page.getByRole('button', { name: 'Send' }).waitFor();
+
+  step('ask (Shift+Enter is a new line, Enter sends)');
+  await message.fill('Which time of day has the most accidents?');
+  await message.press('Shift+Enter');
+  await message.pressSequentially('Plot it.');
+  check((await message.inputValue()).includes('\n'), 'Shift+Enter made a new line');
+  await message.press('Enter');
+
+  step('the cell waits for approval; its code is highlighted');
+  const cell = chat.locator('article.cell').first();
+  await cell.getByRole('button', { name: 'Run' }).waitFor();
+  await cell.getByRole('button', { name: 'Skip' }).waitFor();
+  await chat.getByRole('button', { name: 'Stop' }).waitFor();
+  check((await cell.locator('code').innerText()).includes("pd.read_csv('/mnt/data/traffic_accidents.csv')"), 'the code is shown');
+  check((await cell.locator('code .hljs-keyword').count()) > 0, 'the code is highlighted');
+  await cell.getByRole('button', { name: 'Run' }).click();
+
+  step('the output streams in, the plot decodes and opens at full size, the file it wrote downloads');
+  await cell.getByText('(8000, 10)').waitFor();
+  const img = cell.locator('img').first();
+  await img.waitFor();
+  const size = await img.evaluate(async (i) => {
+    await i.decode();
+    return { natural: i.naturalWidth, shown: i.getBoundingClientRect().width };
+  });
+  check(size.natural >= 400, `the plot decodes (naturalWidth ${size.natural})`);
+  await img.click();
+  const full = page.locator('dialog[open] img');
+  await full.waitFor();
+  const fullWidth = await full.evaluate(async (i) => (await i.decode(), i.naturalWidth));
+  check(fullWidth === size.natural, `the full-size view shows the same image (${fullWidth} vs ${size.natural})`);
+  await page.keyboard.press('Escape');
+  await full.waitFor({ state: 'hidden' });
+  const [download] = await Promise.all([
+    page.waitForEvent('download'),
+    cell.getByRole('button', { name: /Download .*accidents_by_hour\.png/ }).click(),
+  ]);
+  const saved = await download.path();
+  const png = readFileSync(saved);
+  check(png.subarray(1, 4).toString() === 'PNG', 'the downloaded file is a PNG');
+  check(download.suggestedFilename() === 'accidents_by_hour.png', `download name ${download.suggestedFilename()}`);
+
+  step('the answer, rendered as Markdown');
+  const answer = chat.locator('.markdown strong', { hasText: /hour \d+/ });
+  await answer.waitFor();
+  await chat.getByRole('button', { name: 'Send' }).waitFor();
+  check((await chat.locator('.markdown li').count()) >= 2, 'the answer\'s list is rendered');
+  if (shots) {
+    await shoot(page, 'chat-1440.png', 1440);
+    await shoot(page, 'chat-390.png', 390);
+    await shoot(page, 'chat-1440-dark.png', 1440, true);
+  }
+  for (const width of [390, 1440]) {
+    await page.setViewportSize({ width, height: 900 });
+    const over = await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
+    check(over <= 0, `no horizontal scrolling at ${width} px (${over} px too wide)`);
+  }
+
+  step('a follow-up uses a variable from before');
+  await message.fill('What is the average speed?');
+  await message.press('Enter');
+  const second = chat.locator('article.cell').nth(1);
+  await second.getByRole('button', { name: 'Run' }).click();
+  await second.getByText(env('MEAN_SPEED')).waitFor();
+  check((await second.getByText('NameError').count()) === 0, 'the follow-up found df');
+  await chat.locator('.markdown strong', { hasText: env('MEAN_SPEED') }).waitFor();
+  await chat.getByRole('button', { name: 'Send' }).waitFor();
+
+  step('Stop ends a long cell');
+  await message.fill('Now count slowly to a thousand.');
+  await message.press('Enter');
+  const third = chat.locator('article.cell').nth(2);
+  await third.getByRole('button', { name: 'Run' }).click();
+  await third.getByText('tick 3').waitFor();
+  await chat.getByRole('button', { name: 'Stop' }).click();
+  await chat.getByRole('button', { name: 'Send' }).waitFor();
+  const conv = await page.evaluate(() => location.hash);
+  const sessions = await (await fetch(url + '/v1/sessions', { headers: { Authorization: 'Bearer ' + key } })).json();
+  check(sessions.sessions.length === 1, `one session (${sessions.sessions.length})`);
+  const sid = sessions.sessions[0].id;
+  let state = '';
+  for (let i = 0; i < 50 && state !== 'idle'; i++) {
+    state = (await (await fetch(`${url}/v1/sessions/${sid}`, { headers: { Authorization: 'Bearer ' + key } })).json()).state;
+    if (state !== 'idle') await new Promise((r) => setTimeout(r, 200));
+  }
+  check(state === 'idle', `the session is idle after Stop (${state}; ${conv})`);
+  const ticks = await third.locator('pre.out.stdout').innerText();
+  check(!ticks.includes('tick 999'), 'the long cell did not run to its end');
+  check((await third.getByText('KeyboardInterrupt').count()) > 0, 'the cell shows it was interrupted');
+  await chat.getByText(/stopped/i).first().waitFor();
+
+  step('the notebook on the same session: the model\'s cells, and a new one run by hand');
+  await page.getByRole('link', { name: 'Notebook' }).click();
+  const notebook = page.locator('section.notebook');
+  await notebook.getByText(sid).first().waitFor();
+  const editors = notebook.getByRole('textbox', { name: /^Code of cell/ });
+  await page.waitForFunction(() => [...document.querySelectorAll('section.notebook textarea')].some((t) => t.value.includes('read_csv')));
+  const codes = await editors.evaluateAll((ts) => ts.map((t) => t.value));
+  check(codes.some((c) => c.includes("pd.read_csv('/mnt/data/traffic_accidents.csv')")), 'the notebook shows the model\'s code');
+  check(codes.some((c) => c.includes('average_speed')), 'the notebook shows the follow-up\'s code');
+  await notebook.getByRole('button', { name: 'Add cell' }).click();
+  const mine = editors.last();
+  await mine.fill('print(df.shape, by_hour.idxmax())');
+  await notebook.getByRole('button', { name: 'Run cell' }).last().click();
+  await notebook.getByText(/\(8000, 10\) \d+/).waitFor();
+  if (shots) {
+    await shoot(page, 'notebook-1440.png', 1440);
+    await shoot(page, 'notebook-390.png', 390);
+  }
+
+  step('the sessions view lists the session');
+  await page.getByRole('link', { name: 'Sessions' }).click();
+  await page.locator('section.sessions').getByText(sid).first().waitFor();
+
+  step('a new conversation starts clean');
+  await page.getByRole('link', { name: 'Chat' }).click();
+  await chat.locator('article.cell').first().waitFor();
+  await page.getByRole('button', { name: 'New conversation' }).click();
+  check((await chat.locator('article.cell').count()) === 0, 'no cells in a new conversation');
+  check((await message.inputValue()) === '', 'the message box is empty');
+
+  check(external.length === 0, `nothing is loaded from elsewhere: ${external.join(', ')}`);
+  check(failures.length === 0, failures.join('; '));
+  step('all checks passed');
+} finally {
+  await browser.close();
+}
