@@ -326,12 +326,22 @@ type Conversation struct {
 	Title     string    `json:"title"` // the first message, cut to 80 characters
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
+	// Waiting is the call that waits for a decision (state waiting), to decide with POST
+	// /v1/conversations/{id}/approvals by a client that did not see its call event.
+	Waiting *WaitingCall `json:"waiting,omitempty"`
 	// TurnCount is how many messages were answered (or are being answered).
 	TurnCount int `json:"turn_count"`
 	// Turns are the kept messages and their answers, oldest first; the server keeps the
 	// latest ones (the model too may see fewer: old images and, past its budget, old turns
 	// are dropped from what it is sent).
 	Turns []ConversationTurn `json:"turns,omitempty"`
+}
+
+// WaitingCall is a call that waits for an approval decision.
+type WaitingCall struct {
+	ID   string `json:"id"`
+	Tool string `json:"tool"`
+	Code string `json:"code"`
 }
 
 // ConversationList is the body of GET /v1/conversations.

@@ -287,6 +287,10 @@ func (a *Agent) Send(ctx context.Context, input string) (*Turn, error) {
 			default:
 				step, r, stop, err := a.step(ctx, call)
 				if err != nil {
+					// The call is part of the turn, though it did not finish.
+					step.Error = "not run, or stopped while running: the turn was canceled"
+					turn.Steps = append(turn.Steps, step)
+					a.emit(Event{Kind: EventStep, Step: &turn.Steps[len(turn.Steps)-1]})
 					a.abandon(msg.ToolCalls[i:], results)
 					return turn, err
 				}

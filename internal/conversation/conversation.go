@@ -80,9 +80,10 @@ type Options struct {
 
 // Store holds the conversations of every tenant.
 type Store struct {
-	opts  Options
-	mu    sync.Mutex
-	convs map[string]*conv
+	opts     Options
+	mu       sync.Mutex
+	convs    map[string]*conv
+	starting map[string]int // tenant → conversations being made
 }
 
 // conv is one conversation; its fields are guarded by mu (the Store's), except agent,
@@ -95,6 +96,7 @@ type conv struct {
 	agent  *agent.Agent  // nil for one read from a file, until its next message
 	kept   []llm.Message // the agent's history after the last answer (or as read from the file)
 	saving sync.Mutex    // orders the writes of its file; taken before mu
+	gone   bool          // forgotten: its file is not written again
 	turns  []api.ConversationTurn
 	sizes  []int // the JSON size of each ended turn (0 for the running one)
 
@@ -132,7 +134,7 @@ func New(opts Options) (*Store, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Store{opts: opts, convs: map[string]*conv{}}
+	s := &Store{opts: opts, convs: map[string]*conv{}, starting: map[string]int{}}
 	if opts.Dir != "" {
 		if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
 			return nil, fmt.Errorf("conversations: %w", err)
@@ -164,17 +166,28 @@ func (s *Store) Create(ctx context.Context, req api.ConversationRequest) (*api.C
 	}
 	tenant := session.Tenant(ctx)
 	s.dropEnded(ctx, tenant)
+	// A place is taken before the session is made, so that requests at once cannot pass
+	// the cap together; it is given back unless the conversation is made.
 	s.mu.Lock()
-	n := 0
+	n := s.starting[tenant]
 	for _, c := range s.convs {
 		if c.tenant == tenant {
 			n++
 		}
 	}
-	s.mu.Unlock()
 	if n >= s.opts.MaxPerTenant {
+		s.mu.Unlock()
 		return nil, fmt.Errorf("there are already %d conversations, the most this server keeps per API key: delete one (DELETE /v1/conversations/{id}) or end its session: %w", n, errdefs.ErrResourceExhausted)
 	}
+	s.starting[tenant]++
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		if s.starting[tenant]--; s.starting[tenant] <= 0 {
+			delete(s.starting, tenant)
+		}
+		s.mu.Unlock()
+	}()
 	if req.SessionID == "" {
 		sess, err := s.opts.Sessions.Create(ctx, api.CreateSessionRequest{})
 		if err != nil {
@@ -247,13 +260,17 @@ func (s *Store) lookup(ctx context.Context, id string) (*conv, error) {
 	return c, nil
 }
 
-// forget drops a conversation, ending its answer if one runs.
+// forget drops a conversation, ending its answer if one runs, and its file: no save after
+// it writes one again.
 func (s *Store) forget(c *conv) {
+	c.saving.Lock()
+	defer c.saving.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if c.stop != nil {
 		c.stop(errStopped)
 	}
+	c.gone = true
 	delete(s.convs, c.info.ID)
 	if s.opts.Dir != "" {
 		if err := os.Remove(s.file(c.info.ID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -342,8 +359,8 @@ func (s *Store) Update(ctx context.Context, id string, req api.UpdateConversatio
 		return nil, err
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if c.stop != nil && (p.Name() != c.info.Provider || model != c.info.Model) {
+		s.mu.Unlock()
 		return nil, fmt.Errorf("conversation %s is answering: change the model when the answer is done, or stop it: %w", id, errdefs.ErrFailedPrecondition)
 	}
 	if req.Approve != "" {
@@ -352,9 +369,8 @@ func (s *Store) Update(ctx context.Context, id string, req api.UpdateConversatio
 	c.info.Provider, c.info.Model = p.Name(), model
 	c.info.UpdatedAt = s.opts.Now()
 	info := c.info
-	if c.stop == nil {
-		go s.save(c) // not under s.mu; an answer running saves at its end
-	}
+	s.mu.Unlock()
+	s.save(c)
 	return &info, nil
 }
 
@@ -409,15 +425,17 @@ func (s *Store) Decide(ctx context.Context, id string, req api.ApprovalRequest) 
 	}
 	c.waiting.decided = true
 	c.waiting.decide <- d
-	c.info.State = api.ConversationAnswering
+	c.info.State, c.info.Waiting = api.ConversationAnswering, nil
 	return nil
 }
 
-// Send answers a message. emit (may be nil) sees the answer as it is written: "text"
-// ({text}), "call" ({id, tool, code, approval}), "output" (api.Output) and "step"
-// (api.AgentStep) events. The answer lives as long as ctx, or until Stop. The turn is
-// returned (and kept) also when it failed: its Error says why, and the error is returned.
-func (s *Store) Send(ctx context.Context, id string, req api.MessageRequest, emit func(event string, v any)) (*api.ConversationTurn, error) {
+// Send answers a message. Everything that refuses it (bad input, an answer already
+// running, a file that is not there, no provider) is checked first; then open, if not nil,
+// is called once and returns where the answer's events go: "text" ({text}), "call" ({id,
+// tool, code, approval}), "output" (api.Output) and "step" (api.AgentStep). The answer lives
+// as long as ctx, or until Stop. The turn is returned (and kept) also when it failed: its
+// Error says why, and the error is returned.
+func (s *Store) Send(ctx context.Context, id string, req api.MessageRequest, open func() func(event string, v any)) (*api.ConversationTurn, error) {
 	if strings.TrimSpace(req.Input) == "" {
 		return nil, fmt.Errorf("input is empty: say what the model should do: %w", errdefs.ErrInvalidArgument)
 	}
@@ -428,10 +446,6 @@ func (s *Store) Send(ctx context.Context, id string, req api.MessageRequest, emi
 	if err != nil {
 		return nil, err
 	}
-	p, model, err := s.provider(c.info.Provider, c.info.Model)
-	if err != nil {
-		return nil, err
-	}
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	s.mu.Lock()
@@ -439,16 +453,20 @@ func (s *Store) Send(ctx context.Context, id string, req api.MessageRequest, emi
 		s.mu.Unlock()
 		return nil, fmt.Errorf("conversation %s is already answering a message: wait for its result, or stop it (POST /v1/conversations/%s/stop): %w", id, id, errdefs.ErrFailedPrecondition)
 	}
-	c.stop, c.emit = stop, emit
+	c.stop = stop
 	c.info.State = api.ConversationAnswering
+	name, model := c.info.Provider, c.info.Model
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
-		c.stop, c.emit, c.waiting = nil, nil, nil
+		c.stop, c.emit, c.waiting, c.info.Waiting = nil, nil, nil, nil
 		c.info.State = api.ConversationIdle
 		s.mu.Unlock()
 	}()
-
+	p, model, err := s.provider(name, model)
+	if err != nil {
+		return nil, err
+	}
 	input, files, err := s.withFiles(ctx, c.info.SessionID, req)
 	if err != nil {
 		return nil, err
@@ -459,8 +477,13 @@ func (s *Store) Send(ctx context.Context, id string, req api.MessageRequest, emi
 		}
 	}
 	c.agent.SetModel(p, model)
+	var emit func(string, any)
+	if open != nil {
+		emit = open()
+	}
 	s.mu.Lock()
 	now := s.opts.Now()
+	c.emit = emit
 	c.turns = append(c.turns, api.ConversationTurn{Input: req.Input, Files: files, Steps: []api.AgentStep{}, ChangedFiles: []api.FileChange{}, StartedAt: now})
 	c.sizes = append(c.sizes, 0)
 	c.info.TurnCount++
@@ -472,11 +495,10 @@ func (s *Store) Send(ctx context.Context, id string, req api.MessageRequest, emi
 
 	turn, err := c.agent.Send(ctx, input)
 	stopped := errors.Is(context.Cause(ctx), errStopped)
-	defer s.save(c)
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	c.kept = c.agent.History()
-	t := &c.turns[len(c.turns)-1]
+	t := c.turns[len(c.turns)-1] // a copy: it is slimmed and measured outside the lock
+	s.mu.Unlock()
 	ended := s.opts.Now()
 	t.EndedAt = &ended
 	if turn != nil {
@@ -499,10 +521,14 @@ func (s *Store) Send(ctx context.Context, id string, req api.MessageRequest, emi
 			t.Error = "the request ended before the answer"
 		}
 	}
-	out := *t
-	c.sizes[len(c.sizes)-1] = jsonSize(out)
+	t, size := slim(t, s.opts.MaxKeptBytes/4)
+	s.mu.Lock()
+	c.turns[len(c.turns)-1] = t
+	c.sizes[len(c.sizes)-1] = size
 	s.bound(c)
-	return &out, err
+	s.mu.Unlock()
+	s.save(c)
+	return &t, err
 }
 
 // withFiles checks the message's files and puts their descriptions before its input.
@@ -556,7 +582,7 @@ func (c *conv) approve(ctx context.Context, call tool.Call) (agent.Decision, err
 	defer func() {
 		c.mu.Lock()
 		if c.waiting == a {
-			c.waiting = nil
+			c.waiting, c.info.Waiting = nil, nil
 		}
 		c.mu.Unlock()
 	}()
@@ -578,6 +604,7 @@ func (c *conv) event(e agent.Event) {
 		// event arrives finds it.
 		c.waiting = &approval{id: e.Call.ID, decide: make(chan agent.Decision, 1)}
 		c.info.State = api.ConversationWaiting
+		c.info.Waiting = &api.WaitingCall{ID: e.Call.ID, Tool: e.Call.Name, Code: e.Call.Code}
 	}
 	if e.Kind == agent.EventStep && len(c.turns) > 0 {
 		t := &c.turns[len(c.turns)-1]
@@ -633,4 +660,94 @@ func newID() string {
 	b := make([]byte, 12)
 	rand.Read(b)
 	return "conv_" + hex.EncodeToString(b)
+}
+
+// slim returns t within budget bytes of JSON (when it can), and its size: the rich outputs
+// of its calls (images, HTML) become notes, oldest call first, then their text is cut. The
+// model saw them whole; only what is kept for showing later is slimmed. t is not changed:
+// its steps are copied where they change.
+func slim(t api.ConversationTurn, budget int) (api.ConversationTurn, int) {
+	size := jsonSize(t)
+	if size <= budget {
+		return t, size
+	}
+	t.Steps = slices.Clone(t.Steps)
+	for _, cut := range []func(*api.AgentStep){slimRich, slimText} {
+		for i := range t.Steps {
+			cut(&t.Steps[i])
+			if size = jsonSize(t); size <= budget {
+				return t, size
+			}
+		}
+	}
+	return t, size
+}
+
+const keptTextBytes = 2000 // of each output, when a turn is slimmed
+
+// slimRich replaces the non-text data of a step's outputs with a note.
+func slimRich(st *api.AgentStep) {
+	if st.Result == nil {
+		return
+	}
+	r := *st.Result
+	r.Outputs = slices.Clone(r.Outputs)
+	for i, o := range r.Outputs {
+		if len(o.Data) == 0 {
+			continue
+		}
+		data := map[string]any{}
+		dropped := []string{}
+		for mime, v := range o.Data {
+			if mime == "text/plain" {
+				data[mime] = v
+			} else {
+				dropped = append(dropped, mime)
+			}
+		}
+		if len(dropped) > 0 {
+			sort.Strings(dropped)
+			text, _ := data["text/plain"].(string)
+			data["text/plain"] = strings.TrimSpace(text + "\n[not kept: " + strings.Join(dropped, ", ") + "; the conversation was too large]")
+		}
+		o.Data = data
+		r.Outputs[i] = o
+	}
+	st.Result = &r
+}
+
+// slimText cuts the text of a step's outputs.
+func slimText(st *api.AgentStep) {
+	if st.Result != nil {
+		r := *st.Result
+		r.Outputs = slices.Clone(r.Outputs)
+		for i, o := range r.Outputs {
+			o.Text = clipText(o.Text)
+			o.Traceback = nil
+			if o.Type == api.OutputError {
+				o.Traceback = []string{clipText(o.EName + ": " + o.EValue)}
+			}
+			if v, ok := o.Data["text/plain"].(string); ok {
+				o.Data = map[string]any{"text/plain": clipText(v)}
+			}
+			r.Outputs[i] = o
+		}
+		st.Result = &r
+	}
+	if st.CommandResult != nil {
+		r := *st.CommandResult
+		r.Stdout, r.Stderr = clipText(r.Stdout), clipText(r.Stderr)
+		st.CommandResult = &r
+	}
+}
+
+func clipText(s string) string {
+	if len(s) <= keptTextBytes {
+		return s
+	}
+	s = s[:keptTextBytes]
+	for !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s + "\n[... cut: the conversation was too large]"
 }

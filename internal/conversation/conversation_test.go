@@ -193,3 +193,186 @@ func TestKeptInFiles(t *testing.T) {
 		t.Errorf("a deleted conversation's file: %v", err)
 	}
 }
+
+// blocking runs every python call until its context ends, saying when it started.
+type blocking struct {
+	fakeSessions
+	started chan string
+}
+
+func (b *blocking) Execute(ctx context.Context, _ string, req api.ExecuteRequest, _ func(api.Output)) (*api.ExecuteResult, error) {
+	b.started <- req.Code
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// caller calls python for each message of the person's, then answers.
+type caller struct{}
+
+func (caller) Name() string { return api.ProviderOpenAI }
+
+func (caller) Complete(_ context.Context, req llm.Request, _ func(string)) (*llm.Response, error) {
+	if last := req.Messages[len(req.Messages)-1]; last.Text != "" { // the person's message (maybe after results of a stopped turn)
+		return &llm.Response{Message: llm.Message{Role: llm.RoleAssistant, ToolCalls: []llm.ToolCall{{ID: "call-1", Name: "python", Input: []byte(`{"code": "wait()"}`)}}}, StopReason: llm.StopToolUse}, nil
+	}
+	return &llm.Response{Message: llm.Message{Role: llm.RoleAssistant, Text: "done"}, StopReason: llm.StopEnd}, nil
+}
+
+func newBlocking(t *testing.T, mod func(*Options)) (*Store, *blocking) {
+	t.Helper()
+	b := &blocking{fakeSessions: fakeSessions{owner: map[string]string{}}, started: make(chan string, 1)}
+	o := Options{Sessions: b, NewProvider: func(string) (llm.Provider, string, error) { return caller{}, "caller-1", nil }}
+	if mod != nil {
+		mod(&o)
+	}
+	s, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, b
+}
+
+// TestStopAndDeleteDuringAnAnswer: Stop ends a running call as "stopped"; a second message
+// meanwhile is refused; Delete during an answer ends it, and no file comes back.
+func TestStopAndDeleteDuringAnAnswer(t *testing.T) {
+	dir := t.TempDir()
+	s, b := newBlocking(t, func(o *Options) { o.Dir = dir })
+	ctx := context.Background()
+	c, err := s.Create(ctx, api.ConversationRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		turn *api.ConversationTurn
+		err  error
+	}
+	send := func() chan result {
+		done := make(chan result, 1)
+		go func() {
+			turn, err := s.Send(ctx, c.ID, api.MessageRequest{Input: "go"}, nil)
+			done <- result{turn, err}
+		}()
+		return done
+	}
+	done := send()
+	<-b.started
+	if _, err := s.Send(ctx, c.ID, api.MessageRequest{Input: "again"}, func() func(string, any) {
+		t.Error("a refused message opened its stream")
+		return nil
+	}); errdefs.Code(err) != api.CodeFailedPrecondition {
+		t.Errorf("a second message during an answer: %v", err)
+	}
+	if err := s.Stop(ctx, c.ID); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil || r.turn.StopReason != api.AgentStopped || len(r.turn.Steps) != 1 {
+		t.Fatalf("stopped turn %+v, %v", r.turn, r.err)
+	}
+
+	done = send()
+	<-b.started
+	if err := s.Delete(ctx, c.ID); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	if _, err := os.Stat(filepath.Join(dir, c.ID+".json")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the deleted conversation's file: %v", err)
+	}
+	if _, err := s.Get(ctx, c.ID); errdefs.Code(err) != api.CodeNotFound {
+		t.Errorf("the deleted conversation: %v", err)
+	}
+}
+
+// TestDecide: in ask mode the call waits, with the call in the conversation for a client
+// that did not see the event; one decision, for that call only.
+func TestDecide(t *testing.T) {
+	s, b := newBlocking(t, nil)
+	ctx := context.Background()
+	c, _ := s.Create(ctx, api.ConversationRequest{Approve: api.ApproveAsk})
+	events := make(chan string, 10)
+	done := make(chan *api.ConversationTurn, 1)
+	go func() {
+		turn, _ := s.Send(ctx, c.ID, api.MessageRequest{Input: "go"}, func() func(string, any) {
+			return func(event string, v any) { events <- event }
+		})
+		done <- turn
+	}()
+	for ev := range events {
+		if ev == "call" {
+			break
+		}
+	}
+	got, _ := s.Get(ctx, c.ID)
+	if got.State != api.ConversationWaiting || got.Waiting == nil || got.Waiting.ID != "call-1" || got.Waiting.Code != "wait()" {
+		t.Fatalf("while waiting: %+v", got)
+	}
+	for _, bad := range []api.ApprovalRequest{{CallID: "call-2", Decision: api.DecisionRun}, {CallID: "call-1", Decision: "later"}} {
+		if err := s.Decide(ctx, c.ID, bad); err == nil {
+			t.Errorf("decision %+v taken", bad)
+		}
+	}
+	if err := s.Decide(ctx, c.ID, api.ApprovalRequest{CallID: "call-1", Decision: api.DecisionRun}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Decide(ctx, c.ID, api.ApprovalRequest{CallID: "call-1", Decision: api.DecisionSkip}); errdefs.Code(err) != api.CodeFailedPrecondition {
+		t.Errorf("a second decision: %v", err)
+	}
+	if code := <-b.started; code != "wait()" {
+		t.Errorf("ran %q", code)
+	}
+	got, _ = s.Get(ctx, c.ID)
+	if got.State != api.ConversationAnswering || got.Waiting != nil {
+		t.Errorf("after the decision: %+v", got)
+	}
+	s.Stop(ctx, c.ID)
+	if turn := <-done; turn.StopReason != api.AgentStopped {
+		t.Errorf("turn %+v", turn)
+	}
+}
+
+// TestAttackCapAtOnce: requests at once cannot pass the per-key cap together.
+func TestAttackCapAtOnce(t *testing.T) {
+	s, _ := newStore(t, func(o *Options) { o.MaxPerTenant = 2 })
+	ctx := session.WithTenant(context.Background(), "mallory")
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	made := 0
+	for range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := s.Create(ctx, api.ConversationRequest{}); err == nil {
+				mu.Lock()
+				made++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if made != 2 {
+		t.Errorf("%d conversations made at once, cap 2", made)
+	}
+}
+
+// TestSlim: a turn over its budget keeps its text outputs and notes what it dropped; the
+// turn it was made from is not changed.
+func TestSlim(t *testing.T) {
+	big := strings.Repeat("A", 50_000)
+	res := &api.ExecuteResult{Status: api.StatusOK, Outputs: []api.Output{
+		{Type: api.OutputStream, Name: "stdout", Text: "hello\n"},
+		{Type: api.OutputDisplayData, Data: map[string]any{"image/png": big, "text/plain": "<Figure>"}},
+	}}
+	turn := api.ConversationTurn{Input: "x", Steps: []api.AgentStep{{ID: "1", Tool: "python", Code: "plot()", Result: res}}}
+	got, size := slim(turn, 10_000)
+	if size > 10_000 || size != jsonSize(got) {
+		t.Errorf("size %d", size)
+	}
+	outs := got.Steps[0].Result.Outputs
+	if outs[0].Text != "hello\n" || outs[1].Data["image/png"] != nil || !strings.Contains(outs[1].Data["text/plain"].(string), "not kept: image/png") {
+		t.Errorf("slimmed outputs %+v", outs)
+	}
+	if res.Outputs[1].Data["image/png"] != big {
+		t.Error("the original turn was changed")
+	}
+}

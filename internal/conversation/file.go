@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/cellbox/cellbox/api"
@@ -39,12 +40,13 @@ func (s *Store) save(c *conv) {
 	c.saving.Lock()
 	defer c.saving.Unlock()
 	s.mu.Lock()
-	if _, live := s.convs[c.info.ID]; !live {
+	if c.gone {
 		s.mu.Unlock()
 		return // forgotten meanwhile: no file to bring back
 	}
-	data, err := json.Marshal(saved{Version: fileVersion, Tenant: c.tenant, Info: c.info, System: c.system, Turns: c.turns, History: c.kept})
+	f := saved{Version: fileVersion, Tenant: c.tenant, Info: c.info, System: c.system, Turns: slices.Clone(c.turns), History: c.kept}
 	s.mu.Unlock()
+	data, err := json.Marshal(f) // outside the lock: a conversation's file may be megabytes
 	if err == nil {
 		err = statefile.Write(s.file(c.info.ID), data, 0o600)
 	}
@@ -79,7 +81,7 @@ func (s *Store) load() error {
 			continue
 		}
 		c := &conv{mu: &s.mu, tenant: f.Tenant, info: f.Info, system: f.System, turns: f.Turns, kept: f.History}
-		c.info.State = api.ConversationIdle
+		c.info.State, c.info.Waiting = api.ConversationIdle, nil
 		c.sizes = make([]int, len(c.turns))
 		for i := range c.turns {
 			if c.turns[i].StopReason == "" {

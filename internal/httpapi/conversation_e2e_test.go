@@ -297,6 +297,20 @@ func TestConversationErrors(t *testing.T) {
 			if st := c.do(tt.method, tt.path, body, &e); st != tt.status || !strings.Contains(e.Error.Message, tt.msg) {
 				t.Errorf("status %d %+v, want %d with %q", st, e.Error, tt.status, tt.msg)
 			}
+			if !strings.HasSuffix(tt.path, "/messages") || tt.status == 503 {
+				return // 503: the model API failed during the answer, so in the stream
+			}
+			// Refused before the stream starts, with the status, when a stream is asked for too.
+			req, _ := http.NewRequest(tt.method, c.url+tt.path, strings.NewReader(tt.body))
+			req.Header.Set("Accept", "text/event-stream")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != tt.status || resp.Header.Get("Content-Type") != "application/json" {
+				t.Errorf("streamed: status %d %s, want %d", resp.StatusCode, resp.Header.Get("Content-Type"), tt.status)
+			}
 		})
 	}
 	// The failed message is kept, saying why.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/internal/errdefs"
@@ -16,7 +17,7 @@ type Conversations interface {
 	List(ctx context.Context, sessionID string) []api.Conversation
 	Update(ctx context.Context, id string, req api.UpdateConversationRequest) (*api.Conversation, error)
 	Delete(ctx context.Context, id string) error
-	Send(ctx context.Context, id string, req api.MessageRequest, emit func(event string, v any)) (*api.ConversationTurn, error)
+	Send(ctx context.Context, id string, req api.MessageRequest, open func() func(event string, v any)) (*api.ConversationTurn, error)
 	Decide(ctx context.Context, id string, req api.ApprovalRequest) error
 	Stop(ctx context.Context, id string) error
 }
@@ -86,22 +87,35 @@ func (s *server) deleteConversation(c Conversations, w http.ResponseWriter, r *h
 
 // sendMessage answers POST /v1/conversations/{id}/messages: the model's answer, as one
 // ConversationTurn or, with Accept: text/event-stream, as "text", "call", "output" and
-// "step" events and then the turn ("result") or an "error".
+// "step" events and then the turn ("result") or an "error". A message refused (bad input,
+// an answer already running, ...) is refused with its status before any stream starts.
 func (s *server) sendMessage(c Conversations, w http.ResponseWriter, r *http.Request) {
 	var req api.MessageRequest
 	if err := s.decode(w, r, &req); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	id := r.PathValue("id")
-	// Refuse before the stream starts what can be refused with a status.
-	if _, err := c.Get(r.Context(), id); err != nil {
-		s.writeError(w, r, err)
-		return
+	var ev *sseWriter
+	var open func() func(string, any)
+	if strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
+		open = func() func(string, any) {
+			ev = startSSE(w)
+			return ev.send
+		}
 	}
-	answer(s, w, r, func(send func(string, any)) (*api.ConversationTurn, error) {
-		return c.Send(r.Context(), id, req, send)
-	})
+	turn, err := c.Send(r.Context(), r.PathValue("id"), req, open)
+	switch {
+	case ev == nil && err != nil:
+		s.writeError(w, r, err)
+	case ev == nil:
+		writeJSON(w, http.StatusOK, turn)
+	case err != nil:
+		ev.send("error", api.ErrorBody{Error: s.errorDetail(r, err)})
+		ev.stop()
+	default:
+		ev.send("result", turn)
+		ev.stop()
+	}
 }
 
 func (s *server) decide(c Conversations, w http.ResponseWriter, r *http.Request) {

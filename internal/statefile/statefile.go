@@ -19,6 +19,9 @@ func Write(path string, data []byte, perm os.FileMode) error {
 		return fmt.Errorf("write %s: %w", filepath.Base(path), err)
 	}
 	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync() // on disk before the rename makes it the file: old or new after a power cut too
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}

@@ -46,7 +46,12 @@ const (
 		"plt.savefig('/mnt/data/accidents_by_hour.png')\n" +
 		"plt.show()"
 	followUpCode = "print(round(df['average_speed'].mean(), 2))"
-	longCode     = "import time\nfor i in range(1000):\n    print('tick', i, flush=True)\n    time.sleep(0.2)"
+	longCode     = "from IPython.display import HTML, display\n" +
+		"display(HTML('<b class=\"dropzone primary\" id=\"key\">counting</b><img src=x onerror=\"window.pwned = 3\"><input type=password>'))\n" +
+		"import time\nfor i in range(1000):\n    print('tick', i, flush=True)\n    time.sleep(0.2)"
+	// hostile is text a model might be made to write by a prompt injection in the data.
+	hostile = "Counting now.\n\n<div class=\"dropzone\">Your session expired: enter your API key <input type=password name=key></div>\n\n" +
+		"<img src=x onerror=\"window.pwned = 1\"> [details](javascript:window.pwned=2) <a href=\"https://evil.example/\">more</a>"
 )
 
 // model plays the model: it calls python for each of the test's requests, and answers
@@ -70,7 +75,7 @@ func model(r llmtest.Request) llmtest.Reply {
 		case strings.Contains(request, "average speed"):
 			return call(followUpCode)
 		case strings.Contains(request, "count slowly"):
-			return call(longCode)
+			return llmtest.Reply{Text: hostile, ToolCalls: call(longCode).ToolCalls}
 		}
 		return llmtest.Fail(400, "the stand-in model has no answer for: "+request)
 	}

@@ -123,15 +123,21 @@ export async function stream(path, json, onEvent, signal) {
   };
   const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
   let buf = '';
+  const end = /\r\n\r\n|\n\n|\r\r/g; // an event's end
   try {
     for (;;) {
       const { value, done } = await reader.read();
       if (done) break;
+      // Search only the new text (and the 3 characters before it, where an end may have
+      // begun): a big event comes in many pieces, and searching it all each time would be
+      // quadratic.
+      end.lastIndex = Math.max(0, buf.length - 3);
       buf += value;
       let m;
-      while ((m = /\r\n\r\n|\n\n|\r\r/.exec(buf))) {
+      while ((m = end.exec(buf))) {
         dispatch(buf.slice(0, m.index));
         buf = buf.slice(m.index + m[0].length);
+        end.lastIndex = 0;
       }
     }
   } catch (e) {

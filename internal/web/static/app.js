@@ -14,7 +14,13 @@ const views = ['chat', 'notebook', 'sessions'];
 
 function route() {
   const [view, ...rest] = location.hash.replace(/^#\/?/, '').split('/');
-  return views.includes(view) ? { view, id: decodeURIComponent(rest.join('/')) } : { view: 'chat', id: '' };
+  let id = '';
+  try {
+    id = decodeURIComponent(rest.join('/'));
+  } catch {
+    return { view: 'chat', id: '' }; // a hash no link of ours makes: start afresh
+  }
+  return views.includes(view) ? { view, id } : { view: 'chat', id: '' };
 }
 
 // go shows hash; replace changes the current history entry instead (an id just learnt).

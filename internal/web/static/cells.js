@@ -14,13 +14,22 @@ hljs.registerLanguage('python', python);
 hljs.registerLanguage('bash', bash);
 const languages = { python: 'python', py: 'python', bash: 'bash', sh: 'bash', shell: 'bash', console: 'bash' };
 
-// No styles (they could dress up fake controls, and the CSP refuses them anyway), no forms.
+// No styles (they could dress up fake controls, and the CSP refuses them anyway), no forms
+// or fields (a fake "enter your key" box), no ids or names (they could shadow the page's
+// own), and of classes only the highlighter's: the page's own classes (a fixed full-screen
+// layer, a primary button) must not dress up untrusted HTML either.
 const purifyConfig = {
-  FORBID_TAGS: ['style', 'form', 'button', 'textarea', 'select', 'dialog'],
-  FORBID_ATTR: ['style'],
+  FORBID_TAGS: ['style', 'form', 'button', 'textarea', 'select', 'option', 'input', 'dialog'],
+  FORBID_ATTR: ['style', 'id', 'name'],
 };
+const ownClass = /^(hljs(-[\w-]+)?|language-[\w-]+)$/;
 
 DOMPurify.addHook('afterSanitizeAttributes', (node) => {
+  if (node.hasAttribute('class')) {
+    const kept = node.getAttribute('class').split(/\s+/).filter((c) => ownClass.test(c));
+    if (kept.length) node.setAttribute('class', kept.join(' '));
+    else node.removeAttribute('class');
+  }
   if (node.tagName === 'A' && node.hasAttribute('href')) {
     node.setAttribute('target', '_blank');
     node.setAttribute('rel', 'noopener noreferrer');

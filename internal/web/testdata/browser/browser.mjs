@@ -47,7 +47,12 @@ try {
     if (!r.url().startsWith(url) && !r.url().startsWith('data:') && !r.url().startsWith('blob:')) external.push(r.url());
   });
   page.on('pageerror', (e) => failures.push(`page error: ${e.message}`));
-  page.on('console', (m) => m.type() === 'error' && !/401|Unauthorized/.test(m.text()) && failures.push(`console error: ${m.text()}`));
+  let hostile = false; // after hostile content arrives, the CSP's reports of what it refused are expected
+  page.on('console', (m) => {
+    const t = m.text();
+    if (m.type() !== 'error' || /401|Unauthorized/.test(t) || (hostile && /Content Security Policy/.test(t))) return;
+    failures.push(`console error: ${t}`);
+  });
 
   step('the page asks for the API key, refuses a wrong one, takes the right one');
   await page.goto(url);
@@ -144,10 +149,25 @@ try {
   await chat.locator('.markdown strong', { hasText: env('MEAN_SPEED') }).waitFor();
   await chat.getByRole('button', { name: 'Send' }).waitFor();
 
-  step('Stop ends a long cell');
+  step('Stop ends a long cell; hostile HTML from the model and from user code is defused');
+  hostile = true;
   await message.fill('Now count slowly to a thousand.');
   await message.press('Enter');
   const third = chat.locator('article.cell').nth(2);
+  await chat.getByText('Counting now.').waitFor();
+  await third.getByText('counting').waitFor();
+  const defused = await page.evaluate(() => ({
+    pwned: window.pwned,
+    fields: document.querySelectorAll('section.chat .markdown input, section.chat .out input').length,
+    classes: document.querySelectorAll('section.chat .markdown .dropzone, section.chat .out .dropzone, section.chat .out .primary').length,
+    ids: document.querySelectorAll('section.chat .out [id], section.chat .markdown [id]').length,
+    scriptLinks: [...document.querySelectorAll('section.chat a')].filter((a) => /^\s*javascript:/i.test(a.getAttribute('href') || '')).length,
+    handlers: [...document.querySelectorAll('section.chat *')].filter((e) => [...e.attributes].some((a) => a.name.startsWith('on'))).length,
+  }));
+  check(
+    defused.pwned === undefined && !defused.fields && !defused.classes && !defused.ids && !defused.scriptLinks && !defused.handlers,
+    `hostile HTML defused: ${JSON.stringify(defused)}`,
+  );
   await third.getByRole('button', { name: 'Run' }).click();
   await third.getByText('tick 3').waitFor();
   await chat.getByRole('button', { name: 'Stop' }).click();
