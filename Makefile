@@ -24,7 +24,7 @@ E2BCLIENT := internal/e2b/testdata/e2bclient
 # playwright-core, which drives Debian's chromium in the web page's tests.
 BROWSER := internal/web/testdata/browser
 
-.PHONY: help build deps run test fuzz bench bench-e2b screenshots lint clean
+.PHONY: help build deps run test fuzz bench bench-e2b bench-web screenshots lint clean
 
 help: ## list the targets
 	@echo "usage: make <target>"
@@ -60,6 +60,9 @@ bench: build ## run the benchmarks (cellbox bench)
 
 bench-e2b: build ## E2B's JS SDK against cellbox: create → first runCode result, runCode round trip
 	scripts/bench-e2b.sh
+
+bench-web: build ## the web page in chromium: first load (requests, bytes), time until the chat takes a message
+	scripts/bench-web.sh
 
 screenshots: ## the web page's screenshots in docs/screenshots (chat and notebook, 1440 and 390 px; as root)
 	scripts/install-deps.sh --test
