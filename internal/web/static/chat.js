@@ -5,7 +5,7 @@
 import { html, useEffect, useReducer, useRef, useState } from './vendor/preact-htm.js';
 import { ApiError, get, message, patch, post, stream, upload } from './api.js';
 import { Code, CommandOutput, Markdown, Outputs, Result } from './cells.js';
-import { Uploads } from './files.js';
+import { Uploads, dropTarget } from './files.js';
 
 const conversationPath = (id) => '/v1/conversations/' + encodeURIComponent(id);
 
@@ -253,19 +253,7 @@ export function Chat({ active, conversationId, go, onConversation, ended }) {
     render();
   }
 
-  const drop = {
-    onDragOver: (e) => {
-      if (!e.dataTransfer?.types?.includes('Files') || noModel) return;
-      e.preventDefault();
-      setDragging(true);
-    },
-    onDragLeave: (e) => e.currentTarget === e.target && setDragging(false),
-    onDrop: (e) => {
-      e.preventDefault();
-      setDragging(false);
-      if (e.dataTransfer?.files?.length && !noModel) addFiles([...e.dataTransfer.files]);
-    },
-  };
+  const drop = dropTarget(setDragging, addFiles, !noModel);
 
   const provider = providers?.find((p) => p.name === settings.provider);
   return html`<section class="view chat" hidden=${!active} aria-label="Chat" ...${drop}>

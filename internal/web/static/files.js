@@ -7,6 +7,23 @@ import { DownloadButton, ago, formatSize } from './cells.js';
 
 // Uploads lists files being uploaded (state "uploading", with progress 0..1), uploaded
 // ("done") or refused ("failed", with error): nothing fails unseen.
+// dropTarget returns the handlers that make an element take files dropped on it: onFiles
+// gets them; setDragging says whether files are over it (to show the drop zone). With
+// enabled false, drops are left to the browser.
+export const dropTarget = (setDragging, onFiles, enabled = true) => ({
+  onDragOver: (e) => {
+    if (!e.dataTransfer?.types?.includes('Files') || !enabled) return;
+    e.preventDefault();
+    setDragging(true);
+  },
+  onDragLeave: (e) => e.currentTarget === e.target && setDragging(false),
+  onDrop: (e) => {
+    e.preventDefault();
+    setDragging(false);
+    if (e.dataTransfer?.files?.length && enabled) onFiles([...e.dataTransfer.files]);
+  },
+});
+
 export function Uploads({ items, label, onRemove }) {
   if (!items.length) return null;
   return html`<ul class="chips" aria-label=${label}>

@@ -5,7 +5,7 @@
 import { html, useEffect, useReducer, useRef, useState } from './vendor/preact-htm.js';
 import { ApiError, get, message, post, sessionPath, stream } from './api.js';
 import { Outputs, Result } from './cells.js';
-import { Files } from './files.js';
+import { Files, dropTarget } from './files.js';
 
 let keys = 0;
 const cell = (code = '', more = {}) => ({ key: ++keys, code, outputs: [], result: null, running: false, error: '', note: '', ...more });
@@ -169,19 +169,7 @@ export function Notebook({ active, sessionId, go, onSession, ended }) {
     render();
   }
 
-  const drop = {
-    onDragOver: (e) => {
-      if (!e.dataTransfer?.types?.includes('Files')) return;
-      e.preventDefault();
-      setDragging(true);
-    },
-    onDragLeave: (e) => e.currentTarget === e.target && setDragging(false),
-    onDrop: (e) => {
-      e.preventDefault();
-      setDragging(false);
-      if (e.dataTransfer?.files?.length) adder.current?.([...e.dataTransfer.files]);
-    },
-  };
+  const drop = dropTarget(setDragging, (files) => adder.current?.(files));
 
   return html`<section class="view notebook" hidden=${!active} aria-label="Notebook" ...${drop}>
     ${dragging && html`<div class="dropzone" aria-hidden="true">Drop files to upload them into the workspace</div>`}

@@ -206,6 +206,18 @@ try {
     await shoot(page, 'notebook-390.png', 390);
   }
 
+  step('a file dropped onto the notebook goes to the workspace');
+  const dropped = await page.evaluateHandle(() => {
+    const dt = new DataTransfer();
+    dt.items.add(new File(['dropped on the page\n'], 'dropped.txt', { type: 'text/plain' }));
+    return dt;
+  });
+  await notebook.dispatchEvent('dragover', { dataTransfer: dropped });
+  await notebook.dispatchEvent('drop', { dataTransfer: dropped });
+  await notebook.getByRole('button', { name: /Download .*dropped\.txt/ }).first().waitFor();
+  const body = await (await fetch(`${url}/v1/sessions/${sid}/files/dropped.txt`, { headers: { Authorization: 'Bearer ' + key } })).text();
+  check(body === 'dropped on the page\n', `the dropped file's content: ${JSON.stringify(body)}`);
+
   step('the sessions view lists the session');
   await page.getByRole('link', { name: 'Sessions' }).click();
   await page.locator('section.sessions').getByText(sid).first().waitFor();
