@@ -32,6 +32,8 @@ export function Chat({ active, conversationId, go, onConversation, ended }) {
   const st = state.current;
   const [, render] = useReducer((n) => n + 1, 0);
   const [text, setText] = useState('');
+  // The latest text and send, for an upload that ends after the person pressed Send.
+  const latest = useRef({});
   const [providers, setProviders] = useState(undefined); // undefined: loading; null: failed
   const [providersError, setProvidersError] = useState('');
   const [settings, setSettings] = useState({ provider: '', model: '', approve: 'ask' });
@@ -172,6 +174,11 @@ export function Chat({ active, conversationId, go, onConversation, ended }) {
           chip.state = 'failed';
           chip.error = message(e);
         }
+        if (mine.sendAfterUploads && !mine.chips.some((c) => c.state === 'uploading')) {
+          mine.sendAfterUploads = false;
+          if (mine.chips.some((c) => c.state === 'failed')) mine.error = 'Not sent: an upload failed (see the file). Remove it, or send without it.';
+          else latest.current.send();
+        }
         render();
       })();
     }
@@ -179,12 +186,18 @@ export function Chat({ active, conversationId, go, onConversation, ended }) {
   }
 
   const uploading = st.chips.some((c) => c.state === 'uploading');
+  latest.current = { text, send: () => send() };
   const noModel = Array.isArray(providers) && providers.length === 0;
 
   async function send() {
     const mine = st;
-    const input = text.trim();
-    if (!input || mine.answering || uploading || noModel) return;
+    const input = latest.current.text.trim();
+    if (!input || mine.answering || noModel) return;
+    if (mine.chips.some((c) => c.state === 'uploading')) {
+      mine.sendAfterUploads = true; // sent when the last upload ends
+      render();
+      return;
+    }
     const attached = mine.chips.filter((c) => c.state === 'done');
     const files = attached.map((c) => c.name);
     mine.chips = mine.chips.filter((c) => c.state !== 'done');
@@ -311,10 +324,10 @@ export function Chat({ active, conversationId, go, onConversation, ended }) {
         <button type="button" onClick=${() => picker.current.click()} disabled=${noModel}>Upload files</button>
         <input type="file" multiple hidden ref=${picker} onChange=${(e) => (addFiles([...e.target.files]), (e.target.value = ''))} />
         <span class="grow"></span>
-        ${uploading && html`<span class="muted small">Waiting for the uploads…</span>`}
+        ${uploading && html`<span class="muted small" role="status">${st.sendAfterUploads ? 'Sending when the uploads are done…' : 'Uploading…'}</span>`}
         ${st.answering
           ? html`<button type="button" class="danger" onClick=${stop} disabled=${st.stopping}>Stop</button>`
-          : html`<button type="submit" class="primary" disabled=${!text.trim() || uploading || noModel}>Send</button>`}
+          : html`<button type="submit" class="primary" disabled=${!text.trim() || noModel || st.sendAfterUploads}>Send</button>`}
       </div>
     </form>
   </section>`;

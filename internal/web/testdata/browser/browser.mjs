@@ -38,9 +38,11 @@ async function shoot(page, name, width, dark = false) {
 
 const browser = await chromium.launch({ executablePath: env('CHROMIUM'), args: ['--no-sandbox'] });
 const failures = [];
+let page;
+let context;
 try {
-  const context = await browser.newContext({ viewport: { width: 1440, height: 1000 }, acceptDownloads: true });
-  const page = await context.newPage();
+  context = await browser.newContext({ viewport: { width: 1440, height: 1000 }, acceptDownloads: true });
+  page = await context.newPage();
   page.setDefaultTimeout(30_000);
   const external = [];
   page.on('request', (r) => {
@@ -74,20 +76,26 @@ try {
   check((await chat.getByLabel('Provider').inputValue()) === 'openai', 'the provider is the server\'s');
   check((await chat.getByLabel('Model').inputValue()) === env('DEFAULT_MODEL'), 'the model is the server\'s default');
 
-  step('ask mode on; upload the CSV');
+  step('ask mode on; upload the CSV (slowly: the message is sent once it is there)');
+  const cdp = await context.newCDPSession(page);
+  await cdp.send('Network.enable');
+  const throttle = (bytesPerSecond) =>
+    cdp.send('Network.emulateNetworkConditions', { offline: false, latency: 0, downloadThroughput: -1, uploadThroughput: bytesPerSecond });
+  await throttle(100 * 1024);
   const ask = chat.getByRole('checkbox', { name: /ask/i });
   if (!(await ask.isChecked())) await ask.check();
   const [chooser] = await Promise.all([page.waitForEvent('filechooser'), page.getByRole('button', { name: 'Upload files' }).click()]);
   await chooser.setFiles(env('DATA_CSV'));
   await chat.getByText('traffic_accidents.csv').first().waitFor();
-  await page.getByRole('button', { name: 'Send' }).waitFor();
 
   step('ask (Shift+Enter is a new line, Enter sends)');
   await message.fill('Which time of day has the most accidents?');
   await message.press('Shift+Enter');
   await message.pressSequentially('Plot it.');
   check((await message.inputValue()).includes('\n'), 'Shift+Enter made a new line');
-  await message.press('Enter');
+  await message.press('Enter'); // during the upload: sent once the file is there
+  await chat.getByText('Sending when the uploads are done').waitFor();
+  await throttle(-1);
 
   step('the cell waits for approval; its code is highlighted');
   const cell = chat.locator('article.cell').first();
@@ -218,6 +226,19 @@ try {
   const body = await (await fetch(`${url}/v1/sessions/${sid}/files/dropped.txt`, { headers: { Authorization: 'Bearer ' + key } })).text();
   check(body === 'dropped on the page\n', `the dropped file's content: ${JSON.stringify(body)}`);
 
+  step('the notebook deletes a file and restarts the kernel');
+  page.on('dialog', (d) => d.accept()); // the confirmations of Delete, Restart and End
+  await notebook.getByRole('button', { name: /^Delete .*dropped\.txt/ }).click();
+  await notebook.getByRole('button', { name: /Download .*dropped\.txt/ }).waitFor({ state: 'detached' });
+  const gone = await fetch(`${url}/v1/sessions/${sid}/files/dropped.txt`, { headers: { Authorization: 'Bearer ' + key } });
+  check(gone.status === 404, `the deleted file answers ${gone.status}`);
+  await notebook.getByRole('button', { name: 'Restart' }).click();
+  await notebook.getByText(/variables are gone/).waitFor();
+  await notebook.getByRole('button', { name: 'Add cell' }).click();
+  await editors.last().fill("print('df' in globals())");
+  await notebook.getByRole('button', { name: 'Run cell' }).last().click();
+  await notebook.locator('pre.out.stdout', { hasText: /^\s*False\s*$/ }).waitFor();
+
   step('the sessions view lists the session');
   await page.getByRole('link', { name: 'Sessions' }).click();
   await page.locator('section.sessions').getByText(sid).first().waitFor();
@@ -229,9 +250,22 @@ try {
   check((await chat.locator('article.cell').count()) === 0, 'no cells in a new conversation');
   check((await message.inputValue()) === '', 'the message box is empty');
 
+  step('the sessions view ends the session');
+  await page.getByRole('link', { name: 'Sessions' }).click();
+  await page.getByRole('button', { name: 'End session ' + sid }).click();
+  await page.locator('section.sessions').getByText(sid).waitFor({ state: 'detached' });
+  const ended = await fetch(`${url}/v1/sessions/${sid}`, { headers: { Authorization: 'Bearer ' + key } });
+  check(ended.status === 404, `the ended session answers ${ended.status}`);
+
   check(external.length === 0, `nothing is loaded from elsewhere: ${external.join(', ')}`);
   check(failures.length === 0, failures.join('; '));
   step('all checks passed');
+} catch (e) {
+  // What the page showed when a check failed, for the test's log.
+  const text = await page?.locator('body').innerText().catch(() => '');
+  console.error(`browser: the page when it failed:\n${text}`);
+  if (process.env.CELLBOX_FAILSHOT) await page?.screenshot({ path: process.env.CELLBOX_FAILSHOT, fullPage: true }).catch(() => {});
+  throw e;
 } finally {
   await browser.close();
 }
