@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strings"
 	"sync"
@@ -36,6 +37,7 @@ func startCell(t *testing.T, m *Manager, ctx context.Context, id, code string) <
 // TestInterruptStopsCommand: POST /interrupt stops a command too, killing what it started.
 func TestInterruptStopsCommand(t *testing.T) {
 	m := newManager(t, nil)
+	sleep := uniqueSleep()
 	ctx := context.Background()
 	s, err := m.Create(ctx, api.CreateSessionRequest{})
 	if err != nil {
@@ -43,7 +45,7 @@ func TestInterruptStopsCommand(t *testing.T) {
 	}
 	done := make(chan *api.CommandResult, 1)
 	go func() {
-		r, err := m.Command(ctx, s.ID, api.CommandRequest{Cmd: []string{"sh", "-c", "touch started; sleep 60; touch late"}})
+		r, err := m.Command(ctx, s.ID, api.CommandRequest{Cmd: []string{"sh", "-c", "touch started; " + sleep + "; touch late"}})
 		if err != nil {
 			t.Errorf("command: %v", err)
 		}
@@ -60,7 +62,7 @@ func TestInterruptStopsCommand(t *testing.T) {
 		t.Fatalf("interrupted command: %+v", r)
 	}
 	ps, err := m.Command(ctx, s.ID, api.CommandRequest{Cmd: []string{"ps", "-eo", "args"}})
-	if err != nil || strings.Contains(ps.Stdout, "sleep 60") {
+	if err != nil || strings.Contains(ps.Stdout, sleep) {
 		t.Errorf("the command's process outlived the interrupt: %v\n%s", err, ps.Stdout)
 	}
 }
@@ -69,6 +71,7 @@ func TestInterruptStopsCommand(t *testing.T) {
 // next call runs at once instead of waiting for it.
 func TestCallerGoneEndsCommand(t *testing.T) {
 	m := newManager(t, nil)
+	sleep := uniqueSleep()
 	s, err := m.Create(context.Background(), api.CreateSessionRequest{})
 	if err != nil {
 		t.Fatal(err)
@@ -77,7 +80,7 @@ func TestCallerGoneEndsCommand(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		m.Command(ctx, s.ID, api.CommandRequest{Cmd: []string{"sh", "-c", "touch started; sleep 60"}, TimeoutS: 120})
+		m.Command(ctx, s.ID, api.CommandRequest{Cmd: []string{"sh", "-c", "touch started; " + sleep}, TimeoutS: 120})
 	}()
 	sess, _ := m.lookup(context.Background(), s.ID)
 	for !exists(m.current(sess).ws + "/started") {
@@ -86,9 +89,15 @@ func TestCallerGoneEndsCommand(t *testing.T) {
 	cancel()
 	<-done
 	r, err := m.Command(context.Background(), s.ID, api.CommandRequest{Cmd: []string{"ps", "-eo", "args"}})
-	if err != nil || strings.Contains(r.Stdout, "sleep 60") {
+	if err != nil || strings.Contains(r.Stdout, sleep) {
 		t.Errorf("the command outlived its caller: %v\n%s", err, r.Stdout)
 	}
+}
+
+// uniqueSleep is a command line of sleep about a minute long that no other test writes:
+// sessions on the local backend see every process of the host, other packages' tests too.
+func uniqueSleep() string {
+	return fmt.Sprintf("sleep 60.%09d", time.Now().Nanosecond())
 }
 
 // TestShutdownEndsOneShots: Shutdown interrupts one-shot executions too; they answer.
