@@ -44,8 +44,8 @@ const (
 
 var (
 	namePattern  = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
-	debPattern   = regexp.MustCompile(`^[a-z0-9][a-z0-9+.-]+$`)               // Debian policy 5.6.1
-	suitePattern = regexp.MustCompile(`^[a-z][a-z0-9-]{1,30}$`)                // bookworm, trixie, ...
+	debPattern   = regexp.MustCompile(`^[a-z0-9][a-z0-9+.-]+$`)                   // Debian policy 5.6.1
+	suitePattern = regexp.MustCompile(`^[a-z][a-z0-9-]{1,30}$`)                   // bookworm, trixie, ...
 	pipPattern   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._\-\[\],<>=!~ ]*$`) // name[extras] and version specifiers; no URLs, options or paths
 )
 
