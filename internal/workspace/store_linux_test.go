@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"sync"
 	"syscall"
@@ -365,17 +364,6 @@ func TestStoreAuto(t *testing.T) {
 		t.Fatal("quota auto as root with loop devices: Quotas() = false")
 	}
 	assertEmpty(t, s.dir) // the probe cleaned up
-}
-
-func TestParseMountInfo(t *testing.T) {
-	in := "22 27 0:21 / /proc rw,relatime - proc proc rw\n" +
-		"99 27 7:0 / /srv/cell\\040box/ab-1 rw,nosuid,nodev - ext4 /dev/loop0 rw\n" +
-		"100 27 7:1 / /a\\134b\\011c rw - ext4 /dev/loop1 rw\n"
-	got := parseMountInfo([]byte(in))
-	want := []string{"/proc", "/srv/cell box/ab-1", "/a\\b\tc"}
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("parseMountInfo = %q, want %q", got, want)
-	}
 }
 
 func BenchmarkStoreCreate(b *testing.B) {
