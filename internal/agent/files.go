@@ -9,7 +9,6 @@ import (
 	"io"
 	"path"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/internal/tool"
@@ -122,11 +121,7 @@ func clip(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	s = s[:n]
-	for !utf8.ValidString(s) {
-		s = s[:len(s)-1]
-	}
-	return s + " ..."
+	return tool.Prefix(s, n) + " ..."
 }
 
 // capped keeps the first max bytes written to it and drops the rest.

@@ -745,9 +745,5 @@ func clipText(s string) string {
 	if len(s) <= keptTextBytes {
 		return s
 	}
-	s = s[:keptTextBytes]
-	for !utf8.ValidString(s) {
-		s = s[:len(s)-1]
-	}
-	return s + "\n[... cut: the conversation was too large]"
+	return tool.Prefix(s, keptTextBytes) + "\n[... cut: the conversation was too large]"
 }

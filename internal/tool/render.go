@@ -185,6 +185,18 @@ func writeFiles(b *strings.Builder, files []api.FileChange) {
 	}
 }
 
+// Prefix is s cut to at most n bytes, at a character boundary.
+func Prefix(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[:max(n, 0)]
+	for len(s) > 0 && !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
 // Size writes a byte count for a person or a model: 812 B, 20.5 kB, 3.1 MB.
 func Size(n int64) string {
 	switch {
