@@ -683,19 +683,30 @@ func checkCommand(req *api.CommandRequest) error {
 	return checkEnv(req.Env)
 }
 
+// commandRun finds the session of a command (Command, Spawn) and takes the tenant's run
+// for it, after checking the request and filling in its timeout; done gives the run back.
+func (m *Manager) commandRun(ctx context.Context, id string, req *api.CommandRequest) (_ *Session, done func(), err error) {
+	s, done, err := m.lookupRun(ctx, id, "command")
+	if err != nil {
+		return nil, nil, err
+	}
+	if err = checkCommand(req); err == nil {
+		req.TimeoutS, err = m.timeout(req.TimeoutS)
+	}
+	if err != nil {
+		done()
+		return nil, nil, err
+	}
+	return s, done, nil
+}
+
 // Command runs a program in a session, after any execution already running there.
 func (m *Manager) Command(ctx context.Context, id string, req api.CommandRequest) (*api.CommandResult, error) {
-	s, done, err := m.lookupRun(ctx, id, "command")
+	s, done, err := m.commandRun(ctx, id, &req)
 	if err != nil {
 		return nil, err
 	}
 	defer done()
-	if err := checkCommand(&req); err != nil {
-		return nil, err
-	}
-	if req.TimeoutS, err = m.timeout(req.TimeoutS); err != nil {
-		return nil, err
-	}
 	b, rctx, release, err := m.acquire(ctx, s)
 	if err != nil {
 		return nil, err

@@ -22,17 +22,11 @@ const maxSpawns = 16
 // ends it, but Interrupt and Restart, which act on the session's turn, leave it alone. At
 // most 16 run at once in a session; a session where one runs is not idle.
 func (m *Manager) Spawn(ctx context.Context, id string, req api.CommandRequest, onOutput func(api.Output)) (*api.CommandResult, error) {
-	s, done, err := m.lookupRun(ctx, id, "command")
+	s, done, err := m.commandRun(ctx, id, &req)
 	if err != nil {
 		return nil, err
 	}
 	defer done()
-	if err := checkCommand(&req); err != nil {
-		return nil, err
-	}
-	if req.TimeoutS, err = m.timeout(req.TimeoutS); err != nil {
-		return nil, err
-	}
 	rctx, _, end, err := m.startRun(ctx)
 	if err != nil {
 		return nil, err
