@@ -76,12 +76,7 @@ func (m *Manager) deadlineSet() {
 // endExpired ends, together, the sessions whose deadline is at or before now, and
 // returns the earliest deadline still ahead (zero: none).
 func (m *Manager) endExpired(ctx context.Context, now time.Time) (next time.Time) {
-	m.mu.Lock()
-	all := make([]*Session, 0, len(m.sessions))
-	for _, s := range m.sessions {
-		all = append(all, s)
-	}
-	m.mu.Unlock()
+	all := m.live()
 	var wg sync.WaitGroup
 	for _, s := range all {
 		s.mu.Lock()

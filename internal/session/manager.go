@@ -393,6 +393,17 @@ func (m *Manager) Get(ctx context.Context, id string) (*api.Session, error) {
 	return &v, nil
 }
 
+// live returns the sessions the manager holds now, for a loop that must not hold m.mu.
+func (m *Manager) live() []*Session {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	all := make([]*Session, 0, len(m.sessions))
+	for _, s := range m.sessions {
+		all = append(all, s)
+	}
+	return all
+}
+
 // List describes every live session of ctx's tenant, oldest first.
 func (m *Manager) List(ctx context.Context) []api.Session {
 	tenant := Tenant(ctx)
@@ -812,12 +823,7 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 
 	// The sessions left now: the reaper (idle, deadlines) may have ended some until it
 	// stopped, and no session starts once closed is set.
-	m.mu.Lock()
-	all := make([]*Session, 0, len(m.sessions))
-	for _, s := range m.sessions {
-		all = append(all, s)
-	}
-	m.mu.Unlock()
+	all := m.live()
 
 	var wg sync.WaitGroup
 	var mu sync.Mutex

@@ -41,12 +41,7 @@ func (m *Manager) reap(ctx context.Context) {
 // turn: one that an execution or command took meanwhile is left alone, and so is one where
 // a spawned program runs.
 func (m *Manager) endIdle(ctx context.Context, now time.Time) {
-	m.mu.Lock()
-	all := make([]*Session, 0, len(m.sessions))
-	for _, s := range m.sessions {
-		all = append(all, s)
-	}
-	m.mu.Unlock()
+	all := m.live()
 	for _, s := range all {
 		select {
 		case s.turn <- struct{}{}:
