@@ -142,11 +142,15 @@ func Parse(name string, r io.Reader) (*Spec, error) {
 	return s, nil
 }
 
+// recipe is the version of how an image is built from its list (Store.Build, finish): a
+// change of it is a new hash, so images built the old way are built again.
+const recipe = 2
+
 // Hash identifies what the list builds: the same suite and packages, the same hash,
 // whatever the order, comments or name.
 func (s *Spec) Hash() string {
 	h := sha256.New()
-	fmt.Fprintf(h, "suite %s\n", s.Suite)
+	fmt.Fprintf(h, "recipe %d\nsuite %s\n", recipe, s.Suite)
 	for _, p := range s.Debian {
 		fmt.Fprintf(h, "debian %s\n", p)
 	}

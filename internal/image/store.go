@@ -16,6 +16,7 @@ import (
 
 	"github.com/cellbox/cellbox/internal/errdefs"
 	"github.com/cellbox/cellbox/internal/statefile"
+	"github.com/cellbox/cellbox/internal/tool"
 )
 
 // DefaultMirror is the Debian archive images are built from when none is given.
@@ -51,8 +52,18 @@ type Image struct {
 	Packages  int       `json:"packages"` // listed (Debian and pip)
 	SizeBytes int64     `json:"size_bytes"`
 	BuiltAt   time.Time `json:"built_at"`
-	Root      string    `json:"-"` // the root filesystem's folder
+	// MPLCache: matplotlib's font cache is built into the root at MPLCachePath.
+	MPLCache bool   `json:"mpl_cache"`
+	Root     string `json:"-"` // the root filesystem's folder
 }
+
+// Paths inside every image's root, for the backends.
+const (
+	// GuestPath is an empty file on which backends mount the guest binary.
+	GuestPath = "/.cellbox/cellbox"
+	// MPLCachePath holds matplotlib's font cache when Image.MPLCache.
+	MPLCachePath = "/.cellbox/mpl-cache"
+)
 
 // Progress is a step of a build, for a person watching it.
 type Progress struct {
@@ -62,7 +73,7 @@ type Progress struct {
 }
 
 // Mount points every image has, for the backends to mount on a read-only root.
-var mountPoints = []string{"proc", "dev", "sys", "tmp", "mnt/data", "home/user", ".cellbox/run", ".cellbox/mpl-cache"}
+var mountPoints = []string{"proc", "dev", "sys", "tmp", "mnt/data", "home/user", ".cellbox/run", ".cellbox/mpl-cache"} // and GuestPath, a file
 
 // Get returns the latest build of the image name. A missing image is not found, with the
 // command that builds it.
@@ -182,11 +193,15 @@ func (st *Store) Build(ctx context.Context, spec *Spec, progress func(Progress))
 	if err := finish(root); err != nil {
 		return nil, false, err
 	}
+	mplCache, err := buildFontCache(ctx, root)
+	if err != nil {
+		return nil, false, err
+	}
 	size, err := diskUsage(root)
 	if err != nil {
 		return nil, false, err
 	}
-	im = &Image{Name: spec.Name, Hash: hash, Suite: spec.Suite, Packages: len(spec.Debian) + len(spec.Pip), SizeBytes: size, BuiltAt: time.Now().UTC()}
+	im = &Image{Name: spec.Name, Hash: hash, Suite: spec.Suite, Packages: len(spec.Debian) + len(spec.Pip), SizeBytes: size, BuiltAt: time.Now().UTC(), MPLCache: mplCache}
 	data, _ := json.MarshalIndent(im, "", " ")
 	if err := statefile.Write(filepath.Join(work, "image.json"), data, 0o644); err != nil {
 		return nil, false, err
@@ -228,6 +243,9 @@ func finish(root string) error {
 	if err := os.Chmod(filepath.Join(root, "tmp"), os.ModeSticky|0o777); err != nil {
 		return err
 	}
+	if err := os.WriteFile(filepath.Join(root, GuestPath), nil, 0o755); err != nil {
+		return err
+	}
 	for _, glob := range []string{"var/cache/apt/archives/*.deb", "var/lib/apt/lists/*_Packages", "var/lib/apt/lists/*_Release*"} {
 		files, _ := filepath.Glob(filepath.Join(root, glob))
 		for _, f := range files {
@@ -235,6 +253,31 @@ func finish(root string) error {
 		}
 	}
 	return nil
+}
+
+// buildFontCache builds matplotlib's font cache into the root at MPLCachePath, when the
+// image has matplotlib: without it every new kernel spends a second building it. It
+// reports whether it did.
+func buildFontCache(ctx context.Context, root string) (bool, error) {
+	if _, err := os.Stat(filepath.Join(root, "usr/lib/python3/dist-packages/matplotlib")); err != nil {
+		return false, nil
+	}
+	cmd := exec.CommandContext(ctx, "chroot", root, "/usr/bin/python3", "-c", "import matplotlib.font_manager")
+	cmd.Env = []string{"MPLCONFIGDIR=" + MPLCachePath, "HOME=/tmp", "LC_ALL=C.UTF-8", "PATH=/usr/bin:/bin"}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return false, fmt.Errorf("build matplotlib's font cache in the image: %w: %s", err, tool.Prefix(string(out), 2048))
+	}
+	// Read by the sandbox's user.
+	return true, filepath.WalkDir(filepath.Join(root, MPLCachePath), func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		mode := fs.FileMode(0o644)
+		if d.IsDir() {
+			mode = 0o755
+		}
+		return os.Chmod(p, mode)
+	})
 }
 
 // run runs a build command, turning its output into progress; the error carries the end of

@@ -30,6 +30,12 @@ type Spec struct {
 	// Workspace is the host folder that appears as /mnt/data inside. It already exists.
 	Workspace string
 	Limits    Limits
+	// Image names the image (package image) the sandbox runs on; "" is the backend's own
+	// root: the host's system folders for runc's host mode, the process's own for
+	// local-unsafe. A backend without such an image fails with errdefs.ErrNotFound and a
+	// message that names the command that builds it; one that runs on no image (runc in
+	// host mode, local-unsafe) refuses a name with errdefs.ErrInvalidArgument.
+	Image string
 	// Env is the guest's own environment (the kernel's comes later, over the protocol).
 	// Without Capabilities.GuestProcPrivate user code can read it: no secrets here.
 	Env map[string]string
