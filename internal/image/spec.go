@@ -144,7 +144,7 @@ func Parse(name string, r io.Reader) (*Spec, error) {
 
 // recipe is the version of how an image is built from its list (Store.Build, finish): a
 // change of it is a new hash, so images built the old way are built again.
-const recipe = 2
+const recipe = 3
 
 // Hash identifies what the list builds: the same suite and packages, the same hash,
 // whatever the order, comments or name.

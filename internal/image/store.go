@@ -246,6 +246,18 @@ func finish(root string) error {
 	if err := os.WriteFile(filepath.Join(root, GuestPath), nil, 0o755); err != nil {
 		return err
 	}
+	// The backends mount their own /etc/hosts, passwd and group on these. The build
+	// machine's resolver and name (debootstrap copies them) are no business of a sandbox.
+	for _, f := range []string{"etc/hosts", "etc/passwd", "etc/group"} {
+		if err := touch(filepath.Join(root, f)); err != nil {
+			return err
+		}
+	}
+	for _, f := range []string{"etc/resolv.conf", "etc/hostname"} {
+		if err := os.Remove(filepath.Join(root, f)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
 	for _, glob := range []string{"var/cache/apt/archives/*.deb", "var/lib/apt/lists/*_Packages", "var/lib/apt/lists/*_Release*"} {
 		files, _ := filepath.Glob(filepath.Join(root, glob))
 		for _, f := range files {
@@ -278,6 +290,15 @@ func buildFontCache(ctx context.Context, root string) (bool, error) {
 		}
 		return os.Chmod(p, mode)
 	})
+}
+
+// touch creates an empty file if nothing is there.
+func touch(path string) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	return f.Close()
 }
 
 // run runs a build command, turning its output into progress; the error carries the end of
