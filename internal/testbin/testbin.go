@@ -113,3 +113,22 @@ func (b *Buffer) String() string {
 	defer b.mu.Unlock()
 	return b.b.String()
 }
+
+// ImagesEnv names the folder of built images (a state dir's images/) that tests run
+// sandboxes on; `make test` builds the default image there.
+const ImagesEnv = "CELLBOX_TEST_IMAGES"
+
+// Images returns $CELLBOX_TEST_IMAGES, where `make test` built the default image, and
+// calls Missing when it is not set or holds no default image.
+func Images(t testing.TB) string {
+	t.Helper()
+	dir := os.Getenv(ImagesEnv)
+	if dir == "" {
+		Missing(t, "needs a built default image: set %s to a state dir's images folder after `cellbox image build` (make test does both)", ImagesEnv)
+		return ""
+	}
+	if _, err := os.Stat(filepath.Join(dir, "default", "current")); err != nil {
+		Missing(t, "needs the default image in %s=%s: run `cellbox image build --state-dir %s` (make test does)", ImagesEnv, dir, filepath.Dir(dir))
+	}
+	return dir
+}

@@ -823,3 +823,19 @@ func indent(code string) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// WithImage is b with every sandbox on image: Run(t, WithImage(b, "default")) runs the
+// suite on an image's root filesystem.
+func WithImage(b sandbox.Backend, image string) sandbox.Backend {
+	return imageBackend{Backend: b, image: image}
+}
+
+type imageBackend struct {
+	sandbox.Backend
+	image string
+}
+
+func (b imageBackend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
+	spec.Image = b.image
+	return b.Backend.Create(ctx, spec)
+}
