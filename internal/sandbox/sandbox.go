@@ -93,6 +93,15 @@ type Capabilities struct {
 	Reattach bool
 }
 
+// GuestCapabilities are the guest's capabilities, and all the sandbox has (the bounding set): to
+// start user code under its own uid (SETUID, SETGID), to stop it (KILL), and to create
+// workspace files on its behalf and give them to it (DAC_OVERRIDE, CHOWN). The guest is
+// uid 0 in the sandbox, so it keeps them across its own execve. User code gets none: it is
+// started by setuid from 0 to a non-zero uid, which clears every set, and no_new_privs
+// forbids regaining any through execve. The guest is not one of the user's uid: user code
+// can neither signal it nor read its /proc files.
+var GuestCapabilities = []string{"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_KILL", "CAP_SETGID", "CAP_SETUID"}
+
 // KeepNone is a Cleanup keep that keeps nothing.
 func KeepNone(string) bool { return false }
 

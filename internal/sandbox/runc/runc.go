@@ -8,7 +8,7 @@
 // again (Attach). The server is a child subreaper, and reaps the guests it starts. The root
 // filesystem is a shared read-only skeleton in which the host's /usr (and what Python needs
 // from /etc) is bind-mounted read-only; the workspace appears at /mnt/data. The spec keeps the
-// guest five capabilities and user code none (see guestCaps), sets no_new_privs and a seccomp allow-list, gives the sandbox its own
+// guest five capabilities and user code none (see sandbox.GuestCapabilities), sets no_new_privs and a seccomp allow-list, gives the sandbox its own
 // pid, network (loopback only), ipc, uts, mount and cgroup namespaces, and limits memory,
 // processes and CPU with cgroups (v1 or v2).
 //
@@ -40,6 +40,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -63,7 +64,7 @@ type Config struct {
 	// read-only and passed to the guest as --mpl-cache.
 	MPLCache string
 	// UID and GID user code runs as; 0 means the default, 1000:1000. Never root. The guest
-	// runs as root inside the sandbox, holding only the capabilities of guestCaps.
+	// runs as root inside the sandbox, holding only the capabilities of sandbox.GuestCapabilities.
 	UID, GID int
 	Logger   *slog.Logger
 }
@@ -227,7 +228,7 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 
 	if err := s.start(ctx, buildSpec(specInput{
 		spec: spec, rootfs: b.rootfs, binds: b.binds, guest: b.guest, mplCache: b.mplCache, run: filepath.Join(s.bundle, runDir),
-		uid: b.uid, gid: b.gid, limitSwap: b.limitSwap, goarch: nativeArch, gvisor: b.gvisor,
+		uid: b.uid, gid: b.gid, limitSwap: b.limitSwap, goarch: runtime.GOARCH, gvisor: b.gvisor,
 	})); err != nil {
 		s.Stop(context.WithoutCancel(ctx))
 		return nil, err
@@ -403,7 +404,7 @@ func (b *Backend) argv(args ...string) []string {
 			// runsc ignores the spec's seccomp filter unless told. The sentry is already
 			// the boundary to the host kernel; the filter keeps user code away from the
 			// sentry's own code for mount, namespaces, ptrace, bpf, keyctl, io_uring...,
-			// where gVisor's bugs would be (see seccompProfile for what differs).
+			// where gVisor's bugs would be (see seccomp.Profile for what differs).
 			"--oci-seccomp",
 			// The guest's socket is made inside the sandbox on a bind of a host folder, for
 			// the server to connect to from the host.

@@ -178,7 +178,7 @@ func TestContainer(t *testing.T) {
 			b := newBackend(t, rt, shellGuest(t))
 			sh := startShell(t, b, sandbox.Limits{MemoryMB: 200, Pids: 50, CPUs: 0.5, TmpMB: 10})
 			checks := []struct{ cmd, want string }{
-				// The guest's place: root in the sandbox with guestCaps (0xe3) and nothing else.
+				// The guest's place: root in the sandbox with sandbox.GuestCapabilities (0xe3) and nothing else.
 				{"id -u; id -g", "0\n0"},
 				{"grep -E '^Cap(Eff|Prm|Bnd|Inh):' /proc/self/status | tr -s '\t ' ' '", "CapInh: 0000000000000000\nCapPrm: 00000000000000e3\nCapEff: 00000000000000e3\nCapBnd: 00000000000000e3"},
 				{"grep -E '^Seccomp:' /proc/self/status | tr -s '\\t ' ' '", "Seccomp: 2"},

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/internal/sandbox"
+	"github.com/cellbox/cellbox/internal/sandbox/seccomp"
 )
 
 // Paths inside the sandbox.
@@ -27,15 +28,6 @@ const (
 	sandboxDomain = "cellbox"
 )
 
-// guestCaps are the guest's capabilities, and all the sandbox has (the bounding set): to
-// start user code under its own uid (SETUID, SETGID), to stop it (KILL), and to create
-// workspace files on its behalf and give them to it (DAC_OVERRIDE, CHOWN). The guest is
-// uid 0 in the sandbox, so it keeps them across its own execve. User code gets none: it is
-// started by setuid from 0 to a non-zero uid, which clears every set, and no_new_privs
-// forbids regaining any through execve. The guest is not one of the user's uid: user code
-// can neither signal it nor read its /proc files.
-var guestCaps = []string{"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_KILL", "CAP_SETGID", "CAP_SETUID"}
-
 // ociVersion is the spec version written: the fields used here are all in 1.0.2, and older
 // runtimes (crun 1.8) refuse a version newer than theirs.
 const ociVersion = "1.0.2"
@@ -48,7 +40,7 @@ type specInput struct {
 	guest    string   // host path of the cellbox binary
 	mplCache string   // host folder of matplotlib's font cache, or ""
 	run      string   // host folder mounted at guestRunPath: the guest's socket and token
-	uid, gid uint32   // user code; the guest is root with guestCaps only
+	uid, gid uint32   // user code; the guest is root with sandbox.GuestCapabilities only
 	// limitSwap: set the memory+swap limit equal to the memory limit, so a memory bomb is
 	// killed instead of swapping (needs swap accounting on cgroup v1).
 	limitSwap bool
@@ -83,7 +75,7 @@ func buildSpec(in specInput) *specs.Spec {
 		tmpMB = defaultTmpMB
 	}
 	noCaps := []string{}
-	caps := slices.Clone(guestCaps)
+	caps := slices.Clone(sandbox.GuestCapabilities)
 
 	mounts := []specs.Mount{
 		{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
@@ -144,7 +136,7 @@ func buildSpec(in specInput) *specs.Spec {
 			CgroupsPath: cgroupParent + "/" + s.ID,
 			Resources:   resources(s.Limits, in.limitSwap, in.gvisor),
 			Devices:     devices(),
-			Seccomp:     seccompProfile(in.goarch, in.gvisor),
+			Seccomp:     seccomp.Profile(in.goarch, in.gvisor),
 			MaskedPaths: []string{
 				"/proc/acpi", "/proc/asound", "/proc/interrupts", "/proc/kcore", "/proc/keys",
 				"/proc/latency_stats", "/proc/sched_debug", "/proc/scsi", "/proc/timer_list",

@@ -12,6 +12,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/cellbox/cellbox/internal/sandbox"
+	"github.com/cellbox/cellbox/internal/sandbox/seccomp"
 )
 
 func testInput() specInput {
@@ -50,7 +51,7 @@ func TestSpecProcess(t *testing.T) {
 	s := buildSpec(testInput())
 	p := s.Process
 	if p.User.UID != 0 || p.User.GID != 0 || len(p.User.AdditionalGids) != 0 {
-		t.Errorf("user %+v, want the guest as 0:0 (with guestCaps only) and no other groups", p.User)
+		t.Errorf("user %+v, want the guest as 0:0 (with sandbox.GuestCapabilities only) and no other groups", p.User)
 	}
 	want := []string{guestPath, "guest", "--workspace", "/mnt/data", "--cgroup", "/sys/fs/cgroup",
 		"--user-uid", "1000", "--user-gid", "1000",
@@ -262,7 +263,7 @@ func TestSpecSeccomp(t *testing.T) {
 		switch {
 		case slices.Equal(s.Names, []string{"clone"}):
 			clone = s.Action == specs.ActAllow && len(s.Args) == 1 && s.Args[0].Op == specs.OpMaskedEqual &&
-				s.Args[0].Value == cloneNamespaceFlags && s.Args[0].ValueTwo == 0
+				s.Args[0].Value == seccomp.CloneNamespaceFlags && s.Args[0].ValueTwo == 0
 		case slices.Equal(s.Names, []string{"clone3"}):
 			clone3 = s.Action == specs.ActErrno && s.ErrnoRet != nil && *s.ErrnoRet == 38
 		}

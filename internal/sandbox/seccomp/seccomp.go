@@ -1,8 +1,11 @@
-package runc
+// Package seccomp is the sandbox's seccomp filter, the same for every backend that runs
+// sandboxes on the host's kernel or gVisor's (runc writes it into the OCI spec, docker
+// hands it to the engine as a profile): an allow-list of what ordinary programs need.
+//
+// Not for: capabilities, namespaces or the rest of a sandbox's spec (the backends).
+package seccomp
 
 import (
-	"runtime"
-
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
@@ -86,22 +89,22 @@ var allowedSyscalls = []string{
 	"cacheflush", "set_tls",
 }
 
-// cloneNamespaceFlags are clone(2)'s CLONE_NEW* flags: a clone with any of them is refused,
+// CloneNamespaceFlags are clone(2)'s CLONE_NEW* flags: a clone with any of them is refused,
 // so code cannot make user namespaces (the others need capabilities it does not have).
-const cloneNamespaceFlags = 0x7E020000
+const CloneNamespaceFlags = 0x7E020000
 
 // personalities that programs set in practice (Docker allows the same): PER_LINUX,
 // PER_LINUX32, UNAME26, PER_LINUX32|UNAME26, and the query 0xffffffff.
 var personalities = []uint64{0x0, 0x8, 0x20000, 0x20008, 0xffffffff}
 
-// seccompProfile is the sandbox's seccomp filter for goarch: an allow-list, everything
+// Profile is the sandbox's seccomp filter for goarch (runtime.GOARCH: the server's own): an allow-list, everything
 // else EPERM, clone3 ENOSYS (so libc falls back to clone, whose flags can be checked).
 //
 // Under gVisor (gvisor) the filter runs in the sentry, which answers every refusal with
 // EPERM whatever the rule says: libc does not fall back to clone on EPERM, so clone3 is
 // allowed there. The sentry (2022-12) has no clone3 and answers ENOSYS itself; should a
 // later one have it, namespace flags would pass through it, into gVisor's namespaces.
-func seccompProfile(goarch string, gvisor bool) *specs.LinuxSeccomp {
+func Profile(goarch string, gvisor bool) *specs.LinuxSeccomp {
 	eperm, enosys := uint(1), uint(38)
 	clone3 := specs.LinuxSyscall{Names: []string{"clone3"}, Action: specs.ActErrno, ErrnoRet: &enosys}
 	if gvisor {
@@ -114,7 +117,7 @@ func seccompProfile(goarch string, gvisor bool) *specs.LinuxSeccomp {
 		Syscalls: []specs.LinuxSyscall{
 			{Names: allowedSyscalls, Action: specs.ActAllow},
 			{Names: []string{"clone"}, Action: specs.ActAllow, Args: []specs.LinuxSeccompArg{
-				{Index: cloneFlagsArg(goarch), Value: cloneNamespaceFlags, ValueTwo: 0, Op: specs.OpMaskedEqual},
+				{Index: cloneFlagsArg(goarch), Value: CloneNamespaceFlags, ValueTwo: 0, Op: specs.OpMaskedEqual},
 			}},
 			clone3,
 		},
@@ -155,5 +158,3 @@ func seccompArches(goarch string) []specs.Arch {
 	}
 	return nil // the runtime's native architecture only
 }
-
-var nativeArch = runtime.GOARCH
