@@ -24,6 +24,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/cellbox/cellbox/api"
@@ -75,6 +76,7 @@ func Main(args []string) int {
 	listen := fs.String("listen", "", "serve on a Unix socket at this path instead of stdin/stdout; every connection opens with the attach handshake, and the kernel outlives connections")
 	tokenFile := fs.String("token-file", "", "with --listen: file holding the attach token; read once and removed")
 	orphanExit := fs.Duration("orphan-exit", 0, "with --listen: exit once no server has been attached for this long (0: never)")
+	connect := fs.String("connect", "", "instead of serving: join stdin/stdout to the Unix socket of a guest listening at this path (how the docker backend reaches its guest, started by the engine's exec)")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			return 0
@@ -84,6 +86,16 @@ func Main(args []string) int {
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "cellbox guest: unexpected arguments: %q\n", fs.Args())
 		return 2
+	}
+	if *connect != "" {
+		if err := Connect(*connect, os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintf(os.Stderr, "cellbox guest --connect: %v\n", err)
+			if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
+				return ExitNotListening
+			}
+			return 1
+		}
+		return 0
 	}
 	if *userUID < 0 || *userGID < 0 || (*userUID == 0) != (*userGID == 0) {
 		fmt.Fprintln(os.Stderr, "cellbox guest: --user-uid and --user-gid go together and must be positive")

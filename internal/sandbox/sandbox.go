@@ -11,6 +11,7 @@ package sandbox
 import (
 	"context"
 	"io"
+	"strconv"
 	"time"
 )
 
@@ -121,4 +122,20 @@ type Backend interface {
 	// Cleanup stops and removes the sandboxes an earlier run of this server left behind,
 	// except those keep says to keep (keep may be nil).
 	Cleanup(ctx context.Context, keep func(id string) bool) error
+}
+
+// Hostname is every sandbox's host name.
+const Hostname = "cellbox"
+
+// EtcFiles are the /etc files every backend gives a sandbox, by path below /etc: the
+// accounts of root, the user code's uid and gid, and nobody; and the hosts file.
+func EtcFiles(uid, gid int) map[string]string {
+	u, g := strconv.Itoa(uid), strconv.Itoa(gid)
+	return map[string]string{
+		"passwd": "root:x:0:0:root:/root:/usr/sbin/nologin\n" +
+			"user:x:" + u + ":" + g + ":user:/tmp:/bin/sh\n" +
+			"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+		"group": "root:x:0:\nuser:x:" + g + ":\nnogroup:x:65534:\n",
+		"hosts": "127.0.0.1\tlocalhost " + Hostname + "\n::1\tlocalhost ip6-localhost ip6-loopback\n",
+	}
 }

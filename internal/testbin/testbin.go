@@ -4,6 +4,7 @@ package testbin
 
 import (
 	"bytes"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -131,4 +132,24 @@ func Images(t testing.TB) string {
 		Missing(t, "needs the default image in %s=%s: run `cellbox image build --state-dir %s` (make test does)", ImagesEnv, dir, filepath.Dir(dir))
 	}
 	return dir
+}
+
+// NeedDocker calls Missing unless a Docker engine answers at DOCKER_HOST or the default
+// socket (make test starts one).
+func NeedDocker(t testing.TB) {
+	t.Helper()
+	host := os.Getenv("DOCKER_HOST")
+	if host == "" {
+		host = "unix:///var/run/docker.sock"
+	}
+	path, ok := strings.CutPrefix(host, "unix://")
+	if !ok {
+		return // a remote engine: the test's own connection says whether it answers
+	}
+	conn, err := net.Dial("unix", path)
+	if err != nil {
+		Missing(t, "needs a running Docker engine at %s (apt-get install docker.io, then dockerd; make test starts one): %v", host, err)
+		return
+	}
+	conn.Close()
 }

@@ -1,0 +1,190 @@
+package docker
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
+
+	"github.com/cellbox/cellbox/api"
+	"github.com/cellbox/cellbox/internal/image"
+	"github.com/cellbox/cellbox/internal/sandbox"
+	"github.com/cellbox/cellbox/internal/sandbox/seccomp"
+	"github.com/cellbox/cellbox/internal/statefile"
+)
+
+// Paths inside the container.
+const (
+	guestRunPath = "/.cellbox/run"
+	sockName     = "guest.sock"
+	tokenName    = "token"
+	cgroupMount  = "/sys/fs/cgroup"
+	defaultPath  = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	defaultTmpMB = 256
+	shmBytes     = 64 << 20
+)
+
+// Under gVisor the engine's pids limit holds the sentry's and the ptrace platform's host
+// tasks too, some 30 per process of the sandbox: the sandbox's own limit is RLIMIT_NPROC,
+// the host's a backstop (as in runc's backend; see its rlimits).
+const (
+	gvisorTasksPerProcess = 64
+	gvisorTasksBase       = 256
+)
+
+// maskedPaths and readonlyPaths of /proc and /sys, as in runc's sandboxes.
+var (
+	maskedPaths = []string{
+		"/proc/acpi", "/proc/asound", "/proc/interrupts", "/proc/kcore", "/proc/keys",
+		"/proc/latency_stats", "/proc/sched_debug", "/proc/scsi", "/proc/timer_list",
+		"/proc/timer_stats", "/sys/devices/virtual/powercap", "/sys/firmware",
+	}
+	readonlyPaths = []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}
+)
+
+// specInput is everything a sandbox's container depends on.
+type specInput struct {
+	spec     sandbox.Spec
+	name     string // the container's name
+	image    string // the engine's image id
+	mplCache bool   // the image holds matplotlib's font cache at image.MPLCachePath
+	server   string // this server's identity
+	guest    string // host path of the guest binary
+	run      string // host folder mounted at guestRunPath
+	etc      string // host folder with passwd, group, hosts and an empty resolv.conf
+	runtime  string
+	gvisor   bool
+	uid, gid int
+}
+
+// containerSpec returns the container of one sandbox.
+func containerSpec(in specInput) (*container.Config, *container.HostConfig, error) {
+	s := in.spec
+	args := []string{image.GuestPath, "guest", "--workspace", api.WorkspaceDir}
+	if !in.gvisor {
+		args = append(args, "--cgroup", cgroupMount)
+	}
+	args = append(args, "--user-uid", strconv.Itoa(in.uid), "--user-gid", strconv.Itoa(in.gid),
+		"--listen", guestRunPath+"/"+sockName, "--token-file", guestRunPath+"/"+tokenName)
+	if in.mplCache {
+		args = append(args, "--mpl-cache", image.MPLCachePath)
+	}
+	if s.OrphanExit > 0 {
+		args = append(args, "--orphan-exit", s.OrphanExit.String())
+	}
+	env := map[string]string{"PATH": defaultPath, "HOME": "/tmp", "LANG": "C.UTF-8"}
+	maps.Copy(env, s.Env)
+	var envList []string
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		envList = append(envList, k+"="+env[k])
+	}
+	profile, err := json.Marshal(seccomp.Profile(runtime.GOARCH, in.gvisor))
+	if err != nil {
+		return nil, nil, err
+	}
+	tmpMB := s.Limits.TmpMB
+	if tmpMB <= 0 {
+		tmpMB = defaultTmpMB
+	}
+	caps := make([]string, len(sandbox.GuestCapabilities))
+	for i, c := range sandbox.GuestCapabilities {
+		caps[i] = strings.TrimPrefix(c, "CAP_")
+	}
+	bind := func(src, dst string, ro bool) mount.Mount {
+		return mount.Mount{Type: mount.TypeBind, Source: src, Target: dst, ReadOnly: ro,
+			BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate}}
+	}
+	cfg := &container.Config{
+		Image:      in.image,
+		Cmd:        args,
+		Env:        envList,
+		WorkingDir: api.WorkspaceDir,
+		User:       "0:0",
+		Hostname:   sandbox.Hostname,
+		Labels:     map[string]string{labelSession: s.ID, labelServer: in.server, labelImage: s.Image},
+		// The guest ignores SIGTERM: stopping is removing, which kills.
+		StopSignal: "SIGKILL",
+	}
+	host := &container.HostConfig{
+		NetworkMode:    "none",
+		ReadonlyRootfs: true,
+		CapDrop:        []string{"ALL"},
+		CapAdd:         caps,
+		SecurityOpt:    []string{"no-new-privileges", "seccomp=" + string(profile)},
+		Tmpfs:          map[string]string{"/tmp": fmt.Sprintf("rw,nosuid,nodev,size=%dm,mode=1777", tmpMB)},
+		ShmSize:        shmBytes,
+		Runtime:        in.runtime,
+		IpcMode:        container.IPCModePrivate,
+		CgroupnsMode:   container.CgroupnsModePrivate,
+		MaskedPaths:    maskedPaths,
+		ReadonlyPaths:  readonlyPaths,
+		// The guest caps its own log; the engine keeps one small file of it.
+		LogConfig: container.LogConfig{Type: "json-file", Config: map[string]string{"max-size": "1m", "max-file": "1"}},
+		Mounts: []mount.Mount{
+			bind(s.Workspace, api.WorkspaceDir, false),
+			// The same folder again where E2B's SDKs expect the user's files.
+			bind(s.Workspace, api.HomeDir, false),
+			bind(in.guest, image.GuestPath, true),
+			// Root-owned, 0700: user code cannot reach the socket or the token in it.
+			bind(in.run, guestRunPath, false),
+			// The engine's own hosts and resolv.conf would name the host's resolvers.
+			bind(filepath.Join(in.etc, "passwd"), "/etc/passwd", true),
+			bind(filepath.Join(in.etc, "group"), "/etc/group", true),
+			bind(filepath.Join(in.etc, "hosts"), "/etc/hosts", true),
+			bind(filepath.Join(in.etc, "resolv.conf"), "/etc/resolv.conf", true),
+		},
+		Resources: resources(s.Limits, in.gvisor),
+	}
+	return cfg, host, nil
+}
+
+// resources turns limits into the engine's. Zero limits stay unset (no limit).
+func resources(l sandbox.Limits, gvisor bool) container.Resources {
+	r := container.Resources{
+		Ulimits: []*container.Ulimit{{Name: "nofile", Soft: 1024, Hard: 4096}, {Name: "core", Soft: 0, Hard: 0}},
+	}
+	if l.MemoryMB > 0 {
+		r.Memory = int64(l.MemoryMB) << 20
+		r.MemorySwap = r.Memory // memory+swap = memory: no swap
+	}
+	if l.Pids > 0 {
+		n := int64(l.Pids)
+		if gvisor {
+			n = n*gvisorTasksPerProcess + gvisorTasksBase
+			nproc := int64(max(l.Pids-1, 1))
+			r.Ulimits = append(r.Ulimits, &container.Ulimit{Name: "nproc", Soft: nproc, Hard: nproc})
+		}
+		r.PidsLimit = &n
+	}
+	if l.CPUs > 0 {
+		r.NanoCPUs = max(int64(l.CPUs*1e9), 1e7)
+	}
+	return r
+}
+
+// writeUserFiles writes the /etc files every sandbox gets into <stateDir>/etc.
+func (b *Backend) writeUserFiles(stateDir string) error {
+	b.etc = filepath.Join(stateDir, "etc")
+	if err := os.MkdirAll(b.etc, 0o755); err != nil {
+		return err
+	}
+	files := sandbox.EtcFiles(b.uid, b.gid)
+	files["resolv.conf"] = ""
+	for name, content := range files {
+		if cur, err := os.ReadFile(filepath.Join(b.etc, name)); err == nil && string(cur) == content {
+			continue
+		}
+		if err := statefile.Write(filepath.Join(b.etc, name), []byte(content), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
