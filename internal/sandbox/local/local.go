@@ -93,6 +93,10 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 	if !validID.MatchString(spec.ID) {
 		return nil, fmt.Errorf("sandbox id %q: want 1 to 63 of [a-z0-9-]: %w", spec.ID, errdefs.ErrInvalidArgument)
 	}
+	if spec.Image != "" {
+		return nil, fmt.Errorf("sandbox %s: image %q: the local-unsafe backend runs code on this machine's own files and has no images: %w",
+			spec.ID, spec.Image, errdefs.ErrInvalidArgument)
+	}
 	ws, err := filepath.Abs(spec.Workspace)
 	if fi, serr := os.Stat(ws); err != nil || serr != nil || !fi.IsDir() {
 		return nil, fmt.Errorf("sandbox %s: workspace is not a folder: %w", spec.ID, errdefs.ErrInvalidArgument)

@@ -2,14 +2,18 @@ package local
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"os"
 	"os/exec"
 	"runtime"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/cellbox/cellbox/internal/errdefs"
+	"github.com/cellbox/cellbox/internal/sandbox"
 	"github.com/cellbox/cellbox/internal/sandbox/sandboxtest"
 	"github.com/cellbox/cellbox/internal/testbin"
 )
@@ -26,6 +30,20 @@ func TestConformance(t *testing.T) {
 		t.Fatal(err)
 	}
 	sandboxtest.Run(t, b)
+}
+
+func TestCreateRefusesImage(t *testing.T) {
+	b, err := New(Config{}) // refused before any guest starts
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = b.Create(context.Background(), sandbox.Spec{ID: "img", Workspace: t.TempDir(), Image: "default"})
+	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "has no images") {
+		t.Errorf("create on an image: %v, want invalid argument saying there are no images", err)
+	}
+	if len(b.live) != 0 {
+		t.Errorf("live sandboxes after a refused create: %v", b.live)
+	}
 }
 
 func TestCleanupKillsOrphans(t *testing.T) {

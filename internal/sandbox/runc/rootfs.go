@@ -3,8 +3,8 @@ package runc
 import (
 	"os"
 	"path/filepath"
-	"strconv"
 
+	"github.com/cellbox/cellbox/internal/sandbox"
 	"github.com/cellbox/cellbox/internal/statefile"
 )
 
@@ -88,16 +88,9 @@ func buildRootfs(dir string, uid, gid uint32) (binds []string, err error) {
 		}
 		binds = append(binds, "/etc/localtime")
 	}
-	u, g := strconv.Itoa(int(uid)), strconv.Itoa(int(gid))
-	files := map[string]string{
-		"etc/passwd": "root:x:0:0:root:/root:/usr/sbin/nologin\n" +
-			"user:x:" + u + ":" + g + ":user:/tmp:/bin/sh\n" +
-			"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
-		"etc/group": "root:x:0:\nuser:x:" + g + ":\nnogroup:x:65534:\n",
-		"etc/hosts": "127.0.0.1\tlocalhost " + sandboxDomain + "\n::1\tlocalhost ip6-localhost ip6-loopback\n",
-	}
+	files := sandbox.EtcFiles(int(uid), int(gid))
 	for name, content := range files {
-		if err := writeFileAtomic(filepath.Join(dir, name), content); err != nil {
+		if err := writeFileAtomic(filepath.Join(dir, "etc", name), content); err != nil {
 			return nil, err
 		}
 	}

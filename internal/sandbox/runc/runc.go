@@ -5,12 +5,19 @@
 // `runc run --detach`: the sandbox outlives the server process. The guest listens on a
 // Unix socket in the bundle that only root can reach, and each connection opens with the
 // attach handshake and the sandbox's token (see Sandbox), so a restarted server attaches
-// again (Attach). The server is a child subreaper, and reaps the guests it starts. The root
-// filesystem is a shared read-only skeleton in which the host's /usr (and what Python needs
-// from /etc) is bind-mounted read-only; the workspace appears at /mnt/data. The spec keeps the
-// guest five capabilities and user code none (see sandbox.GuestCapabilities), sets no_new_privs and a seccomp allow-list, gives the sandbox its own
-// pid, network (loopback only), ipc, uts, mount and cgroup namespaces, and limits memory,
-// processes and CPU with cgroups (v1 or v2).
+// again (Attach). The server is a child subreaper, and reaps the guests it starts.
+//
+// The root filesystem is read-only and shared by every sandbox on it. In host mode it is a
+// skeleton in which the host's /usr (and what Python needs from /etc) is bind-mounted
+// read-only. A Spec that names an image (Config.Images) runs on that image's root instead
+// (package image), with nothing of the host's but the backend's own /etc/passwd, group and
+// hosts bound over the image's, and the image's own matplotlib font cache. Either way the
+// workspace appears at /mnt/data.
+//
+// The spec keeps the guest five capabilities and user code none (see sandbox.GuestCapabilities), sets
+// no_new_privs and a seccomp allow-list, gives the sandbox its own pid, network (loopback
+// only), ipc, uts, mount and cgroup namespaces, and limits memory, processes and CPU with
+// cgroups (v1 or v2).
 //
 // Cgroups: each sandbox's cgroup path is cellbox/<id> with the cgroupfs driver. runc puts a
 // relative path under its own cgroup's parent on v2 (under its own cgroup on v1); crun puts
@@ -46,6 +53,7 @@ import (
 	"time"
 
 	"github.com/cellbox/cellbox/internal/errdefs"
+	"github.com/cellbox/cellbox/internal/image"
 	"github.com/cellbox/cellbox/internal/sandbox"
 )
 
@@ -66,7 +74,15 @@ type Config struct {
 	// UID and GID user code runs as; 0 means the default, 1000:1000. Never root. The guest
 	// runs as root inside the sandbox, holding only the capabilities of sandbox.GuestCapabilities.
 	UID, GID int
-	Logger   *slog.Logger
+	// Images finds the images a Spec may name (*image.Store is one); nil: every sandbox
+	// runs on the host's root filesystem, and a Spec that names an image is refused.
+	Images Images
+	Logger *slog.Logger
+}
+
+// Images finds built images by name. A missing image is errdefs.ErrNotFound.
+type Images interface {
+	Get(name string) (*image.Image, error)
 }
 
 // Backend runs sandboxes as OCI containers. Create it with New.
@@ -78,6 +94,7 @@ type Backend struct {
 	binds     []string
 	guest     string
 	mplCache  string
+	images    Images
 	uid, gid  uint32
 	limitSwap bool
 	gvisor    bool // the runtime is gVisor's runsc
@@ -156,6 +173,7 @@ func New(cfg Config) (*Backend, error) {
 		rootfs:   filepath.Join(stateDir, "rootfs"),
 		guest:    guest,
 		mplCache: cfg.MPLCache,
+		images:   cfg.Images,
 		uid:      uint32(cfg.UID),
 		gid:      uint32(cfg.GID),
 
@@ -218,6 +236,20 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 		return nil, fmt.Errorf("sandbox %s: workspace is not an absolute path of a folder: %w", spec.ID, errdefs.ErrInvalidArgument)
 	}
 	s := &Sandbox{id: spec.ID, b: b, bundle: filepath.Join(b.bundles, spec.ID), done: make(chan struct{})}
+	in := specInput{
+		spec: spec, rootfs: b.rootfs, binds: b.binds, guest: b.guest, mplCache: b.mplCache, run: filepath.Join(s.bundle, runDir),
+		uid: b.uid, gid: b.gid, limitSwap: b.limitSwap, goarch: runtime.GOARCH, gvisor: b.gvisor,
+	}
+	if spec.Image != "" {
+		im, err := b.image(spec)
+		if err != nil {
+			return nil, err
+		}
+		// The backend's own passwd, group and hosts over the image's; the
+		// image's font cache, if it has one: the host's suits the host's matplotlib.
+		in.rootfs, in.binds, in.etc = im.Root, nil, filepath.Join(b.rootfs, "etc")
+		in.mplCache, in.rootMPLCache = "", im.MPLCache
+	}
 	b.mu.Lock()
 	if _, ok := b.live[spec.ID]; ok {
 		b.mu.Unlock()
@@ -226,14 +258,24 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 	b.live[spec.ID] = s
 	b.mu.Unlock()
 
-	if err := s.start(ctx, buildSpec(specInput{
-		spec: spec, rootfs: b.rootfs, binds: b.binds, guest: b.guest, mplCache: b.mplCache, run: filepath.Join(s.bundle, runDir),
-		uid: b.uid, gid: b.gid, limitSwap: b.limitSwap, goarch: runtime.GOARCH, gvisor: b.gvisor,
-	})); err != nil {
+	if err := s.start(ctx, buildSpec(in)); err != nil {
 		s.Stop(context.WithoutCancel(ctx))
 		return nil, err
 	}
 	return s, nil
+}
+
+// image returns the image spec names. Its error when the image is not built is the
+// store's, which names the command that builds it.
+func (b *Backend) image(spec sandbox.Spec) (*image.Image, error) {
+	if err := image.CheckName(spec.Image); err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", spec.ID, err)
+	}
+	if b.images == nil {
+		return nil, fmt.Errorf("sandbox %s: image %q: this server runs sandboxes on the host's root filesystem; start it with --rootfs image to use images: %w",
+			spec.ID, spec.Image, errdefs.ErrInvalidArgument)
+	}
+	return b.images.Get(spec.Image)
 }
 
 // Attach connects to sandbox id, which an earlier server process on the same state folder

@@ -17,6 +17,7 @@ import (
 	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/internal/errdefs"
 	"github.com/cellbox/cellbox/internal/guestproto"
+	"github.com/cellbox/cellbox/internal/image"
 	"github.com/cellbox/cellbox/internal/sandbox"
 	"github.com/cellbox/cellbox/internal/sandbox/sandboxtest"
 	"github.com/cellbox/cellbox/internal/testbin"
@@ -33,6 +34,18 @@ func TestConformanceCrun(t *testing.T) {
 
 func TestConformanceRunsc(t *testing.T) {
 	sandboxtest.Run(t, newBackend(t, "runsc", testbin.Cellbox(t)))
+}
+
+func TestConformanceImage(t *testing.T) {
+	needRuntime(t, "runc")
+	store := image.NewStore(testbin.Images(t), "")
+	sandboxtest.Run(t, sandboxtest.WithImage(newBackendImages(t, "runc", testbin.Cellbox(t), store), image.DefaultName))
+}
+
+func TestConformanceImageRunsc(t *testing.T) {
+	needRuntime(t, "runsc")
+	store := image.NewStore(testbin.Images(t), "")
+	sandboxtest.Run(t, sandboxtest.WithImage(newBackendImages(t, "runsc", testbin.Cellbox(t), store), image.DefaultName))
 }
 
 // needRuntime skips a test that needs root and the OCI runtime name.
@@ -62,6 +75,12 @@ func crun(t *testing.T) string {
 
 func newBackend(t *testing.T, runtime, guest string) *Backend {
 	t.Helper()
+	return newBackendImages(t, runtime, guest, nil)
+}
+
+// newBackendImages is newBackend with images (nil: host mode only).
+func newBackendImages(t *testing.T, runtime, guest string, images Images) *Backend {
+	t.Helper()
 	if !strings.Contains(runtime, "/") {
 		needRuntime(t, runtime)
 	}
@@ -69,7 +88,7 @@ func newBackend(t *testing.T, runtime, guest string) *Backend {
 	if testing.Verbose() {
 		level = slog.LevelDebug
 	}
-	b, err := New(Config{Runtime: runtime, StateDir: t.TempDir(), GuestBinary: guest,
+	b, err := New(Config{Runtime: runtime, StateDir: t.TempDir(), GuestBinary: guest, Images: images,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))})
 	if err != nil {
 		t.Fatal(err)
@@ -126,8 +145,14 @@ type shell struct {
 
 func startShell(t *testing.T, b *Backend, l sandbox.Limits) *shell {
 	t.Helper()
+	return startShellOn(t, b, "", l)
+}
+
+// startShellOn is startShell on an image ("": the host's root).
+func startShellOn(t *testing.T, b *Backend, imageName string, l sandbox.Limits) *shell {
+	t.Helper()
 	ws := sandboxtest.Workspace(t)
-	sb, err := b.Create(context.Background(), sandbox.Spec{ID: sandboxtest.ID(), Workspace: ws, Limits: l})
+	sb, err := b.Create(context.Background(), sandbox.Spec{ID: sandboxtest.ID(), Workspace: ws, Image: imageName, Limits: l})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,6 +290,60 @@ func TestContainer(t *testing.T) {
 	}
 }
 
+// TestImageHidesHost: on an image, the host's system files are out of sight, and /etc has
+// the backend's own users and hosts, not the build machine's resolver.
+func TestImageHidesHost(t *testing.T) {
+	for _, rt := range []string{"runc", "runsc"} {
+		t.Run(rt, func(t *testing.T) {
+			needRuntime(t, rt)
+			store := image.NewStore(testbin.Images(t), "")
+			im, err := store.Get(image.DefaultName)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// No image installs an OCI runtime; the host has this one.
+			hostOnly, err := exec.LookPath(rt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.Lstat(filepath.Join(im.Root, hostOnly)); err == nil {
+				t.Fatalf("the image has %s: pick another file of the host's", hostOnly)
+			}
+			version, err := os.ReadFile(filepath.Join(im.Root, "etc/debian_version"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The server's own font cache, which an image's sandbox does not get.
+			hostCache := t.TempDir()
+			if err := os.WriteFile(filepath.Join(hostCache, "host-cache"), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			b, err := New(Config{Runtime: rt, StateDir: t.TempDir(), GuestBinary: shellGuest(t), MPLCache: hostCache, Images: store})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sh := startShellOn(t, b, image.DefaultName, sandbox.Limits{Pids: 50})
+			for _, c := range []struct{ cmd, want string }{
+				{"test -e " + hostOnly + " || echo absent", "absent"},
+				{"cat /etc/debian_version", string(version)},
+				{"grep -c '' /etc/passwd; grep '^user:' /etc/passwd", "3\nuser:x:1000:1000:user:/tmp:/bin/sh"},
+				{"grep '^user:' /etc/group", "user:x:1000:"},
+				{"grep -c cellbox /etc/hosts", "1"},
+				{"test -e /etc/resolv.conf || echo absent", "absent"},
+				{"touch /x /usr/x /etc/x /etc/passwd 2>/dev/null || echo refused", "refused"},
+				{"touch /tmp/x /mnt/data/x && echo ok", "ok"},
+				{"tr '\\0' '\\n' </proc/1/cmdline | grep -x -A1 -- --mpl-cache", "--mpl-cache\n" + mplCachePath},
+				{"set -- " + mplCachePath + "/fontlist-*.json; test -f \"$1\" && echo image-cache", "image-cache"},
+				{"test -e " + mplCachePath + "/host-cache || echo absent", "absent"},
+			} {
+				if got := sh.run(c.cmd); got != strings.TrimSpace(c.want) {
+					t.Errorf("%s:\n got %q\nwant %q", c.cmd, got, strings.TrimSpace(c.want))
+				}
+			}
+		})
+	}
+}
+
 // etcListing is what /etc holds inside: the synthetic files and what the host has of the
 // list the backend takes.
 func etcListing() string {
@@ -386,6 +465,40 @@ func TestCreateErrors(t *testing.T) {
 	if _, err := New(Config{Runtime: "no-such-runtime", StateDir: t.TempDir(), GuestBinary: guest}); !errors.Is(err, errdefs.ErrUnavailable) ||
 		!strings.Contains(err.Error(), "not found") || !strings.Contains(err.Error(), "local-unsafe") {
 		t.Errorf("New with a missing runtime: %v", err)
+	}
+}
+
+// TestCreateImageErrors: an image that cannot be used is refused before anything starts,
+// in words the person who asked can act on.
+func TestCreateImageErrors(t *testing.T) {
+	guest := shellGuest(t)
+	ws := sandboxtest.Workspace(t)
+	host := newBackend(t, "runc", guest)
+	images := newBackendImages(t, "runc", guest, image.NewStore(t.TempDir(), ""))
+	for _, c := range []struct {
+		name  string
+		b     *Backend
+		image string
+		want  error
+		says  string
+	}{
+		{"host mode", host, image.DefaultName, errdefs.ErrInvalidArgument, "--rootfs image"},
+		{"not built", images, "nothing", errdefs.ErrNotFound, "cellbox image build nothing"},
+		{"bad name", images, "Bad/Name", errdefs.ErrInvalidArgument, "image name"},
+		{"bad name in host mode", host, "../x", errdefs.ErrInvalidArgument, "image name"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := c.b.Create(context.Background(), sandbox.Spec{ID: "img", Workspace: ws, Image: c.image})
+			if !errors.Is(err, c.want) || !strings.Contains(err.Error(), c.says) {
+				t.Errorf("create on image %q: %v, want %v saying %q", c.image, err, c.want, c.says)
+			}
+			if c.b.isLive("img") {
+				t.Error("the refused sandbox is live")
+			}
+			if entries, _ := os.ReadDir(c.b.bundles); len(entries) > 0 {
+				t.Errorf("bundles left: %v", entries)
+			}
+		})
 	}
 }
 

@@ -4,28 +4,29 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/cellbox/cellbox/api"
+	"github.com/cellbox/cellbox/internal/image"
 	"github.com/cellbox/cellbox/internal/sandbox"
 	"github.com/cellbox/cellbox/internal/sandbox/seccomp"
 )
 
 // Paths inside the sandbox.
 const (
-	guestPath     = "/.cellbox/cellbox"
-	guestRunPath  = "/.cellbox/run"
-	mplCachePath  = "/.cellbox/mpl-cache"
-	cgroupMount   = "/sys/fs/cgroup"
-	defaultPath   = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-	defaultTmpMB  = 256
-	shmSize       = "size=65536k"
-	cpuPeriod     = 100000
-	cgroupParent  = "cellbox"
-	sandboxDomain = "cellbox"
+	guestPath    = image.GuestPath
+	guestRunPath = "/.cellbox/run"
+	mplCachePath = image.MPLCachePath
+	cgroupMount  = "/sys/fs/cgroup"
+	defaultPath  = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	defaultTmpMB = 256
+	shmSize      = "size=65536k"
+	cpuPeriod    = 100000
+	cgroupParent = "cellbox"
 )
 
 // ociVersion is the spec version written: the fields used here are all in 1.0.2, and older
@@ -35,12 +36,16 @@ const ociVersion = "1.0.2"
 // specInput is everything the OCI spec of one sandbox depends on.
 type specInput struct {
 	spec     sandbox.Spec
-	rootfs   string   // the shared skeleton root filesystem
-	binds    []string // host paths bind-mounted read-only at the same path
+	rootfs   string   // the root filesystem: the shared skeleton, or an image's root
+	binds    []string // host paths bind-mounted read-only at the same path (host mode)
+	etc      string   // image mode: the host folder of the passwd, group and hosts bound over the image's
 	guest    string   // host path of the cellbox binary
 	mplCache string   // host folder of matplotlib's font cache, or ""
 	run      string   // host folder mounted at guestRunPath: the guest's socket and token
 	uid, gid uint32   // user code; the guest is root with sandbox.GuestCapabilities only
+
+	// rootMPLCache: the root has matplotlib's font cache at mplCachePath (an image's).
+	rootMPLCache bool
 	// limitSwap: set the memory+swap limit equal to the memory limit, so a memory bomb is
 	// killed instead of swapping (needs swap accounting on cgroup v1).
 	limitSwap bool
@@ -58,7 +63,7 @@ func buildSpec(in specInput) *specs.Spec {
 	}
 	args = append(args, "--user-uid", strconv.Itoa(int(in.uid)), "--user-gid", strconv.Itoa(int(in.gid)),
 		"--listen", guestRunPath+"/"+sockName, "--token-file", guestRunPath+"/"+tokenName)
-	if in.mplCache != "" {
+	if in.mplCache != "" || in.rootMPLCache {
 		args = append(args, "--mpl-cache", mplCachePath)
 	}
 	if s.OrphanExit > 0 {
@@ -99,6 +104,11 @@ func buildSpec(in specInput) *specs.Spec {
 	for _, p := range in.binds {
 		mounts = append(mounts, roBind(p, p))
 	}
+	if in.etc != "" {
+		for _, name := range []string{"passwd", "group", "hosts"} {
+			mounts = append(mounts, roBind(filepath.Join(in.etc, name), "/etc/"+name))
+		}
+	}
 	mounts = append(mounts,
 		specs.Mount{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", fmt.Sprintf("size=%dm", tmpMB)}},
 		specs.Mount{Destination: api.WorkspaceDir, Type: "bind", Source: s.Workspace, Options: []string{"bind", "rw", "nosuid", "nodev"}},
@@ -126,7 +136,7 @@ func buildSpec(in specInput) *specs.Spec {
 			NoNewPrivileges: true,
 		},
 		Root:     &specs.Root{Path: in.rootfs, Readonly: true},
-		Hostname: sandboxDomain,
+		Hostname: sandbox.Hostname,
 		Mounts:   mounts,
 		Linux: &specs.Linux{
 			Namespaces: []specs.LinuxNamespace{

@@ -2,8 +2,10 @@ package runc
 
 import (
 	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -320,6 +322,68 @@ func TestSpecGVisor(t *testing.T) {
 		!slices.Equal(s.Process.Capabilities.Bounding, runc.Process.Capabilities.Bounding) || !s.Process.NoNewPrivileges ||
 		!slices.Equal(s.Linux.MaskedPaths, runc.Linux.MaskedPaths) || *s.Linux.Resources.Memory.Limit != *runc.Linux.Resources.Memory.Limit {
 		t.Error("the gVisor spec differs from runc's in more than cgroup, mqueue, pids, NPROC and clone3")
+	}
+}
+
+// imageInput is testInput in image mode, as Create makes it.
+func imageInput(mplCache bool) specInput {
+	in := testInput()
+	in.rootfs, in.binds, in.etc = "/images/default/abc/rootfs", nil, "/state/rootfs/etc"
+	in.mplCache, in.rootMPLCache = "", mplCache
+	return in
+}
+
+// TestSpecImage: on an image's root, nothing of the host but the backend's own files, and
+// the rest as in host mode.
+func TestSpecImage(t *testing.T) {
+	s := buildSpec(imageInput(true))
+	if s.Root == nil || !s.Root.Readonly || s.Root.Path != "/images/default/abc/rootfs" {
+		t.Errorf("root %+v, want the image's, read-only", s.Root)
+	}
+	binds := map[string]string{}
+	for _, m := range s.Mounts {
+		if m.Type == "bind" {
+			binds[m.Destination] = m.Source
+		}
+	}
+	want := map[string]string{
+		"/etc/passwd": "/state/rootfs/etc/passwd", "/etc/group": "/state/rootfs/etc/group", "/etc/hosts": "/state/rootfs/etc/hosts",
+		"/mnt/data": "/srv/ws/abc-1", "/home/user": "/srv/ws/abc-1", guestPath: "/opt/cellbox", guestRunPath: "/state/bundles/abc-1/run",
+	}
+	if !maps.Equal(binds, want) {
+		t.Errorf("binds %v, want %v", binds, want)
+	}
+	for _, dst := range []string{"/etc/passwd", "/etc/group", "/etc/hosts"} {
+		if m := mountAt(s, dst); m == nil || !hasAll(m.Options, "bind", "ro", "nosuid", "nodev") {
+			t.Errorf("mount at %s: %+v, want a read-only bind", dst, m)
+		}
+	}
+	// The image's own font cache, not the host's.
+	wantArgs := slices.Clone(buildSpec(testInput()).Process.Args)
+	if !slices.Equal(s.Process.Args, wantArgs) {
+		t.Errorf("args %q, want %q", s.Process.Args, wantArgs)
+	}
+	if args := buildSpec(imageInput(false)).Process.Args; slices.Contains(args, "--mpl-cache") {
+		t.Errorf("args %q name an mpl cache the image does not have", args)
+	}
+
+	// The rest is host mode's spec.
+	host := buildSpec(testInput())
+	var hostOther, imageOther []specs.Mount
+	for _, m := range host.Mounts {
+		if m.Type != "bind" {
+			hostOther = append(hostOther, m)
+		}
+	}
+	for _, m := range s.Mounts {
+		if m.Type != "bind" {
+			imageOther = append(imageOther, m)
+		}
+	}
+	s.Process.Args, host.Process.Args = nil, nil
+	if !reflect.DeepEqual(hostOther, imageOther) || !reflect.DeepEqual(s.Process, host.Process) ||
+		!reflect.DeepEqual(s.Linux, host.Linux) || s.Hostname != host.Hostname {
+		t.Error("the image's spec differs from host mode's in more than the root, the binds and the font cache")
 	}
 }
 
