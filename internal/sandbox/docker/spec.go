@@ -32,14 +32,6 @@ const (
 	shmBytes     = 64 << 20
 )
 
-// Under gVisor the engine's pids limit holds the sentry's and the ptrace platform's host
-// tasks too, some 30 per process of the sandbox: the sandbox's own limit is RLIMIT_NPROC,
-// the host's a backstop (as in runc's backend; see its rlimits).
-const (
-	gvisorTasksPerProcess = 64
-	gvisorTasksBase       = 256
-)
-
 // maskedPaths and readonlyPaths of /proc and /sys, as in runc's sandboxes.
 var (
 	maskedPaths = []string{
@@ -158,7 +150,7 @@ func resources(l sandbox.Limits, gvisor bool) container.Resources {
 	if l.Pids > 0 {
 		n := int64(l.Pids)
 		if gvisor {
-			n = n*gvisorTasksPerProcess + gvisorTasksBase
+			n = sandbox.GVisorHostTasks(l.Pids)
 			nproc := int64(max(l.Pids-1, 1))
 			r.Ulimits = append(r.Ulimits, &container.Ulimit{Name: "nproc", Soft: nproc, Hard: nproc})
 		}

@@ -30,7 +30,7 @@
 // kernel in user space, instead of on the host's. The backend tells runsc --network=none
 // and --oci-seccomp (argv); the spec has no cgroup or mqueue mount (so the guest has no OOM
 // count), limits processes inside with RLIMIT_NPROC and gives the host's pids cgroup room
-// for the sentry's threads (rlimits, gvisorTasksPerProcess). Capabilities says what else
+// for the sentry's threads (rlimits, sandbox.GVisorHostTasks). Capabilities says what else
 // differs.
 //
 // Not for: what runs inside (package guest) or the workspace folders (package workspace).

@@ -247,7 +247,7 @@ func TestContainer(t *testing.T) {
 			}
 			wantPids := "50"
 			if b.gvisor {
-				wantPids = fmt.Sprint(50*gvisorTasksPerProcess + gvisorTasksBase)
+				wantPids = fmt.Sprint(50*64 + 256)
 			}
 			if got := hostPidsMax(sh.sb.id); got != wantPids {
 				t.Errorf("the host's pids.max of the sandbox is %q, want %s", got, wantPids)

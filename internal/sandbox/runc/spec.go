@@ -179,17 +179,6 @@ func rlimits(l sandbox.Limits, gvisor bool) []specs.POSIXRlimit {
 	return r
 }
 
-// Under gVisor the host's pids cgroup holds the sentry, the gofer and, on the ptrace
-// platform, a stub process per address space with a stub thread for every sentry thread
-// that ran it: some 30 host tasks per process of the sandbox (measured: 75 for a shell
-// alone, 2,400 after a fork bomb under a limit of 64), which a limit of 64 does not let
-// even boot. The sandbox's own limit is RLIMIT_NPROC (rlimits); the host limit is a
-// backstop, hitting it kills the sentry and so the whole sandbox.
-const (
-	gvisorTasksPerProcess = 64
-	gvisorTasksBase       = 256
-)
-
 func roBind(src, dst string) specs.Mount {
 	return specs.Mount{Destination: dst, Type: "bind", Source: src, Options: []string{"bind", "ro", "nosuid", "nodev"}}
 }
@@ -216,7 +205,7 @@ func resources(l sandbox.Limits, limitSwap, gvisor bool) *specs.LinuxResources {
 	if l.Pids > 0 {
 		n := int64(l.Pids)
 		if gvisor {
-			n = n*gvisorTasksPerProcess + gvisorTasksBase
+			n = sandbox.GVisorHostTasks(l.Pids)
 		}
 		r.Pids = &specs.LinuxPids{Limit: ptr(n)}
 	}

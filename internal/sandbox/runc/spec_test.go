@@ -291,7 +291,7 @@ func TestSpecGVisor(t *testing.T) {
 			t.Errorf("mount at %s under gVisor: %+v", dst, m)
 		}
 	}
-	if r := s.Linux.Resources.Pids; r == nil || *r.Limit != 128*gvisorTasksPerProcess+gvisorTasksBase {
+	if r := s.Linux.Resources.Pids; r == nil || *r.Limit != 128*64+256 {
 		t.Errorf("host pids limit %+v, want the sentry's room for 128 processes", r)
 	}
 	var nproc *specs.POSIXRlimit
