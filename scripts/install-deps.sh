@@ -24,13 +24,15 @@ done
 
 # What cellbox runs on: OCI runtimes (runsc is gVisor, in Debian since 12), ext4 images for
 # workspace quotas, the Python kernel's packages (from Debian; no pip), fonts for matplotlib,
-# and the tools sandboxes are set up with.
+# the tools sandboxes are set up with, and debootstrap for `cellbox image build`.
 pkgs=(runc crun runsc e2fsprogs mount python3 python3-ipython python3-numpy python3-pandas
 	python3-matplotlib python3-matplotlib-inline python3-scipy fonts-dejavu-core
-	iproute2 procps ca-certificates)
+	iproute2 procps ca-certificates debootstrap)
 # What the tests need: make and git; gcc and libc6-dev for cgo (go test -race); Node.js and
-# npm for the MCP and E2B client tests; chromium for the web page's browser test.
-test_pkgs=(make git gcc libc6-dev chromium)
+# npm for the MCP and E2B client tests; chromium for the web page's browser test; Debian's
+# Docker engine for the docker backend's, and curl to ask it whether it runs
+# (scripts/with-dockerd.sh starts it).
+test_pkgs=(make git gcc libc6-dev chromium docker.io curl)
 
 if [[ ! -r /etc/os-release ]] || ! grep -qiE '^(ID|ID_LIKE)=.*(debian|ubuntu)' /etc/os-release ||
 	! command -v apt-get >/dev/null || ! command -v dpkg-query >/dev/null; then

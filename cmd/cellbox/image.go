@@ -144,19 +144,35 @@ func imageSpec(store *image.Store, name, file string) (*image.Spec, error) {
 	return image.Parse(name, f)
 }
 
-// progressPrinter shows a build's stages and package counts on one line that it rewrites.
+// progressPrinter shows a build's stages, package counts and downloaded bytes: on a
+// terminal on one line that it rewrites, in a log a line at a time.
 func progressPrinter(w io.Writer) func(image.Progress) {
-	last := time.Time{}
+	f, ok := w.(*os.File)
+	tty := ok && isTerminal(f)
+	var last time.Time
+	stage := ""
 	return func(p image.Progress) {
-		if p.Count > 0 && time.Since(last) < 200*time.Millisecond {
+		// On a terminal one line, redrawn at most five times a second; in a log, a line a
+		// stage and one every ten seconds.
+		every := 200 * time.Millisecond
+		if !tty {
+			every = 10 * time.Second
+		}
+		if p.Stage == stage && time.Since(last) < every {
 			return
 		}
-		last = time.Now()
-		switch {
-		case p.Count == 0:
-			fmt.Fprintf(w, "\r\033[K%s…", p.Stage)
-		default:
-			fmt.Fprintf(w, "\r\033[K%s: %d packages (%s)", p.Stage, p.Count, p.Name)
+		stage, last = p.Stage, time.Now()
+		line := p.Stage + "…"
+		if p.Count > 0 {
+			line = fmt.Sprintf("%s: %d packages (%s)", p.Stage, p.Count, p.Name)
+		}
+		if p.Bytes > 0 {
+			line += fmt.Sprintf(", %.1f MB", float64(p.Bytes)/1e6)
+		}
+		if tty {
+			fmt.Fprintf(w, "\r\033[K%s", line)
+		} else {
+			fmt.Fprintln(w, line)
 		}
 	}
 }

@@ -70,6 +70,7 @@ type Progress struct {
 	Stage string // resolve, download, unpack, configure, pip, finish
 	Count int    // packages through this stage so far
 	Name  string // the package just handled, if any
+	Bytes int64  // downloaded so far (download stage)
 }
 
 // Mount points every image has, for the backends to mount on a read-only root.
@@ -176,7 +177,14 @@ func (st *Store) Build(ctx context.Context, spec *Spec, progress func(Progress))
 	root := filepath.Join(work, "rootfs")
 	progress(Progress{Stage: "resolve"})
 	args := []string{"--variant=minbase", "--include=" + strings.Join(spec.Debian, ","), spec.Suite, root, st.mirror}
-	if err := run(ctx, exec.CommandContext(ctx, debootstrap, args...), progress); err != nil {
+	archives := filepath.Join(root, "var/cache/apt/archives")
+	withBytes := func(p Progress) {
+		if p.Stage == "download" {
+			p.Bytes, _ = diskUsage(archives)
+		}
+		progress(p)
+	}
+	if err := run(ctx, exec.CommandContext(ctx, debootstrap, args...), withBytes); err != nil {
 		return nil, false, fmt.Errorf("debootstrap %s from %s: %w", spec.Suite, st.mirror, err)
 	}
 	if len(spec.Pip) > 0 {
