@@ -144,7 +144,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Python, "python", c.Python, "Python interpreter inside the sandbox")
 	fs.StringVar(&c.Preimport, "preimport", c.Preimport, "Python run when a kernel starts (warm imports)")
 	fs.IntVar(&c.PoolSize, "pool-size", c.PoolSize, "sandboxes of the default image kept warm, ready for new sessions")
-	fs.StringVar(&c.Image, "image", c.Image, "the image of sessions that name none (built by `cellbox image build NAME`); runc uses images with --rootfs image only")
+	fs.StringVar(&c.Image, "image", c.Image, "the image of sessions that name none, built by cellbox image build NAME (runc runs on images with --rootfs image only)")
 	fs.StringVar(&c.RootFS, "rootfs", c.RootFS, "what runc sandboxes run on: host (this machine's system folders) | image (built images; see --image)")
 	fs.StringVar(&c.ImagePools, "image-pools", c.ImagePools, "warm sandboxes of images other than the default: NAME=N,NAME=N (the default image's are --pool-size)")
 	fs.BoolVar(&c.EndSessionsOnExit, "end-sessions-on-exit", c.EndSessionsOnExit, "end every session when the server stops (default: sessions live on, and the next server on this state dir takes them over)")
