@@ -59,6 +59,9 @@ type CreateSessionRequest struct {
 	// Metadata is free-form labels, returned with the session: at most 64, keys 1-256 bytes,
 	// values up to 1024, 16 KiB in all.
 	Metadata map[string]string `json:"metadata,omitempty"`
+	// Image names the image the session runs on (built by `cellbox image build NAME`);
+	// "": the server's default.
+	Image string `json:"image,omitempty"`
 }
 
 // UpdateSessionRequest is the body of PATCH /v1/sessions/{id}.
@@ -82,6 +85,9 @@ type Session struct {
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 	// Metadata is what the session was created with.
 	Metadata map[string]string `json:"metadata,omitempty"`
+	// Image is the image the session runs on; "" on a server that runs sandboxes on the
+	// host's root filesystem.
+	Image string `json:"image,omitempty"`
 }
 
 // SessionList is the body of GET /v1/sessions.
@@ -195,6 +201,8 @@ type OneShotRequest struct {
 	Env      map[string]string `json:"env,omitempty"`
 	Limits   *Limits           `json:"limits,omitempty"`
 	TimeoutS float64           `json:"timeout_s,omitempty"`
+	// Image is as in CreateSessionRequest: "" for the server's default.
+	Image string `json:"image,omitempty"`
 }
 
 // Error codes of the service's error shape.

@@ -19,6 +19,7 @@ import (
 	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/client"
 	"github.com/cellbox/cellbox/internal/config"
+	"github.com/cellbox/cellbox/internal/image"
 	"github.com/cellbox/cellbox/internal/server"
 )
 
@@ -71,6 +72,7 @@ func newFlags(name, synopsis string) *cliFlags {
 	f.cfg.PoolSize = 0
 	f.cfg.Preimport = ""
 	f.cfg.Retention = 0
+	f.cfg.Image = "" // --image is the session's; none: the server's default
 	f.fs = flag.NewFlagSet(name, flag.ContinueOnError)
 	f.fs.StringVar(&f.server, "server", "", "URL of a running cellbox server (default: start one in this process)")
 	f.fs.StringVar(&f.out, "out", "cellbox-out", "folder for images and files the code makes")
@@ -79,7 +81,7 @@ func newFlags(name, synopsis string) *cliFlags {
 		f.files = append(f.files, s)
 		return nil
 	})
-	f.own = []string{"server", "out", "timeout", "file", "backend", "state-dir"}
+	f.own = []string{"server", "out", "timeout", "file", "image", "backend", "rootfs", "state-dir"}
 	f.fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "Usage: %s\n\nFlags:\n", synopsis)
 		show := flag.NewFlagSet(name, flag.ContinueOnError)
@@ -99,6 +101,7 @@ func newFlags(name, synopsis string) *cliFlags {
 // parse parses args; a non-negative code means: exit with it now.
 func (f *cliFlags) parse(args []string) int {
 	f.cfg.Flags(f.fs)
+	f.fs.Lookup("image").Usage = "the image the session runs on, built by cellbox image build NAME (default: the server's); an embedded server needs --rootfs image for it"
 	if err := config.Load(f.fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
@@ -119,6 +122,10 @@ func (f *cliFlags) connect(ctx context.Context) (c *client.Client, stop func(), 
 	cfg := f.cfg
 	cfg.Addr = "127.0.0.1:0"
 	cfg.PoolSize = 0
+	cfg.ImagePools = ""
+	if cfg.Image == "" {
+		cfg.Image = image.DefaultName
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, nil, fmt.Errorf("bad settings:\n%w", err)
 	}
@@ -166,7 +173,7 @@ func (f *cliFlags) start(ctx context.Context, sig *signals) (s *session, end fun
 	if err != nil {
 		return nil, nil, err
 	}
-	sess, err := c.CreateSession(ctx, api.CreateSessionRequest{})
+	sess, err := c.CreateSession(ctx, api.CreateSessionRequest{Image: f.cfg.Image})
 	if err != nil {
 		stop()
 		return nil, nil, fmt.Errorf("start a session: %w", err)

@@ -139,6 +139,8 @@ func TestRunFailures(t *testing.T) {
 		{"bad flag", []string{"--nope"}, exitUsage, "not defined"},
 		{"missing upload", []string{"--file", "/nonexistent.csv", "-c", "1"}, exitService, "nonexistent.csv"},
 		{"unreachable server", []string{"--server", "http://127.0.0.1:1", "-c", "1"}, exitService, "connection refused"},
+		{"image on the host's root", []string{"--image", "py", "-c", "1"}, exitService, `image "py": this server runs sandboxes on the host's root filesystem`},
+		{"bad image name", []string{"--rootfs", "image", "--image", "Py!", "-c", "1"}, exitService, `--image: image name "Py!"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

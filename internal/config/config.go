@@ -13,8 +13,11 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/cellbox/cellbox/internal/image"
 )
 
 // Config holds every setting. Field comments name the flag.
@@ -25,7 +28,13 @@ type Config struct {
 	StateDir  string // --state-dir
 	Python    string // --python: interpreter inside the sandbox
 	Preimport string // --preimport: Python run when a kernel starts
-	PoolSize  int    // --pool-size
+	PoolSize  int    // --pool-size: warm sandboxes of the default image
+
+	// Images (package image): what sandboxes run on. DefaultImage says which one sessions
+	// get when they name none; Pools how many warm sandboxes each image keeps.
+	Image      string // --image: the image of sessions that name none
+	RootFS     string // --rootfs: host | image: what runc sandboxes run on
+	ImagePools string // --image-pools: NAME=N,...: warm sandboxes of images other than the default
 
 	// EndSessionsOnExit: the server ends every session when it stops, and at start those an
 	// earlier process left. Off (the default for serve), sessions outlive a restart.
@@ -87,6 +96,8 @@ func Default() Config {
 		Python:         "/usr/bin/python3",
 		Preimport:      "import numpy, pandas, matplotlib, matplotlib.pyplot",
 		PoolSize:       2,
+		Image:          image.DefaultName,
+		RootFS:         "host",
 		MaxSessions:    100,
 		MemoryMB:       1024,
 		CPUs:           1,
@@ -132,7 +143,10 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.StateDir, "state-dir", c.StateDir, "folder for workspaces and sandbox state")
 	fs.StringVar(&c.Python, "python", c.Python, "Python interpreter inside the sandbox")
 	fs.StringVar(&c.Preimport, "preimport", c.Preimport, "Python run when a kernel starts (warm imports)")
-	fs.IntVar(&c.PoolSize, "pool-size", c.PoolSize, "sandboxes kept warm, ready for new sessions")
+	fs.IntVar(&c.PoolSize, "pool-size", c.PoolSize, "sandboxes of the default image kept warm, ready for new sessions")
+	fs.StringVar(&c.Image, "image", c.Image, "the image of sessions that name none, built by cellbox image build NAME (runc runs on images with --rootfs image only)")
+	fs.StringVar(&c.RootFS, "rootfs", c.RootFS, "what runc sandboxes run on: host (this machine's system folders) | image (built images; see --image)")
+	fs.StringVar(&c.ImagePools, "image-pools", c.ImagePools, "warm sandboxes of images other than the default: NAME=N,NAME=N (the default image's are --pool-size)")
 	fs.BoolVar(&c.EndSessionsOnExit, "end-sessions-on-exit", c.EndSessionsOnExit, "end every session when the server stops (default: sessions live on, and the next server on this state dir takes them over)")
 	fs.IntVar(&c.MaxSessions, "max-sessions", c.MaxSessions, "concurrent sessions; past it, resource_exhausted")
 	fs.StringVar(&c.APIKeysFile, "api-keys", c.APIKeysFile, "file of API keys, one a line, each optionally followed by a tenant name (keys also come from $CELLBOX_API_KEYS, comma-separated); with keys, every call but /healthz needs one")
@@ -263,6 +277,21 @@ func (c *Config) Validate() error {
 	if c.PoolSize < 0 || c.PoolSize > 1000 {
 		bad("--pool-size %d: must be 0..1000", c.PoolSize)
 	}
+	switch c.RootFS {
+	case "host", "image":
+	default:
+		bad("--rootfs %q: choose host or image", c.RootFS)
+	}
+	if err := image.CheckName(c.Image); err != nil {
+		bad("--image: %v", err)
+	}
+	if pools, err := parsePools(c.ImagePools); err != nil {
+		bad("--image-pools %.200q: %v", c.ImagePools, err)
+	} else if _, ok := pools[c.Image]; ok {
+		bad("--image-pools: %s is the default image (--image); --pool-size is its count", c.Image)
+	} else if len(pools) > 0 && c.DefaultImage() == "" {
+		bad("--image-pools: sandboxes here run on the host's root filesystem; images need --rootfs image (runc) or --backend docker")
+	}
 	if c.MaxSessions < 1 {
 		bad("--max-sessions %d: must be at least 1", c.MaxSessions)
 	}
@@ -302,4 +331,57 @@ func (c *Config) Validate() error {
 		bad("--max-rich-bytes, --max-upload-bytes and --max-body-bytes must be positive (body at least 1024)")
 	}
 	return errors.Join(errs...)
+}
+
+// DefaultImage is the image of sessions that name none: "" where sandboxes run on no image
+// (local-unsafe, and runc with --rootfs host), else --image.
+func (c Config) DefaultImage() string {
+	if c.Backend == "local-unsafe" || c.Backend == "runc" && c.RootFS != "image" {
+		return ""
+	}
+	return c.Image
+}
+
+// Pools is how many warm sandboxes each image keeps: --pool-size for DefaultImage ("" on
+// the host's root) and the counts of --image-pools. Call it on a validated Config.
+func (c Config) Pools() map[string]int {
+	pools, _ := parsePools(c.ImagePools)
+	pools[c.DefaultImage()] = c.PoolSize
+	return pools
+}
+
+// parsePools parses --image-pools, NAME=N,NAME=N; it returns the good entries either way.
+func parsePools(s string) (map[string]int, error) {
+	pools := map[string]int{}
+	var errs []string
+	for _, item := range strings.Split(s, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		name, count, ok := strings.Cut(item, "=")
+		name = strings.TrimSpace(name)
+		n, err := strconv.Atoi(strings.TrimSpace(count))
+		if !ok || err != nil {
+			errs = append(errs, fmt.Sprintf("%.100q: give NAME=N", item))
+			continue
+		}
+		if err := image.CheckName(name); err != nil {
+			errs = append(errs, err.Error())
+			continue
+		}
+		if _, dup := pools[name]; dup {
+			errs = append(errs, name+" is given twice")
+			continue
+		}
+		if n < 0 || n > 1000 {
+			errs = append(errs, fmt.Sprintf("%s=%d: N must be 0..1000", name, n))
+			continue
+		}
+		pools[name] = n
+	}
+	if len(errs) > 0 {
+		return pools, errors.New(strings.Join(errs, "; "))
+	}
+	return pools, nil
 }

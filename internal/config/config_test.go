@@ -2,6 +2,7 @@ package config
 
 import (
 	"flag"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -106,6 +107,18 @@ func TestValidate(t *testing.T) {
 		{"tenant cap", func(c *Config) { c.TenantMaxSessions = -1 }, "--tenant-max-sessions"},
 		{"zero max lifetime", func(c *Config) { c.MaxLifetime = 0 }, "--max-lifetime"},
 		{"negative max lifetime", func(c *Config) { c.MaxLifetime = -time.Second }, "--max-lifetime"},
+		{"rootfs", func(c *Config) { c.RootFS = "overlay" }, "--rootfs"},
+		{"image name", func(c *Config) { c.Image = "Bad/Name" }, "--image: image name"},
+		{"empty image", func(c *Config) { c.Image = "" }, "--image"},
+		{"pools without a count", func(c *Config) { c.RootFS, c.ImagePools = "image", "ml" }, `"ml": give NAME=N`},
+		{"pools bad count", func(c *Config) { c.RootFS, c.ImagePools = "image", "ml=two" }, "give NAME=N"},
+		{"pools negative", func(c *Config) { c.RootFS, c.ImagePools = "image", "ml=-1" }, "0..1000"},
+		{"pools too many", func(c *Config) { c.RootFS, c.ImagePools = "image", "ml=1001" }, "0..1000"},
+		{"pools bad name", func(c *Config) { c.RootFS, c.ImagePools = "image", "../x=1" }, "image name"},
+		{"pools twice", func(c *Config) { c.RootFS, c.ImagePools = "image", "ml=1,ml=2" }, "ml is given twice"},
+		{"pools of the default", func(c *Config) { c.RootFS, c.ImagePools = "image", "default=3" }, "--pool-size is its count"},
+		{"pools on the host's root", func(c *Config) { c.ImagePools = "ml=1" }, "--rootfs image (runc) or --backend docker"},
+		{"pools on local-unsafe", func(c *Config) { c.Backend, c.RootFS, c.ImagePools = "local-unsafe", "image", "ml=1" }, "host's root"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -119,5 +132,55 @@ func TestValidate(t *testing.T) {
 	c := Default()
 	if err := c.Validate(); err != nil {
 		t.Errorf("defaults invalid: %v", err)
+	}
+}
+
+// Which image sessions get, and which images keep warm sandboxes, follow the backend and
+// --rootfs: runc on the host's root and local-unsafe run on no image ("").
+func TestDefaultImageAndPools(t *testing.T) {
+	tests := []struct {
+		backend, rootfs, pools string
+		image                  string
+		want                   map[string]int
+	}{
+		{"runc", "host", "", "", map[string]int{"": 2}},
+		{"runc", "image", "", "default", map[string]int{"default": 2}},
+		{"runc", "image", " ml=1, gpu=0 ,", "default", map[string]int{"default": 2, "ml": 1, "gpu": 0}},
+		{"local-unsafe", "image", "", "", map[string]int{"": 2}},
+		{"docker", "host", "ml=4", "default", map[string]int{"default": 2, "ml": 4}},
+	}
+	for _, tt := range tests {
+		c := Default()
+		c.Backend, c.RootFS, c.ImagePools = tt.backend, tt.rootfs, tt.pools
+		if got := c.DefaultImage(); got != tt.image {
+			t.Errorf("%s --rootfs %s: DefaultImage() = %q, want %q", tt.backend, tt.rootfs, got, tt.image)
+		}
+		if got := c.Pools(); !maps.Equal(got, tt.want) {
+			t.Errorf("%s --rootfs %s --image-pools %q: Pools() = %v, want %v", tt.backend, tt.rootfs, tt.pools, got, tt.want)
+		}
+	}
+}
+
+// --image, --rootfs and --image-pools come from the file, CELLBOX_* and flags like any setting.
+func TestImageSettings(t *testing.T) {
+	c := Default()
+	if c.Image != "default" || c.RootFS != "host" || c.ImagePools != "" {
+		t.Errorf("defaults: --image %q --rootfs %q --image-pools %q", c.Image, c.RootFS, c.ImagePools)
+	}
+	file := filepath.Join(t.TempDir(), "c.json")
+	os.WriteFile(file, []byte(`{"image": "py", "rootfs": "image", "image-pools": "ml=1"}`), 0o644)
+	t.Setenv("CELLBOX_IMAGE_POOLS", "ml=3,gpu=1")
+	c, err := load(t, "--config", file, "--image", "base", "--pool-size", "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Image != "base" || c.RootFS != "image" || c.ImagePools != "ml=3,gpu=1" {
+		t.Errorf("file < env < flags not respected: --image %q --rootfs %q --image-pools %q", c.Image, c.RootFS, c.ImagePools)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("valid config refused: %v", err)
+	}
+	if want := map[string]int{"base": 1, "ml": 3, "gpu": 1}; !maps.Equal(c.Pools(), want) {
+		t.Errorf("Pools() = %v, want %v", c.Pools(), want)
 	}
 }

@@ -1,11 +1,14 @@
 package e2b
 
 import (
+	"cmp"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -16,9 +19,28 @@ import (
 	"github.com/cellbox/cellbox/internal/session"
 )
 
-// templates are the E2B template ids cellbox serves: each is its default Python session.
-// "base" is the e2b package's default; cellbox's sandboxes always have the interpreter.
+// templates are E2B's default template ids, the SDKs' defaults: each is a session on the
+// server's default image. "base" is the e2b package's default; cellbox's sandboxes always
+// have the interpreter. Any other template id names an image (cellbox image build NAME).
 var templates = []string{"code-interpreter-v1", "base"}
+
+// imageOf is the image a template id asks for: "" (the server's default) for E2B's
+// default templates.
+func imageOf(templateID string) string {
+	if templateID == "" || slices.Contains(templates, templateID) {
+		return ""
+	}
+	return templateID
+}
+
+// templateOf is the template id that a session on img reports: E2B's default for the
+// server's default image, else the image's name.
+func (h *Handler) templateOf(img string) string {
+	if img == h.m.DefaultImage() {
+		return templates[0]
+	}
+	return img
+}
 
 // defaultTimeout is E2B's sandbox timeout when create gives none.
 const defaultTimeout = 300
@@ -85,13 +107,13 @@ type detail struct {
 // clientID fills E2B's deprecated, still required field.
 const clientID = "cellbox"
 
-func (h *Handler) sandboxOf(r *http.Request, id string) sandbox {
+func (h *Handler) sandboxOf(r *http.Request, id, template string) sandbox {
 	tok := h.token(session.Tenant(r.Context()), id)
-	return sandbox{SandboxID: id, TemplateID: templates[0], Alias: templates[0], ClientID: clientID,
+	return sandbox{SandboxID: id, TemplateID: template, Alias: template, ClientID: clientID,
 		EnvdVersion: envdVersion, EnvdAccessToken: tok, TrafficAccessToken: tok}
 }
 
-func listedOf(s api.Session) listed {
+func (h *Handler) listedOf(s api.Session) listed {
 	end := s.LastActiveAt.Add(time.Duration(s.IdleTimeoutS) * time.Second)
 	if s.ExpiresAt != nil {
 		end = *s.ExpiresAt
@@ -100,7 +122,8 @@ func listedOf(s api.Session) listed {
 	if md == nil {
 		md = map[string]string{}
 	}
-	return listed{SandboxID: s.ID, TemplateID: templates[0], Alias: templates[0], ClientID: clientID,
+	template := h.templateOf(s.Image)
+	return listed{SandboxID: s.ID, TemplateID: template, Alias: template, ClientID: clientID,
 		StartedAt: s.CreatedAt, EndAt: end.UTC(), CPUCount: int(math.Ceil(s.Limits.CPUs)),
 		MemoryMB: s.Limits.MemoryMB, DiskSizeMB: s.Limits.DiskMB, Metadata: md, State: "running",
 		EnvdVersion: envdVersion}
@@ -128,11 +151,6 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, r, err)
 		return
 	}
-	if req.TemplateID != "" && req.TemplateID != templates[0] && req.TemplateID != templates[1] {
-		h.writeError(w, r, fmt.Errorf("template '%.100s' not found: this server has %s: %w",
-			req.TemplateID, strings.Join(templates, ", "), errdefs.ErrNotFound))
-		return
-	}
 	life, err := timeoutSeconds(req.Timeout, defaultTimeout)
 	if err != nil {
 		h.writeError(w, r, err)
@@ -143,13 +161,19 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		Metadata:     req.Metadata,
 		LifetimeS:    int(life.Seconds()),
 		IdleTimeoutS: int(h.opts.MaxIdleTimeout.Seconds()),
+		Image:        imageOf(req.TemplateID),
 	})
+	template := cmp.Or(req.TemplateID, templates[0]) // what was asked, echoed
+	if errors.Is(err, errdefs.ErrNotFound) {
+		// Nothing else of a create is not found: the template's image is not built.
+		err = fmt.Errorf("template '%.100s' not found: %w", template, err)
+	}
 	if err != nil {
 		h.writeError(w, r, err)
 		return
 	}
 	h.sweep()
-	writeJSON(w, http.StatusCreated, h.sandboxOf(r, s.ID))
+	writeJSON(w, http.StatusCreated, h.sandboxOf(r, s.ID, template))
 }
 
 func (h *Handler) connect(w http.ResponseWriter, r *http.Request) {
@@ -173,7 +197,7 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, h.sandboxOf(r, id))
+	writeJSON(w, http.StatusOK, h.sandboxOf(r, id, h.templateOf(s.Image)))
 }
 
 func (h *Handler) info(w http.ResponseWriter, r *http.Request) {
@@ -182,7 +206,7 @@ func (h *Handler) info(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, detail{listed: listedOf(*s), EnvdAccessToken: h.token(session.Tenant(r.Context()), s.ID)})
+	writeJSON(w, http.StatusOK, detail{listed: h.listedOf(*s), EnvdAccessToken: h.token(session.Tenant(r.Context()), s.ID)})
 }
 
 func (h *Handler) setTimeout(w http.ResponseWriter, r *http.Request) {
@@ -262,7 +286,7 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("X-Next-Token", last.String())
 			break
 		}
-		out = append(out, listedOf(s))
+		out = append(out, h.listedOf(s))
 		last = cursorOf(s)
 	}
 	writeJSON(w, http.StatusOK, out)

@@ -488,7 +488,7 @@ func TestSDK(t *testing.T) {
 		if e := ex("connect"); e.text() != "41" {
 			t.Errorf("connect kept no state: %+v", e)
 		}
-		r.threw(t, "unknownTemplate", "SandboxError", "code-interpreter-v1")
+		r.threw(t, "unknownTemplate", "SandboxError", "host's root filesystem")
 		var killed, again bool
 		r.get(t, "kill", &killed)
 		r.get(t, "killAgain", &again)
@@ -745,7 +745,7 @@ func TestControlPlaneErrors(t *testing.T) {
 	}{
 		{"no key", "GET", "/v2/sandboxes", "", nil, 401, `"code":401`},
 		{"wrong key", "POST", "/v2/sandboxes", `{}`, []string{"X-API-Key: e2b_00"}, 401, "not one of this server's"},
-		{"unknown template", "POST", "/v2/sandboxes", `{"templateID":"ubuntu"}`, []string{"X-API-Key: " + aliceKey, json}, 404, "code-interpreter-v1, base"},
+		{"template on the host's root", "POST", "/v2/sandboxes", `{"templateID":"ubuntu"}`, []string{"X-API-Key: " + aliceKey, json}, 400, "--rootfs image"},
 		{"zero timeout", "POST", "/sandboxes", `{"timeout":0}`, []string{"X-API-Key: " + aliceKey, json}, 400, "at least 1 second"},
 		{"bad metadata", "POST", "/v2/sandboxes", `{"metadata":{"k":"a\u0000b"}}`, []string{"X-API-Key: " + aliceKey, json}, 400, "NUL"},
 		{"bad filter", "GET", "/v2/sandboxes?metadata=novalue", "", []string{"X-API-Key: " + aliceKey}, 400, "key=value"},

@@ -12,14 +12,20 @@ import (
 	"github.com/cellbox/cellbox/internal/sandbox"
 )
 
-// box is a started sandbox whose guest has been dialed and configured: a ready kernel.
-type box struct {
-	id     string // also the workspace id
-	ws     string // the workspace's host folder
-	sb     sandbox.Sandbox
-	guest  *guestproto.Client
+// boxSpec is what a box is started with.
+type boxSpec struct {
+	image  string // see sandbox.Spec.Image; "": the backend's own root
 	limits api.Limits
 	env    map[string]string
+}
+
+// box is a started sandbox whose guest has been dialed and configured: a ready kernel.
+type box struct {
+	boxSpec
+	id    string // also the workspace id
+	ws    string // the workspace's host folder
+	sb    sandbox.Sandbox
+	guest *guestproto.Client
 }
 
 func newID() string {
@@ -30,13 +36,13 @@ func newID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// startBox creates a workspace (unless ws names an existing one), a sandbox, dials its
-// guest and starts its kernel. On failure everything it made is undone.
-func (m *Manager) startBox(ctx context.Context, id string, limits api.Limits, env map[string]string, ws string) (_ *box, err error) {
+// startBox creates a workspace (unless ws names an existing one), a sandbox of spec, dials
+// its guest and starts its kernel. On failure everything it made is undone.
+func (m *Manager) startBox(ctx context.Context, id string, spec boxSpec, ws string) (_ *box, err error) {
 	start := time.Now()
 	reuse := ws != ""
 	if !reuse {
-		if ws, err = m.store.Create(ctx, id, limits.DiskMB); err != nil {
+		if ws, err = m.store.Create(ctx, id, spec.limits.DiskMB); err != nil {
 			return nil, fmt.Errorf("create workspace: %w", err)
 		}
 	}
@@ -50,10 +56,11 @@ func (m *Manager) startBox(ctx context.Context, id string, limits api.Limits, en
 	sb, err := m.backend.Create(ctx, sandbox.Spec{
 		ID:        id,
 		Workspace: ws,
+		Image:     spec.image,
 		Limits: sandbox.Limits{
-			MemoryMB: limits.MemoryMB,
-			CPUs:     limits.CPUs,
-			Pids:     limits.Pids,
+			MemoryMB: spec.limits.MemoryMB,
+			CPUs:     spec.limits.CPUs,
+			Pids:     spec.limits.Pids,
 			TmpMB:    m.cfg.TmpMB,
 		},
 		// No session outlives its idle timeout, so a sandbox unattached for the longest one
@@ -76,12 +83,12 @@ func (m *Manager) startBox(ctx context.Context, id string, limits api.Limits, en
 	err = g.Configure(ctx, guestproto.Config{
 		Python:          m.cfg.Python,
 		Preimport:       m.cfg.Preimport,
-		Env:             env,
+		Env:             spec.env,
 		MaxOutputBytes:  m.cfg.MaxOutputBytes,
 		MaxRichBytes:    m.cfg.MaxRichBytes,
 		DefaultTimeoutS: m.cfg.ExecTimeout.Seconds(),
 		InterruptGraceS: m.cfg.InterruptGrace.Seconds(),
-		MemoryMB:        limits.MemoryMB,
+		MemoryMB:        spec.limits.MemoryMB,
 	})
 	if err != nil {
 		g.Close()
@@ -89,7 +96,7 @@ func (m *Manager) startBox(ctx context.Context, id string, limits api.Limits, en
 		return nil, err
 	}
 	m.metrics.sandboxStart.Observe(time.Since(start).Seconds())
-	return &box{id: id, ws: ws, sb: sb, guest: g, limits: limits, env: env}, nil
+	return &box{boxSpec: spec, id: id, ws: ws, sb: sb, guest: g}, nil
 }
 
 // stop ends the sandbox; the workspace stays where it is.

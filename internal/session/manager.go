@@ -28,21 +28,23 @@ import (
 	"github.com/cellbox/cellbox/internal/config"
 	"github.com/cellbox/cellbox/internal/errdefs"
 	"github.com/cellbox/cellbox/internal/guestproto"
+	"github.com/cellbox/cellbox/internal/image"
 	"github.com/cellbox/cellbox/internal/sandbox"
 	"github.com/cellbox/cellbox/internal/workspace"
 )
 
-// Manager owns every session and the warm pool.
+// Manager owns every session and the warm pools.
 type Manager struct {
-	cfg     config.Config
-	backend sandbox.Backend
-	store   *workspace.Store
-	log     *slog.Logger
-	metrics *metrics
+	cfg          config.Config
+	defaultImage string // of sessions that name none (config.DefaultImage)
+	backend      sandbox.Backend
+	store        *workspace.Store
+	log          *slog.Logger
+	metrics      *metrics
 
-	pool    *pool
-	records records // sessions that outlive the server process; zero: they end with it
-	keep    bool    // sessions outlive the server process (see New)
+	pools   map[string]*pool // by image: those with a warm pool (config.Pools)
+	records records          // sessions that outlive the server process; zero: they end with it
+	keep    bool             // sessions outlive the server process (see New)
 
 	mu       sync.Mutex
 	sessions map[string]*Session
@@ -88,18 +90,20 @@ type Session struct {
 // to sandboxes again and cfg.EndSessionsOnExit is off: New then finds the sessions an
 // earlier process left (see restore) and ends those idle too long meanwhile. Everything
 // else an earlier process left is cleaned up: sandboxes are stopped and workspaces
-// released. New sweeps workspaces past retention, then fills the warm pool, reaps idle
-// sessions and sweeps again every 10 minutes in the background until Shutdown.
+// released. New sweeps workspaces past retention, then fills a warm pool for each image
+// that cfg.Pools gives a size, reaps idle sessions and sweeps again every 10 minutes in the
+// background until Shutdown. Sessions that name no image get cfg.DefaultImage().
 func New(ctx context.Context, cfg config.Config, backend sandbox.Backend, store *workspace.Store, log *slog.Logger, reg prometheus.Registerer) (*Manager, error) {
 	m := &Manager{
-		cfg:      cfg,
-		backend:  backend,
-		store:    store,
-		log:      log,
-		sessions: map[string]*Session{},
-		runs:     map[*run]bool{},
-		tenants:  tenantUse{starting: map[string]int{}, running: map[string]int{}},
-		keep:     backend.Capabilities().Reattach && !cfg.EndSessionsOnExit,
+		cfg:          cfg,
+		defaultImage: cfg.DefaultImage(),
+		backend:      backend,
+		store:        store,
+		log:          log,
+		sessions:     map[string]*Session{},
+		runs:         map[*run]bool{},
+		tenants:      tenantUse{starting: map[string]int{}, running: map[string]int{}},
+		keep:         backend.Capabilities().Reattach && !cfg.EndSessionsOnExit,
 
 		deadlines: make(chan struct{}, 1),
 	}
@@ -113,19 +117,27 @@ func New(ctx context.Context, cfg config.Config, backend sandbox.Backend, store 
 	if !m.keep {
 		m.records = records{}
 	}
-	m.pool = newPool(cfg.PoolSize, func(ctx context.Context) (*box, error) {
-		return m.startBox(ctx, newID(), m.defaults(), nil, "")
-	}, func(b *box) { m.discard(context.Background(), b, false) }, log)
+	m.pools = map[string]*pool{}
+	for name, size := range cfg.Pools() {
+		if size > 0 {
+			spec := boxSpec{image: name, limits: m.defaults()}
+			m.pools[name] = newPool(size, func(ctx context.Context) (*box, error) {
+				return m.startBox(ctx, newID(), spec, "")
+			}, func(b *box) { m.discard(context.Background(), b, false) }, log.With("image", name))
+		}
+	}
 	m.metrics = newMetrics(reg, m)
 	m.restore(ctx, recs)
 	m.sweep(ctx) // a short-lived server (cellbox run) may never see its periodic sweep
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	m.stopBg = cancel
-	m.bg.Add(2)
-	go func() {
-		defer m.bg.Done()
-		m.pool.run(bg)
-	}()
+	m.bg.Add(1 + len(m.pools))
+	for _, p := range m.pools {
+		go func() {
+			defer m.bg.Done()
+			p.run(bg)
+		}()
+	}
 	go m.reap(bg)
 	return m, nil
 }
@@ -133,12 +145,19 @@ func New(ctx context.Context, cfg config.Config, backend sandbox.Backend, store 
 // Backend is the name of the sandbox backend in use.
 func (m *Manager) Backend() string { return m.backend.Name() }
 
-// Stats returns the number of live sessions and of warm sandboxes.
+// DefaultImage is the image of sessions that name none; "": the backend's own root (the
+// host's, for runc with --rootfs host).
+func (m *Manager) DefaultImage() string { return m.defaultImage }
+
+// Stats returns the number of live sessions and of warm sandboxes, of every image.
 func (m *Manager) Stats() (sessions, pool int) {
 	m.mu.Lock()
 	n := len(m.sessions)
 	m.mu.Unlock()
-	return n, m.pool.len()
+	for _, p := range m.pools {
+		pool += p.len()
+	}
+	return n, pool
 }
 
 // defaults are the limits a session gets when it asks for nothing.
@@ -255,36 +274,55 @@ func (m *Manager) unreserve(tenant string) {
 	m.mu.Unlock()
 }
 
-// obtain returns a ready box: from the warm pool when the request asks for nothing special,
-// else a new one.
-func (m *Manager) obtain(ctx context.Context, limits api.Limits, env map[string]string) (*box, error) {
-	if limits == m.defaults() && len(env) == 0 {
-		if b := m.pool.take(); b != nil {
-			m.metrics.poolHits.Inc()
-			return b, nil
+// obtain returns a ready box: from its image's warm pool when the request asks for nothing
+// special, else a new one.
+func (m *Manager) obtain(ctx context.Context, spec boxSpec) (*box, error) {
+	if spec.limits == m.defaults() && len(spec.env) == 0 {
+		if p := m.pools[spec.image]; p != nil {
+			if b := p.take(); b != nil {
+				m.metrics.poolHits.Inc()
+				return b, nil
+			}
 		}
 		m.metrics.poolMisses.Inc()
 	}
-	return m.startBox(ctx, newID(), limits, env, "")
+	return m.startBox(ctx, newID(), spec, "")
+}
+
+// resolveImage returns the image a request's sandbox runs on: the one it names, or the
+// server's default for "".
+func (m *Manager) resolveImage(name string) (string, error) {
+	switch {
+	case name == "":
+		return m.defaultImage, nil
+	case m.defaultImage == "":
+		return "", fmt.Errorf("image %.100q: this server runs sandboxes on the host's root filesystem; images need --rootfs image (runc) or --backend docker: %w",
+			name, errdefs.ErrInvalidArgument)
+	}
+	return name, image.CheckName(name)
 }
 
 // checkSandbox checks what a request asks of its sandbox, Create's and OneShot's alike, and
-// returns the language and the limits with the server's defaults filled in.
-func (m *Manager) checkSandbox(language string, req *api.Limits, env map[string]string) (string, api.Limits, error) {
+// returns the language and the sandbox's spec: its image, and its limits with the server's
+// defaults filled in.
+func (m *Manager) checkSandbox(language, img string, req *api.Limits, env map[string]string) (string, boxSpec, error) {
 	lang, err := checkLanguage(language)
 	if err != nil {
-		return "", api.Limits{}, err
+		return "", boxSpec{}, err
+	}
+	if img, err = m.resolveImage(img); err != nil {
+		return "", boxSpec{}, err
 	}
 	limits, err := m.limits(req)
 	if err != nil {
-		return "", api.Limits{}, err
+		return "", boxSpec{}, err
 	}
-	return lang, limits, checkEnv(env)
+	return lang, boxSpec{image: img, limits: limits, env: env}, checkEnv(env)
 }
 
 // Create starts a new session.
 func (m *Manager) Create(ctx context.Context, req api.CreateSessionRequest) (*api.Session, error) {
-	lang, limits, err := m.checkSandbox(req.Language, req.Limits, req.Env)
+	lang, spec, err := m.checkSandbox(req.Language, req.Image, req.Limits, req.Env)
 	if err != nil {
 		return nil, err
 	}
@@ -310,7 +348,7 @@ func (m *Manager) Create(ctx context.Context, req api.CreateSessionRequest) (*ap
 		return nil, err
 	}
 	defer m.unreserve(tenant)
-	b, err := m.obtain(ctx, limits, req.Env)
+	b, err := m.obtain(ctx, spec)
 	if err != nil {
 		return nil, err
 	}
@@ -333,7 +371,7 @@ func (m *Manager) Create(ctx context.Context, req api.CreateSessionRequest) (*ap
 		m.deadlineSet()
 	}
 	m.metrics.sessionsCreated.WithLabelValues(tenant).Inc()
-	m.log.Info("session created", "session_id", s.id, "tenant", tenant, "memory_mb", limits.MemoryMB, "cpus", limits.CPUs)
+	m.log.Info("session created", "session_id", s.id, "tenant", tenant, "image", spec.image, "memory_mb", spec.limits.MemoryMB, "cpus", spec.limits.CPUs)
 	v := s.view()
 	return &v, nil
 }
@@ -361,6 +399,7 @@ func (s *Session) view() api.Session {
 		LastActiveAt:   s.lastActive.UTC(),
 		ExpiresAt:      expires,
 		Metadata:       maps.Clone(s.metadata),
+		Image:          s.box.image,
 	}
 }
 
@@ -608,7 +647,7 @@ func (m *Manager) afterGuestFailure(ctx context.Context, s *Session, b *box, err
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
 	b.stop(cctx)
 	cancel()
-	nb, serr := m.startBox(context.WithoutCancel(ctx), s.id, b.limits, b.env, b.ws)
+	nb, serr := m.startBox(context.WithoutCancel(ctx), s.id, b.boxSpec, b.ws)
 	if serr != nil {
 		m.end(context.WithoutCancel(ctx), s.id)
 		return nil, fmt.Errorf("the sandbox stopped and could not be restarted, so the session ended (its files are kept): %w", serr)
@@ -843,12 +882,14 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 			}
 		}()
 	}
-	for _, b := range m.pool.close() {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			m.discard(ctx, b, false)
-		}()
+	for _, p := range m.pools {
+		for _, b := range p.close() {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				m.discard(ctx, b, false)
+			}()
+		}
 	}
 	wg.Wait()
 	m.discards.Wait()

@@ -13,9 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/internal/config"
 	"github.com/cellbox/cellbox/internal/errdefs"
+	"github.com/cellbox/cellbox/internal/sandbox"
 	"github.com/cellbox/cellbox/internal/sandbox/local"
 	"github.com/cellbox/cellbox/internal/testbin"
 	"github.com/cellbox/cellbox/internal/workspace"
@@ -25,16 +28,6 @@ import (
 // fast, and enough for what this package decides (isolation is tested on runc elsewhere).
 func newManager(t *testing.T, mod func(*config.Config)) *Manager {
 	t.Helper()
-	testbin.NeedIPython(t)
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	b, err := local.New(local.Config{GuestBinary: testbin.Cellbox(t), Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := workspace.NewStore(workspace.StoreConfig{Dir: t.TempDir(), Quota: "none", Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
 	cfg := config.Default()
 	cfg.StateDir = t.TempDir()
 	cfg.Preimport = ""
@@ -42,7 +35,31 @@ func newManager(t *testing.T, mod func(*config.Config)) *Manager {
 	if mod != nil {
 		mod(&cfg)
 	}
-	m, err := New(context.Background(), cfg, b, store, log, nil)
+	return startManager(t, cfg, localBackend(t), filepath.Join(cfg.StateDir, "workspaces"), nil)
+}
+
+var testLog = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+
+// localBackend is the local-unsafe backend running the real guest.
+func localBackend(t *testing.T) *local.Backend {
+	t.Helper()
+	testbin.NeedIPython(t)
+	b, err := local.New(local.Config{GuestBinary: testbin.Cellbox(t), Logger: testLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// startManager starts a Manager on b with its workspaces in wsDir, and shuts it down when
+// the test ends (Shutdown again is harmless).
+func startManager(t *testing.T, cfg config.Config, b sandbox.Backend, wsDir string, reg prometheus.Registerer) *Manager {
+	t.Helper()
+	store, err := workspace.NewStore(workspace.StoreConfig{Dir: wsDir, Quota: "none", Logger: testLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := New(context.Background(), cfg, b, store, testLog, reg)
 	if err != nil {
 		t.Fatal(err)
 	}

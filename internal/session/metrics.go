@@ -38,7 +38,7 @@ func newMetrics(reg prometheus.Registerer, m *Manager) *metrics {
 			Name: "cellbox_pool_hits_total", Help: "Sessions and one-shots served from the warm pool.",
 		}),
 		poolMisses: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "cellbox_pool_misses_total", Help: "Sessions and one-shots that had to start a sandbox (pool empty or special limits).",
+			Name: "cellbox_pool_misses_total", Help: "Sessions and one-shots with default limits and no env that had to start a sandbox (their image's pool empty, or none).",
 		}),
 		sessionsCreated: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cellbox_sessions_created_total",
@@ -55,9 +55,15 @@ func newMetrics(reg prometheus.Registerer, m *Manager) *metrics {
 	reg.MustRegister(mt.executions, mt.duration, mt.sandboxStart, mt.poolHits, mt.poolMisses, mt.sessionsCreated, mt.runs,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cellbox_sessions", Help: "Live sessions."},
 			func() float64 { n, _ := m.Stats(); return float64(n) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cellbox_pool_size", Help: "Warm sandboxes ready."},
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cellbox_pool_size", Help: "Warm sandboxes ready, of every image."},
 			func() float64 { _, n := m.Stats(); return float64(n) }),
 	)
+	// By image: only those with a pool (--pool-size, --image-pools), so a bounded set.
+	for name, p := range m.pools {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cellbox_image_pool_size",
+			Help: "Warm sandboxes ready, by image (empty: the host's root).", ConstLabels: prometheus.Labels{"image": name}},
+			func() float64 { return float64(p.len()) }))
+	}
 	return mt
 }
 

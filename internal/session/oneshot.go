@@ -64,7 +64,7 @@ func (m *Manager) PutFiles(ctx context.Context, id string, in []api.InputFile) e
 // sandbox and its workspace. Outputs go to onOutput as they happen (may be nil). It counts
 // as a session and as an execution of ctx's tenant.
 func (m *Manager) OneShot(ctx context.Context, req api.OneShotRequest, onOutput func(api.Output)) (*api.ExecuteResult, error) {
-	_, limits, err := m.checkSandbox(req.Language, req.Limits, req.Env)
+	_, spec, err := m.checkSandbox(req.Language, req.Image, req.Limits, req.Env)
 	if err != nil {
 		return nil, err
 	}
@@ -90,7 +90,7 @@ func (m *Manager) OneShot(ctx context.Context, req api.OneShotRequest, onOutput 
 		return nil, err
 	}
 	defer end()
-	b, err := m.obtain(ctx, limits, req.Env)
+	b, err := m.obtain(ctx, spec)
 	if err != nil {
 		return nil, err
 	}

@@ -28,6 +28,9 @@ type record struct {
 	Limits         api.Limits        `json:"limits"`
 	Env            map[string]string `json:"env,omitempty"`
 	Metadata       map[string]string `json:"metadata,omitempty"`
+	// Image is what the session's sandbox runs on; "" (and records from before images):
+	// the backend's own root.
+	Image string `json:"image,omitempty"`
 	// ExpiresAt is the session's deadline (see lifetime.go); nil: none.
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 	// Busy: a run held the session when this was written. A server that died meanwhile
@@ -138,12 +141,16 @@ func (s *Session) recordLocked() record {
 		ExecutionCount: s.execCount,
 		Limits:         s.box.limits,
 		Env:            s.box.env,
+		Image:          s.box.image,
 		Metadata:       s.metadata,
 		ExpiresAt:      expires,
 		Busy:           s.busy,
 		Notice:         s.notice,
 	}
 }
+
+// spec is what the session's sandbox was started with.
+func (r record) spec() boxSpec { return boxSpec{image: r.Image, limits: r.Limits, env: r.Env} }
 
 // save writes the session's record; saves of one session happen one at a time, in order.
 func (m *Manager) save(s *Session) {

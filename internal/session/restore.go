@@ -131,7 +131,7 @@ func (m *Manager) restoreOne(ctx context.Context, r record) string {
 		how = "replaced"
 		s.notice, s.execCount = replacedNotice, 0
 		if err = m.store.Ready(r.ID); err == nil {
-			b, err = m.startBox(ctx, r.ID, r.Limits, r.Env, ws)
+			b, err = m.startBox(ctx, r.ID, r.spec(), ws)
 		}
 	}
 	if err != nil {
@@ -169,5 +169,5 @@ func (m *Manager) attachBox(ctx context.Context, r record, ws string) (*box, err
 		sb.Stop(cctx)
 		return nil, fmt.Errorf("%w: %w", err, errdefs.ErrNotFound)
 	}
-	return &box{id: r.ID, ws: ws, sb: sb, guest: g, limits: r.Limits, env: r.Env}, nil
+	return &box{boxSpec: r.spec(), id: r.ID, ws: ws, sb: sb, guest: g}, nil
 }

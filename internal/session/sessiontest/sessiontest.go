@@ -11,24 +11,39 @@ import (
 	"time"
 
 	"github.com/cellbox/cellbox/internal/config"
+	"github.com/cellbox/cellbox/internal/sandbox"
 	"github.com/cellbox/cellbox/internal/sandbox/local"
 	"github.com/cellbox/cellbox/internal/session"
 	"github.com/cellbox/cellbox/internal/testbin"
 	"github.com/cellbox/cellbox/internal/workspace"
 )
 
+var logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+
 // New returns a manager with no warm pool and no pre-imports; mod, if set, changes the
 // config first. It is shut down when the test ends. The test is skipped (with the reason)
 // where IPython is missing.
 func New(t testing.TB, mod func(*config.Config)) *session.Manager {
 	t.Helper()
+	return NewOn(t, Local(t), mod)
+}
+
+// Local is the local-unsafe backend running the real guest; the test is skipped (with
+// the reason) where IPython is missing.
+func Local(t testing.TB) sandbox.Backend {
+	t.Helper()
 	testbin.NeedIPython(t)
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	b, err := local.New(local.Config{GuestBinary: testbin.Cellbox(t), Logger: log})
+	b, err := local.New(local.Config{GuestBinary: testbin.Cellbox(t), Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := workspace.NewStore(workspace.StoreConfig{Dir: t.TempDir(), Quota: "none", Logger: log})
+	return b
+}
+
+// NewOn is New on backend b (sandboxtest.Images(Local(t), ...) for one on images).
+func NewOn(t testing.TB, b sandbox.Backend, mod func(*config.Config)) *session.Manager {
+	t.Helper()
+	store, err := workspace.NewStore(workspace.StoreConfig{Dir: t.TempDir(), Quota: "none", Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +54,7 @@ func New(t testing.TB, mod func(*config.Config)) *session.Manager {
 	if mod != nil {
 		mod(&cfg)
 	}
-	m, err := session.New(context.Background(), cfg, b, store, log, nil)
+	m, err := session.New(context.Background(), cfg, b, store, logger, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
