@@ -24,7 +24,7 @@ E2BCLIENT := internal/e2b/testdata/e2bclient
 # playwright-core, which drives Debian's chromium in the web page's tests.
 BROWSER := internal/web/testdata/browser
 
-.PHONY: help build deps run test fuzz bench bench-e2b bench-web screenshots lint clean
+.PHONY: help build build-linux deps run test test-suites fuzz bench bench-e2b bench-web screenshots lint clean
 
 help: ## list the targets
 	@echo "usage: make <target>"
@@ -33,15 +33,27 @@ help: ## list the targets
 build: ## build the static binary ./bin/cellbox
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/cellbox ./cmd/cellbox
 
+build-linux: ## the Linux binaries a server on macOS runs inside Docker's containers (--guest-binary)
+	for arch in arm64 amd64; do GOOS=linux GOARCH=$$arch CGO_ENABLED=0 $(GO) build -trimpath -o bin/cellbox-linux-$$arch ./cmd/cellbox; done
+
 deps: ## install what cellbox needs to run (Debian/Ubuntu; root or sudo)
 	scripts/install-deps.sh
 
 run: deps build ## run the server on 127.0.0.1:8080 with the runc backend, state in ./.state
 	./bin/cellbox serve --addr 127.0.0.1:8080 --backend runc --state-dir ./.state
 
-test: ## install test needs, lint, run every test with the race detector, the REST tests on gVisor too (as root)
+# Where `make test` builds the default image (as `cellbox image build` does for a root
+# server): kept between runs, so a machine builds it once per package list.
+TEST_STATE ?= /var/lib/cellbox
+
+test: ## install test needs, build the default image, start dockerd, run every test with the race detector (as root)
 	scripts/install-deps.sh --test
-	$(MAKE) --no-print-directory $(TSCLIENT)/node_modules/.package-lock.json $(E2BCLIENT)/node_modules/.package-lock.json $(BROWSER)/node_modules/.package-lock.json lint
+	$(MAKE) --no-print-directory $(TSCLIENT)/node_modules/.package-lock.json $(E2BCLIENT)/node_modules/.package-lock.json $(BROWSER)/node_modules/.package-lock.json lint build
+	./bin/cellbox image build --state-dir $(TEST_STATE) >/dev/null
+	CELLBOX_TEST_IMAGES=$(TEST_STATE)/images scripts/with-dockerd.sh $(MAKE) --no-print-directory test-suites
+
+# The suites, with the default image built and a Docker engine answering (make test).
+test-suites:
 	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 25m ./...
 	@echo "== the REST tests again on gVisor (--runtime runsc)"
 	CELLBOX_TEST_RUNTIME=runsc CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 15m ./internal/httpapi/
@@ -79,8 +91,10 @@ $(E2BCLIENT)/node_modules/.package-lock.json: $(E2BCLIENT)/package-lock.json
 $(BROWSER)/node_modules/.package-lock.json: $(BROWSER)/package-lock.json
 	npm ci --prefix $(BROWSER) --no-audit --no-fund --prefer-offline --loglevel=error
 
-lint: ## go vet, and gofmt (fails listing the files it would change)
+lint: ## go vet, gofmt (fails listing the files it would change), and the macOS builds
 	$(GO) vet ./...
+	GOOS=darwin $(GO) vet ./...
+	for arch in arm64 amd64; do GOOS=darwin GOARCH=$$arch CGO_ENABLED=0 $(GO) build -o /dev/null ./cmd/cellbox; done
 	@files=$$(git ls-files -co --exclude-standard -- '*.go' ':!:**/testdata/**'); \
 	bad=$$([[ -z $$files ]] || $(GOFMT) -l $$files); \
 	if [[ -n $$bad ]]; then echo "gofmt: these files need gofmt -w:"; echo "$$bad"; exit 1; fi

@@ -23,8 +23,8 @@ import (
 // Config holds every setting. Field comments name the flag.
 type Config struct {
 	Addr      string // --addr
-	Backend   string // --backend: runc | local-unsafe
-	Runtime   string // --runtime: OCI runtime binary for the runc backend (runc, crun, runsc)
+	Backend   string // --backend: runc | docker | local-unsafe
+	Runtime   string // --runtime: OCI runtime: runc's binary (runc, crun, runsc), or the Docker engine's name of one
 	StateDir  string // --state-dir
 	Python    string // --python: interpreter inside the sandbox
 	Preimport string // --preimport: Python run when a kernel starts
@@ -35,6 +35,12 @@ type Config struct {
 	Image      string // --image: the image of sessions that name none
 	RootFS     string // --rootfs: host | image: what runc sandboxes run on
 	ImagePools string // --image-pools: NAME=N,...: warm sandboxes of images other than the default
+	ImagesDir  string // --images-dir: where built images are ("": <state-dir>/images, where cellbox image build puts them)
+
+	// The docker backend: the engine's address ("": DOCKER_HOST, else the default socket), and
+	// the Linux cellbox binary that runs inside its containers ("": this one, on Linux).
+	DockerHost  string // --docker-host
+	GuestBinary string // --guest-binary
 
 	// EndSessionsOnExit: the server ends every session when it stops, and at start those an
 	// earlier process left. Off (the default for serve), sessions outlive a restart.
@@ -138,8 +144,8 @@ func defaultStateDir() string {
 // fs.Parse, so the file and the environment become the flags' defaults.
 func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Addr, "addr", c.Addr, "address to listen on (host:port)")
-	fs.StringVar(&c.Backend, "backend", c.Backend, "sandbox backend: runc | local-unsafe (no isolation, development only)")
-	fs.StringVar(&c.Runtime, "runtime", c.Runtime, "OCI runtime binary for the runc backend: runc, crun or runsc")
+	fs.StringVar(&c.Backend, "backend", c.Backend, "sandbox backend: runc | docker (a Docker engine, on images) | local-unsafe (no isolation, development only)")
+	fs.StringVar(&c.Runtime, "runtime", c.Runtime, "OCI runtime: for runc its binary (runc, crun or runsc); for docker the engine's name of one (runsc, if the engine has it)")
 	fs.StringVar(&c.StateDir, "state-dir", c.StateDir, "folder for workspaces and sandbox state")
 	fs.StringVar(&c.Python, "python", c.Python, "Python interpreter inside the sandbox")
 	fs.StringVar(&c.Preimport, "preimport", c.Preimport, "Python run when a kernel starts (warm imports)")
@@ -147,6 +153,9 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Image, "image", c.Image, "the image of sessions that name none, built by cellbox image build NAME (runc runs on images with --rootfs image only)")
 	fs.StringVar(&c.RootFS, "rootfs", c.RootFS, "what runc sandboxes run on: host (this machine's system folders) | image (built images; see --image)")
 	fs.StringVar(&c.ImagePools, "image-pools", c.ImagePools, "warm sandboxes of images other than the default: NAME=N,NAME=N (the default image's are --pool-size)")
+	fs.StringVar(&c.ImagesDir, "images-dir", c.ImagesDir, "the folder of built images (default: the state dir's images/, where cellbox image build --state-dir puts them)")
+	fs.StringVar(&c.DockerHost, "docker-host", c.DockerHost, "docker backend: the engine's address, e.g. unix:///var/run/docker.sock (default: DOCKER_HOST, else the engine's default socket)")
+	fs.StringVar(&c.GuestBinary, "guest-binary", c.GuestBinary, "docker backend: a Linux cellbox binary for the engine's architecture, run inside the containers (default: this binary, on Linux; make build-linux builds them)")
 	fs.BoolVar(&c.EndSessionsOnExit, "end-sessions-on-exit", c.EndSessionsOnExit, "end every session when the server stops (default: sessions live on, and the next server on this state dir takes them over)")
 	fs.IntVar(&c.MaxSessions, "max-sessions", c.MaxSessions, "concurrent sessions; past it, resource_exhausted")
 	fs.StringVar(&c.APIKeysFile, "api-keys", c.APIKeysFile, "file of API keys, one a line, each optionally followed by a tenant name (keys also come from $CELLBOX_API_KEYS, comma-separated); with keys, every call but /healthz needs one")
@@ -252,9 +261,9 @@ func (c *Config) Validate() error {
 	var errs []error
 	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
 	switch c.Backend {
-	case "runc", "local-unsafe":
+	case "runc", "docker", "local-unsafe":
 	default:
-		bad("--backend %q: choose runc or local-unsafe", c.Backend)
+		bad("--backend %q: choose runc, docker or local-unsafe", c.Backend)
 	}
 	switch c.Quota {
 	case "auto", "loop", "none":
@@ -331,6 +340,14 @@ func (c *Config) Validate() error {
 		bad("--max-rich-bytes, --max-upload-bytes and --max-body-bytes must be positive (body at least 1024)")
 	}
 	return errors.Join(errs...)
+}
+
+// Images is the folder of built images: --images-dir, else <state-dir>/images.
+func (c Config) Images() string {
+	if c.ImagesDir != "" {
+		return c.ImagesDir
+	}
+	return filepath.Join(c.StateDir, "images")
 }
 
 // DefaultImage is the image of sessions that name none: "" where sandboxes run on no image

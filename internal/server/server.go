@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,9 +27,11 @@ import (
 	"github.com/cellbox/cellbox/internal/conversation"
 	"github.com/cellbox/cellbox/internal/e2b"
 	"github.com/cellbox/cellbox/internal/httpapi"
+	"github.com/cellbox/cellbox/internal/image"
 	"github.com/cellbox/cellbox/internal/llm"
 	"github.com/cellbox/cellbox/internal/mcpserver"
 	"github.com/cellbox/cellbox/internal/sandbox"
+	"github.com/cellbox/cellbox/internal/sandbox/docker"
 	"github.com/cellbox/cellbox/internal/sandbox/local"
 	"github.com/cellbox/cellbox/internal/sandbox/runc"
 	"github.com/cellbox/cellbox/internal/session"
@@ -86,15 +89,36 @@ func NewBackend(cfg config.Config, opts Options) (sandbox.Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("find the cellbox binary: %w", err)
 	}
+	images := image.NewStore(cfg.Images(), "")
 	switch cfg.Backend {
 	case "runc":
-		return runc.New(runc.Config{
+		rc := runc.Config{
 			Runtime:     cfg.Runtime,
 			StateDir:    filepath.Join(cfg.StateDir, "runc"),
 			GuestBinary: exe,
-			MPLCache:    fontCache(cfg, log),
 			Logger:      log,
-		})
+		}
+		if cfg.RootFS == "image" {
+			rc.Images = images
+		} else {
+			rc.MPLCache = fontCache(cfg, log)
+		}
+		return runc.New(rc)
+	case "docker":
+		dc := docker.Config{
+			Host:        cfg.DockerHost,
+			StateDir:    filepath.Join(cfg.StateDir, "docker"),
+			GuestBinary: cfg.GuestBinary,
+			Images:      images,
+			Logger:      log,
+		}
+		if cfg.Runtime != "runc" { // runc: the engine's default
+			dc.Runtime = cfg.Runtime
+		}
+		if dc.GuestBinary == "" && runtime.GOOS == "linux" {
+			dc.GuestBinary = exe
+		}
+		return docker.New(dc)
 	case "local-unsafe":
 		if !opts.Quiet {
 			fmt.Fprintln(os.Stderr, "cellbox: WARNING: backend local-unsafe isolates NOTHING: code runs as this user, with this machine's files and network. Use it for development only.")
@@ -102,6 +126,33 @@ func NewBackend(cfg config.Config, opts Options) (sandbox.Backend, error) {
 		return local.New(local.Config{GuestBinary: exe, Logger: log})
 	}
 	return nil, fmt.Errorf("unknown backend %q", cfg.Backend)
+}
+
+// prepareImages makes the default image and those with warm pools ready in the backend
+// (the docker backend imports them from the image store), or fails with the command that
+// builds the one missing.
+func prepareImages(ctx context.Context, cfg config.Config, backend sandbox.Backend) error {
+	p, ok := backend.(interface {
+		PrepareImage(ctx context.Context, name string) error
+	})
+	if !ok {
+		return nil
+	}
+	names := []string{cfg.DefaultImage()}
+	for name := range cfg.Pools() {
+		if name != cfg.DefaultImage() {
+			names = append(names, name)
+		}
+	}
+	for _, name := range names {
+		if name == "" {
+			continue
+		}
+		if err := p.PrepareImage(ctx, name); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // fontCache builds matplotlib's font cache once (see session.PrepareFontCache).
@@ -143,6 +194,9 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (_ *Server, err
 	}()
 	backend, err := NewBackend(cfg, opts)
 	if err != nil {
+		return nil, err
+	}
+	if err := prepareImages(ctx, cfg, backend); err != nil {
 		return nil, err
 	}
 	quota := cfg.Quota

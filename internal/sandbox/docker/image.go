@@ -190,3 +190,14 @@ func writeTar(w io.Writer, root string) error {
 	}
 	return tw.Close()
 }
+
+// PrepareImage makes the cellbox image name ready in the engine (importing it from the
+// image store when the engine lacks this build of it), so that a missing image fails a
+// server's start rather than its first session.
+func (b *Backend) PrepareImage(ctx context.Context, name string) error {
+	if err := image.CheckName(name); err != nil {
+		return err
+	}
+	_, err := b.image(ctx, name)
+	return err
+}

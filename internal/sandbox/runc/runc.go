@@ -278,6 +278,13 @@ func (b *Backend) image(spec sandbox.Spec) (*image.Image, error) {
 	return b.images.Get(spec.Image)
 }
 
+// PrepareImage checks that the image name is built, so that a missing image fails a
+// server's start rather than its first session.
+func (b *Backend) PrepareImage(_ context.Context, name string) error {
+	_, err := b.image(sandbox.Spec{ID: "-", Image: name})
+	return err
+}
+
 // Attach connects to sandbox id, which an earlier server process on the same state folder
 // started (or this one detached). A sandbox that is not running, or whose guest does not
 // pass the attach handshake, is removed: Attach fails with errdefs.ErrNotFound then, as for
