@@ -57,6 +57,12 @@ test-suites:
 	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 25m ./...
 	@echo "== the REST tests again on gVisor (--runtime runsc)"
 	CELLBOX_TEST_RUNTIME=runsc CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 15m ./internal/httpapi/
+	@# The conformance suite runs on images and on docker within ./... (packages runc, docker).
+	for setup in runc-image docker; do \
+		echo "== the REST, E2B and MCP client tests on $$setup"; \
+		CELLBOX_TEST_SETUP=$$setup CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 15m ./internal/httpapi/ ./internal/e2b/; \
+		CELLBOX_TEST_SETUP=$$setup CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 10m -run '^TestMCPTypeScriptClient$$' ./cmd/cellbox/; \
+	done
 
 fuzz: ## run every Fuzz target for FUZZTIME (default 20s) each
 	@{ git grep -l --untracked '^func Fuzz' -- '*_test.go' || true; } | while read -r f; do \

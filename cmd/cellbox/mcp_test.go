@@ -199,9 +199,10 @@ type tsReport struct {
 }
 
 // TestMCPTypeScriptClient runs the official MCP TypeScript SDK's client against cellbox mcp
-// (stdio) and cellbox serve's /mcp (streamable HTTP), on the runc backend.
+// (stdio) and cellbox serve's /mcp (streamable HTTP), on the setup of testbin.TestSetup
+// (runc on the host's root unless CELLBOX_TEST_SETUP says otherwise).
 func TestMCPTypeScriptClient(t *testing.T) {
-	needRunc(t)
+	setup := testbin.TestSetup(t)
 	node := testbin.NeedProgram(t, "node", "nodejs")
 	dir, err := filepath.Abs(filepath.Join("..", "..", "internal", "mcpserver", "testdata", "tsclient"))
 	if err != nil {
@@ -251,10 +252,10 @@ func TestMCPTypeScriptClient(t *testing.T) {
 		}
 	}
 	t.Run("stdio", func(t *testing.T) {
-		check(t, run(t, "stdio", bin, "mcp", "--backend", "runc", "--state-dir", stateDir))
+		check(t, run(t, append([]string{"stdio", bin, "mcp", "--state-dir", stateDir}, setup.Flags()...)...))
 	})
 	t.Run("streamable HTTP", func(t *testing.T) {
-		srv := serve(t, t.TempDir(), "--pool-size", "1")
+		srv := serve(t, t.TempDir(), append([]string{"--pool-size", "1"}, setup.Flags()...)...)
 		check(t, run(t, "http", srv.url+"/mcp"))
 	})
 }

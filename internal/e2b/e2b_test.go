@@ -40,6 +40,9 @@ var (
 	srvOnce sync.Once
 	srv     *server.Server
 	srvErr  error
+	// onImages: the server's sandboxes run on images (testbin.TestSetup), where a template
+	// that is no image's is not found instead of refused.
+	onImages bool
 )
 
 func TestMain(m *testing.M) {
@@ -65,7 +68,8 @@ func serverURL(t *testing.T) string {
 	if srv != nil {
 		return srv.URL
 	}
-	testbin.NeedRunc(t)
+	setup := testbin.TestSetup(t)
+	onImages = setup.ImagesDir != ""
 	testbin.NeedProgram(t, testRuntime(), testRuntime())
 	guest := testbin.Cellbox(t)
 	srvOnce.Do(func() {
@@ -82,6 +86,7 @@ func serverURL(t *testing.T) string {
 			return
 		}
 		cfg := config.Default()
+		cfg.Backend, cfg.RootFS, cfg.ImagesDir = setup.Backend, setup.RootFS, setup.ImagesDir
 		cfg.Runtime = testRuntime()
 		cfg.Addr = "127.0.0.1:0"
 		cfg.StateDir = filepath.Join(dir, "state")
@@ -488,7 +493,11 @@ func TestSDK(t *testing.T) {
 		if e := ex("connect"); e.text() != "41" {
 			t.Errorf("connect kept no state: %+v", e)
 		}
-		r.threw(t, "unknownTemplate", "SandboxError", "host's root filesystem")
+		if onImages {
+			r.threw(t, "unknownTemplate", "SandboxError", "cellbox image build no-such-template")
+		} else {
+			r.threw(t, "unknownTemplate", "SandboxError", "host's root filesystem")
+		}
 		var killed, again bool
 		r.get(t, "kill", &killed)
 		r.get(t, "killAgain", &again)
@@ -737,6 +746,14 @@ func execute(t *testing.T, c created, code string) (int, string) {
 // TestControlPlaneErrors: the control plane's refusals, in E2B's error shape.
 func TestControlPlaneErrors(t *testing.T) {
 	json := "Content-Type: application/json"
+	serverURL(t)
+	template := struct {
+		status int
+		want   string
+	}{400, "--rootfs image"}
+	if onImages {
+		template.status, template.want = 404, "cellbox image build ubuntu"
+	}
 	for _, c := range []struct {
 		name, method, path, body string
 		hdr                      []string
@@ -745,7 +762,7 @@ func TestControlPlaneErrors(t *testing.T) {
 	}{
 		{"no key", "GET", "/v2/sandboxes", "", nil, 401, `"code":401`},
 		{"wrong key", "POST", "/v2/sandboxes", `{}`, []string{"X-API-Key: e2b_00"}, 401, "not one of this server's"},
-		{"template on the host's root", "POST", "/v2/sandboxes", `{"templateID":"ubuntu"}`, []string{"X-API-Key: " + aliceKey, json}, 400, "--rootfs image"},
+		{"template that is no image", "POST", "/v2/sandboxes", `{"templateID":"ubuntu"}`, []string{"X-API-Key: " + aliceKey, json}, template.status, template.want},
 		{"zero timeout", "POST", "/sandboxes", `{"timeout":0}`, []string{"X-API-Key: " + aliceKey, json}, 400, "at least 1 second"},
 		{"bad metadata", "POST", "/v2/sandboxes", `{"metadata":{"k":"a\u0000b"}}`, []string{"X-API-Key: " + aliceKey, json}, 400, "NUL"},
 		{"bad filter", "GET", "/v2/sandboxes?metadata=novalue", "", []string{"X-API-Key: " + aliceKey}, 400, "key=value"},

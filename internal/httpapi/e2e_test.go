@@ -45,6 +45,10 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// sharedOnImages: the shared server's sandboxes run on the default image, not on the host's
+// root filesystem.
+var sharedOnImages bool
+
 // testRuntime is the OCI runtime of the shared server: $CELLBOX_TEST_RUNTIME, else runc.
 func testRuntime() string {
 	if rt := os.Getenv("CELLBOX_TEST_RUNTIME"); rt != "" {
@@ -53,9 +57,10 @@ func testRuntime() string {
 	return "runc"
 }
 
-// testConfig is a server config for tests, with its own state dir.
-func testConfig(t testing.TB, dir string) config.Config {
+// testConfig is a server config for tests on setup, with its own state dir.
+func testConfig(setup testbin.Setup, dir string) config.Config {
 	cfg := config.Default()
+	cfg.Backend, cfg.RootFS, cfg.ImagesDir = setup.Backend, setup.RootFS, setup.ImagesDir
 	cfg.Runtime = testRuntime()
 	cfg.Addr = "127.0.0.1:0"
 	cfg.StateDir = dir
@@ -69,7 +74,8 @@ func testConfig(t testing.TB, dir string) config.Config {
 // shared returns the URL of one server shared by the tests of this package.
 func shared(t *testing.T) string {
 	t.Helper()
-	testbin.NeedRunc(t)
+	setup := testbin.TestSetup(t)
+	sharedOnImages = setup.ImagesDir != ""
 	testbin.NeedProgram(t, testRuntime(), testRuntime())
 	guest := testbin.Cellbox(t)
 	sharedOnce.Do(func() {
@@ -80,7 +86,7 @@ func shared(t *testing.T) string {
 		}
 		ctx, cancel := contextWithTimeout(2 * time.Minute)
 		defer cancel()
-		sharedSrv, sharedErr = server.Start(ctx, testConfig(t, dir), server.Options{GuestBinary: guest})
+		sharedSrv, sharedErr = server.Start(ctx, testConfig(setup, dir), server.Options{GuestBinary: guest})
 	})
 	if sharedErr != nil {
 		t.Fatalf("start server: %v", sharedErr)

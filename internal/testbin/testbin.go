@@ -153,3 +153,45 @@ func NeedDocker(t testing.TB) {
 	}
 	conn.Close()
 }
+
+// SetupEnv picks what the end-to-end tests run sandboxes on (see TestSetup).
+const SetupEnv = "CELLBOX_TEST_SETUP"
+
+// Setup is what an end-to-end test's server runs sandboxes on.
+type Setup struct {
+	Name      string // runc, runc-image or docker
+	Backend   string // --backend
+	RootFS    string // --rootfs
+	ImagesDir string // --images-dir: the test machine's built images; "" on the host's root
+}
+
+// TestSetup returns the setup of $CELLBOX_TEST_SETUP: runc (the default: runc on the host's
+// root filesystem), runc-image (runc on the default image) or docker (the docker backend on
+// the default image), after calling Missing for what it needs and this machine lacks.
+func TestSetup(t testing.TB) Setup {
+	t.Helper()
+	switch name := os.Getenv(SetupEnv); name {
+	case "", "runc":
+		NeedRunc(t)
+		return Setup{Name: "runc", Backend: "runc", RootFS: "host"}
+	case "runc-image":
+		NeedRoot(t, "the runc backend creates namespaces and cgroups")
+		NeedProgram(t, "runc", "runc")
+		return Setup{Name: name, Backend: "runc", RootFS: "image", ImagesDir: Images(t)}
+	case "docker":
+		NeedDocker(t)
+		return Setup{Name: name, Backend: "docker", RootFS: "host", ImagesDir: Images(t)}
+	default:
+		t.Fatalf("%s=%q: want runc, runc-image or docker", SetupEnv, name)
+		return Setup{}
+	}
+}
+
+// Flags are the setup's flags of cellbox serve and cellbox mcp.
+func (s Setup) Flags() []string {
+	f := []string{"--backend", s.Backend, "--rootfs", s.RootFS}
+	if s.ImagesDir != "" {
+		f = append(f, "--images-dir", s.ImagesDir)
+	}
+	return f
+}
