@@ -16,7 +16,9 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/cellbox/cellbox/internal/errdefs"
@@ -178,5 +180,13 @@ func (s *Spec) Dockerfile() string {
 		}
 		b.WriteString("\n")
 	}
+	// What Store.Build's finish does: the guest's mount point, and matplotlib's font cache
+	// for this image's matplotlib and fonts.
+	mpl := slices.Contains(s.Debian, "python3-matplotlib")
+	if mpl {
+		b.WriteString("RUN mkdir -p /.cellbox && MPLCONFIGDIR=" + MPLCachePath + " python3 -c 'import matplotlib.font_manager' \\\n")
+		b.WriteString(" && chmod -R a+rX " + MPLCachePath + "\n")
+	}
+	fmt.Fprintf(&b, "LABEL cellbox.image=%q cellbox.hash=%q cellbox.mpl-cache=%q\n", s.Name, s.Hash(), strconv.FormatBool(mpl))
 	return b.String()
 }

@@ -44,10 +44,17 @@ func TestParse(t *testing.T) {
 		t.Error("another suite hashes the same")
 	}
 	df := a.Dockerfile()
-	for _, want := range []string{"FROM debian:bookworm-slim", "    python3 \\", "    zlib1g \\", `pip install --no-cache-dir --break-system-packages "requests>=2.31"`} {
+	for _, want := range []string{"FROM debian:bookworm-slim", "    python3 \\", "    zlib1g \\", `pip install --no-cache-dir --break-system-packages "requests>=2.31"`,
+		`LABEL cellbox.image="a" cellbox.hash="` + a.Hash() + `" cellbox.mpl-cache="false"`} {
 		if !strings.Contains(df, want) {
 			t.Errorf("Dockerfile lacks %q:\n%s", want, df)
 		}
+	}
+	if strings.Contains(df, "MPLCONFIGDIR") {
+		t.Errorf("a font cache without matplotlib:\n%s", df)
+	}
+	if df := Default().Dockerfile(); !strings.Contains(df, "MPLCONFIGDIR="+MPLCachePath) || !strings.Contains(df, `cellbox.mpl-cache="true"`) {
+		t.Errorf("the default image's Dockerfile builds no font cache:\n%s", df)
 	}
 }
 
