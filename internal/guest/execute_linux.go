@@ -96,6 +96,10 @@ func (s *server) restartLocked() error {
 			why = fmt.Sprintf("it was not ready within %s", seconds(max(startTimeout.Seconds(), cfg.DefaultTimeoutS)))
 		}
 		return fail(fmt.Errorf("the Python kernel did not start: %s: %w", why, errdefs.ErrUnavailable))
+	case !r.ok && r.errOut != nil && r.errOut.EName == "ModuleNotFoundError":
+		// The preimport warms up what the image may have: a kernel on an image without
+		// pandas starts without it, and user code's own import says what is missing.
+		s.log.Warn("the preimport code imports a module this image lacks; the kernel starts without it", "error", r.errOut.EValue)
 	case !r.ok:
 		why := r.ename
 		if r.errOut != nil {

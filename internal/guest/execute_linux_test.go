@@ -59,6 +59,20 @@ func TestConfigureErrors(t *testing.T) {
 		{"not python", guestproto.Config{Python: "/bin/false"}, errdefs.ErrUnavailable, "did not start"},
 		{"preimport fails", guestproto.Config{Python: python, Preimport: "1/0"}, errdefs.ErrInvalidArgument, "ZeroDivisionError"},
 	}
+	t.Run("preimport of a module the image lacks", func(t *testing.T) {
+		t.Parallel()
+		cfg := testConfig()
+		cfg.Preimport = "import json as preimported, no_such_module_xyz"
+		g := startKernelGuest(t, cfg)
+		r, err := g.Execute(context.Background(), api.ExecuteRequest{Code: "print(preimported.dumps(1)); import no_such_module_xyz"}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last := r.Outputs[len(r.Outputs)-1]
+		if text(r, "stdout") != "1\n" || r.Status != api.StatusError || last.EName != "ModuleNotFoundError" {
+			t.Errorf("the kernel after a preimport of a missing module: %+v", r)
+		}
+	})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()

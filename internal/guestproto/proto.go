@@ -19,7 +19,7 @@ package guestproto
 import "github.com/cellbox/cellbox/api"
 
 // Version is bumped on any change of behaviour. The server refuses a guest of another version.
-const Version = 4
+const Version = 5
 
 // MaxMessageSize caps one JSON line in either direction (a PNG output is one line).
 const MaxMessageSize = 32 << 20
