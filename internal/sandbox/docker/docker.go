@@ -94,8 +94,7 @@ type Backend struct {
 
 	importMu sync.Mutex // one import at a time
 
-	mu   sync.Mutex
-	live map[string]*Sandbox
+	live sandbox.Live[*Sandbox]
 }
 
 var _ sandbox.Backend = (*Backend)(nil)
@@ -171,7 +170,6 @@ func New(cfg Config) (*Backend, error) {
 		gid:     cfg.GID,
 		gvisor:  filepath.Base(cfg.Runtime) == "runsc",
 		log:     log.With("backend", "docker"),
-		live:    map[string]*Sandbox{},
 	}
 	if err := os.MkdirAll(b.state, 0o711); err != nil {
 		return nil, fmt.Errorf("create state folder: %w", err)
@@ -266,7 +264,7 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 		return nil, fmt.Errorf("sandbox %s: workspace is not an absolute path of a folder: %w", spec.ID, errdefs.ErrInvalidArgument)
 	}
 	s := b.newSandbox(spec.ID)
-	if !b.add(s) {
+	if !b.live.Add(s.id, s) {
 		return nil, fmt.Errorf("sandbox %s exists already: %w", spec.ID, errdefs.ErrFailedPrecondition)
 	}
 	if err := s.start(ctx, spec); err != nil {
@@ -286,7 +284,7 @@ func (b *Backend) Attach(ctx context.Context, id string) (sandbox.Sandbox, error
 		return nil, fmt.Errorf("sandbox id %q: want 1 to 63 of [a-z0-9-]: %w", id, errdefs.ErrInvalidArgument)
 	}
 	s := b.newSandbox(id)
-	if !b.add(s) {
+	if !b.live.Add(s.id, s) {
 		return nil, fmt.Errorf("sandbox %s is attached already: %w", id, errdefs.ErrFailedPrecondition)
 	}
 	if err := s.attach(ctx); err != nil {
@@ -322,7 +320,7 @@ func (b *Backend) Cleanup(ctx context.Context, keep func(id string) bool) error 
 	var errs []error
 	for _, c := range list.Items {
 		id := c.Labels[labelSession]
-		if c.Labels[labelServer] != b.server || b.isLive(id) || (validID.MatchString(id) && keep(id)) {
+		if c.Labels[labelServer] != b.server || b.live.Has(id) || (validID.MatchString(id) && keep(id)) {
 			continue
 		}
 		b.log.Info("removing a sandbox left behind", "sandbox_id", id)
@@ -330,16 +328,8 @@ func (b *Backend) Cleanup(ctx context.Context, keep func(id string) bool) error 
 			errs = append(errs, err)
 		}
 	}
-	entries, err := os.ReadDir(b.state)
-	if err != nil {
-		return errors.Join(append(errs, err)...)
-	}
-	for _, e := range entries {
-		if !b.isLive(e.Name()) && !keep(e.Name()) {
-			if err := os.RemoveAll(filepath.Join(b.state, e.Name())); err != nil {
-				errs = append(errs, err)
-			}
-		}
+	if err := sandbox.RemoveLeftovers(b.state, &b.live, keep); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
@@ -351,30 +341,4 @@ func (b *Backend) remove(ctx context.Context, ref string) error {
 		return fmt.Errorf("remove container %s: %w: %w", ref, err, errdefs.ErrUnavailable)
 	}
 	return nil
-}
-
-func (b *Backend) add(s *Sandbox) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if _, ok := b.live[s.id]; ok {
-		return false
-	}
-	b.live[s.id] = s
-	return true
-}
-
-// forget drops s from the live sandboxes.
-func (b *Backend) forget(s *Sandbox) {
-	b.mu.Lock()
-	if b.live[s.id] == s {
-		delete(b.live, s.id)
-	}
-	b.mu.Unlock()
-}
-
-func (b *Backend) isLive(id string) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	_, ok := b.live[id]
-	return ok
 }

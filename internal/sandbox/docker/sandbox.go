@@ -74,7 +74,7 @@ func (s *Sandbox) start(ctx context.Context, spec sandbox.Spec) error {
 		return fmt.Errorf("create sandbox %s: %w", s.id, err)
 	}
 	s.token = newToken()
-	for name, path := range map[string]string{"token": filepath.Join(s.dir, tokenName), "run token": filepath.Join(s.dir, "run", tokenName)} {
+	for name, path := range map[string]string{"token": filepath.Join(s.dir, sandbox.GuestToken), "run token": filepath.Join(s.dir, "run", sandbox.GuestToken)} {
 		if err := os.WriteFile(path, []byte(s.token), 0o600); err != nil {
 			return fmt.Errorf("create sandbox %s: write the %s: %w", s.id, name, err)
 		}
@@ -139,7 +139,7 @@ func (s *Sandbox) attach(ctx context.Context) error {
 	if info.Container.State == nil || !info.Container.State.Running {
 		return fmt.Errorf("%w: the sandbox is not running", errLost)
 	}
-	token, err := os.ReadFile(filepath.Join(s.dir, tokenName))
+	token, err := os.ReadFile(filepath.Join(s.dir, sandbox.GuestToken))
 	if err != nil {
 		return fmt.Errorf("%w: read the sandbox's token: %w", errLost, err)
 	}
@@ -191,7 +191,7 @@ func (s *Sandbox) dial(ctx context.Context) (io.ReadWriteCloser, error) {
 	defer cancel()
 	ex, err := s.b.cli.ExecCreate(ctx, s.name, client.ExecCreateOptions{
 		User: "0:0", AttachStdin: true, AttachStdout: true, AttachStderr: true,
-		Cmd: []string{image.GuestPath, "guest", "--connect", guestRunPath + "/" + sockName},
+		Cmd: []string{image.GuestPath, "guest", "--connect", sandbox.GuestRunDir + "/" + sandbox.GuestSocket},
 	})
 	if err != nil {
 		return nil, engineError(err)
@@ -318,7 +318,7 @@ func (s *Sandbox) Stop(ctx context.Context) error {
 		if err := os.RemoveAll(s.dir); err != nil {
 			errs = append(errs, err)
 		}
-		s.b.forget(s)
+		s.b.live.Forget(s.id, s)
 		if err := errors.Join(errs...); err != nil {
 			s.stopErr = fmt.Errorf("stop sandbox %s: %w", s.id, err)
 		}
@@ -336,7 +336,7 @@ func (s *Sandbox) Detach() error {
 		if s.quit != nil {
 			s.quit()
 		}
-		s.b.forget(s)
+		s.b.live.Forget(s.id, s)
 	})
 	return nil
 }

@@ -3,12 +3,9 @@ package docker
 import (
 	"encoding/json"
 	"fmt"
-	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/moby/moby/api/types/container"
@@ -23,13 +20,8 @@ import (
 
 // Paths inside the container.
 const (
-	guestRunPath = "/.cellbox/run"
-	sockName     = "guest.sock"
-	tokenName    = "token"
-	cgroupMount  = "/sys/fs/cgroup"
-	defaultPath  = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-	defaultTmpMB = 256
-	shmBytes     = 64 << 20
+	cgroupMount = "/sys/fs/cgroup"
+	shmBytes    = 64 << 20
 )
 
 // maskedPaths and readonlyPaths of /proc and /sys, as in runc's sandboxes.
@@ -50,7 +42,7 @@ type specInput struct {
 	mplCache bool   // the image holds matplotlib's font cache at image.MPLCachePath
 	server   string // this server's identity
 	guest    string // host path of the guest binary
-	run      string // host folder mounted at guestRunPath
+	run      string // host folder mounted at sandbox.GuestRunDir
 	etc      string // host folder with passwd, group, hosts and an empty resolv.conf
 	runtime  string
 	gvisor   bool
@@ -60,31 +52,16 @@ type specInput struct {
 // containerSpec returns the container of one sandbox.
 func containerSpec(in specInput) (*container.Config, *container.HostConfig, error) {
 	s := in.spec
-	args := []string{image.GuestPath, "guest", "--workspace", api.WorkspaceDir}
-	if !in.gvisor {
-		args = append(args, "--cgroup", cgroupMount)
+	guest := sandbox.GuestCommand{Binary: image.GuestPath, Cgroup: cgroupMount, UID: in.uid, GID: in.gid, OrphanExit: s.OrphanExit}
+	if in.gvisor {
+		guest.Cgroup = "" // gVisor's cgroupfs is the sentry's own, without the host's limits
 	}
-	args = append(args, "--user-uid", strconv.Itoa(in.uid), "--user-gid", strconv.Itoa(in.gid),
-		"--listen", guestRunPath+"/"+sockName, "--token-file", guestRunPath+"/"+tokenName)
 	if in.mplCache {
-		args = append(args, "--mpl-cache", image.MPLCachePath)
-	}
-	if s.OrphanExit > 0 {
-		args = append(args, "--orphan-exit", s.OrphanExit.String())
-	}
-	env := map[string]string{"PATH": defaultPath, "HOME": "/tmp", "LANG": "C.UTF-8"}
-	maps.Copy(env, s.Env)
-	var envList []string
-	for _, k := range slices.Sorted(maps.Keys(env)) {
-		envList = append(envList, k+"="+env[k])
+		guest.MPLCache = image.MPLCachePath
 	}
 	profile, err := json.Marshal(seccomp.Profile(runtime.GOARCH, in.gvisor))
 	if err != nil {
 		return nil, nil, err
-	}
-	tmpMB := s.Limits.TmpMB
-	if tmpMB <= 0 {
-		tmpMB = defaultTmpMB
 	}
 	caps := make([]string, len(sandbox.GuestCapabilities))
 	for i, c := range sandbox.GuestCapabilities {
@@ -96,8 +73,8 @@ func containerSpec(in specInput) (*container.Config, *container.HostConfig, erro
 	}
 	cfg := &container.Config{
 		Image:      in.image,
-		Cmd:        args,
-		Env:        envList,
+		Cmd:        guest.Args(),
+		Env:        sandbox.GuestEnv(s.Env),
 		WorkingDir: api.WorkspaceDir,
 		User:       "0:0",
 		Hostname:   sandbox.Hostname,
@@ -111,7 +88,7 @@ func containerSpec(in specInput) (*container.Config, *container.HostConfig, erro
 		CapDrop:        []string{"ALL"},
 		CapAdd:         caps,
 		SecurityOpt:    []string{"no-new-privileges", "seccomp=" + string(profile)},
-		Tmpfs:          map[string]string{"/tmp": fmt.Sprintf("rw,nosuid,nodev,size=%dm,mode=1777", tmpMB)},
+		Tmpfs:          map[string]string{"/tmp": fmt.Sprintf("rw,nosuid,nodev,size=%dm,mode=1777", s.Limits.TmpSize())},
 		ShmSize:        shmBytes,
 		Runtime:        in.runtime,
 		IpcMode:        container.IPCModePrivate,
@@ -126,7 +103,7 @@ func containerSpec(in specInput) (*container.Config, *container.HostConfig, erro
 			bind(s.Workspace, api.HomeDir, false),
 			bind(in.guest, image.GuestPath, true),
 			// Root-owned, 0700: user code cannot reach the socket or the token in it.
-			bind(in.run, guestRunPath, false),
+			bind(in.run, sandbox.GuestRunDir, false),
 			// The engine's own hosts and resolv.conf would name the host's resolvers.
 			bind(filepath.Join(in.etc, "passwd"), "/etc/passwd", true),
 			bind(filepath.Join(in.etc, "group"), "/etc/group", true),

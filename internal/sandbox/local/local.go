@@ -44,8 +44,7 @@ type Backend struct {
 	mplCache string
 	log      *slog.Logger
 
-	mu   sync.Mutex
-	live map[string]*Sandbox
+	live sandbox.Live[*Sandbox]
 }
 
 var _ sandbox.Backend = (*Backend)(nil)
@@ -75,7 +74,7 @@ func New(cfg Config) (*Backend, error) {
 	}
 	log = log.With("backend", "local-unsafe")
 	log.Warn("the local-unsafe backend isolates nothing: code runs as this user, with this user's files and network, without limits; use it only for development")
-	return &Backend{guest: guest, mplCache: cfg.MPLCache, log: log, live: map[string]*Sandbox{}}, nil
+	return &Backend{guest: guest, mplCache: cfg.MPLCache, log: log}, nil
 }
 
 // Name is "local-unsafe".
@@ -131,16 +130,12 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 	}
 	cmd.Stdin, cmd.Stdout = stdinR, stdoutW
 	s := &Sandbox{id: spec.ID, b: b, ws: ws, cmd: cmd, conn: sandbox.PipeConn(stdoutR, stdinW), done: make(chan struct{})}
-	b.mu.Lock()
-	if _, ok := b.live[spec.ID]; ok {
-		b.mu.Unlock()
+	if !b.live.Add(spec.ID, s) {
 		stdinR.Close()
 		stdoutW.Close()
 		s.conn.Close()
 		return nil, fmt.Errorf("sandbox %s exists already: %w", spec.ID, errdefs.ErrFailedPrecondition)
 	}
-	b.live[spec.ID] = s
-	b.mu.Unlock()
 	stderr, err := cmd.StderrPipe()
 	if err == nil {
 		err = cmd.Start()
@@ -149,7 +144,7 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 	stdoutW.Close()
 	if err != nil {
 		s.conn.Close()
-		b.forget(s)
+		b.live.Forget(s.id, s)
 		return nil, fmt.Errorf("start sandbox %s: %w: %w", spec.ID, err, errdefs.ErrUnavailable)
 	}
 	go logStderr(stderr, b.log.With("sandbox_id", spec.ID))
@@ -161,14 +156,6 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 }
 
 func marker(serverPID int, id string) string { return strconv.Itoa(serverPID) + "/" + id }
-
-func (b *Backend) forget(s *Sandbox) {
-	b.mu.Lock()
-	if b.live[s.id] == s {
-		delete(b.live, s.id)
-	}
-	b.mu.Unlock()
-}
 
 // Cleanup kills the processes of sandboxes whose server is no longer running.
 // It cannot re-attach: keep is ignored.
@@ -222,7 +209,7 @@ func (s *Sandbox) Stop(ctx context.Context) error {
 			s.b.log.Warn("guest did not exit after SIGKILL", "sandbox_id", s.id)
 		}
 		s.conn.Close()
-		s.b.forget(s)
+		s.b.live.Forget(s.id, s)
 	})
 	return nil
 }

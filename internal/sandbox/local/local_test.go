@@ -41,8 +41,8 @@ func TestCreateRefusesImage(t *testing.T) {
 	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "has no images") {
 		t.Errorf("create on an image: %v, want invalid argument saying there are no images", err)
 	}
-	if len(b.live) != 0 {
-		t.Errorf("live sandboxes after a refused create: %v", b.live)
+	if b.live.Has("img") {
+		t.Error("the sandbox is live after a refused create")
 	}
 }
 

@@ -49,7 +49,6 @@ import (
 	"regexp"
 	"runtime"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/cellbox/cellbox/internal/errdefs"
@@ -100,8 +99,7 @@ type Backend struct {
 	gvisor    bool // the runtime is gVisor's runsc
 	log       *slog.Logger
 
-	mu   sync.Mutex
-	live map[string]*Sandbox
+	live sandbox.Live[*Sandbox]
 }
 
 var _ sandbox.Backend = (*Backend)(nil)
@@ -180,7 +178,6 @@ func New(cfg Config) (*Backend, error) {
 		limitSwap: swapLimitSupported(),
 		gvisor:    filepath.Base(runtimePath) == "runsc",
 		log:       log.With("backend", "runc"),
-		live:      map[string]*Sandbox{},
 	}
 	if err := os.MkdirAll(stateDir, 0o711); err != nil {
 		return nil, fmt.Errorf("create state folder: %w", err)
@@ -250,13 +247,9 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 		in.rootfs, in.binds, in.etc = im.Root, nil, filepath.Join(b.rootfs, "etc")
 		in.mplCache, in.rootMPLCache = "", im.MPLCache
 	}
-	b.mu.Lock()
-	if _, ok := b.live[spec.ID]; ok {
-		b.mu.Unlock()
+	if !b.live.Add(spec.ID, s) {
 		return nil, fmt.Errorf("sandbox %s exists already: %w", spec.ID, errdefs.ErrFailedPrecondition)
 	}
-	b.live[spec.ID] = s
-	b.mu.Unlock()
 
 	if err := s.start(ctx, buildSpec(in)); err != nil {
 		s.Stop(context.WithoutCancel(ctx))
@@ -298,13 +291,9 @@ func (b *Backend) Attach(ctx context.Context, id string) (sandbox.Sandbox, error
 	if _, err := os.Stat(s.bundle); err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
 	}
-	b.mu.Lock()
-	if _, ok := b.live[id]; ok {
-		b.mu.Unlock()
+	if !b.live.Add(id, s) {
 		return nil, fmt.Errorf("sandbox %s is attached already: %w", id, errdefs.ErrFailedPrecondition)
 	}
-	b.live[id] = s
-	b.mu.Unlock()
 	if err := s.attach(ctx); err != nil {
 		if errors.Is(err, errLost) {
 			s.Stop(context.WithoutCancel(ctx))
@@ -334,7 +323,7 @@ func (s *Sandbox) attach(ctx context.Context) error {
 	if again, err := s.b.runningPid(ctx, s.id); err != nil || again != pid {
 		return fmt.Errorf("%w: its guest exited", errLost)
 	}
-	token, err := os.ReadFile(filepath.Join(s.bundle, tokenName))
+	token, err := os.ReadFile(filepath.Join(s.bundle, sandbox.GuestToken))
 	if err != nil {
 		return fmt.Errorf("%w: read the sandbox's token: %w", errLost, err)
 	}
@@ -387,7 +376,7 @@ func (b *Backend) Cleanup(ctx context.Context, keep func(id string) bool) error 
 	}
 	var errs []error
 	for _, c := range list {
-		if b.isLive(c.ID) || keep(c.ID) {
+		if b.live.Has(c.ID) || keep(c.ID) {
 			continue
 		}
 		b.log.Info("removing a sandbox left behind", "sandbox_id", c.ID)
@@ -396,34 +385,10 @@ func (b *Backend) Cleanup(ctx context.Context, keep func(id string) bool) error 
 			errs = append(errs, err)
 		}
 	}
-	entries, err := os.ReadDir(b.bundles)
-	if err != nil {
-		return errors.Join(append(errs, err)...)
-	}
-	for _, e := range entries {
-		if !b.isLive(e.Name()) && !keep(e.Name()) {
-			if err := os.RemoveAll(filepath.Join(b.bundles, e.Name())); err != nil {
-				errs = append(errs, err)
-			}
-		}
+	if err := sandbox.RemoveLeftovers(b.bundles, &b.live, keep); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
-}
-
-// forget drops s from the live sandboxes.
-func (b *Backend) forget(s *Sandbox) {
-	b.mu.Lock()
-	if b.live[s.id] == s {
-		delete(b.live, s.id)
-	}
-	b.mu.Unlock()
-}
-
-func (b *Backend) isLive(id string) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	_, ok := b.live[id]
-	return ok
 }
 
 // command runs the runtime with args under its --root and returns its stdout.

@@ -492,7 +492,7 @@ func TestCreateImageErrors(t *testing.T) {
 			if !errors.Is(err, c.want) || !strings.Contains(err.Error(), c.says) {
 				t.Errorf("create on image %q: %v, want %v saying %q", c.image, err, c.want, c.says)
 			}
-			if c.b.isLive("img") {
+			if c.b.live.Has("img") {
 				t.Error("the refused sandbox is live")
 			}
 			if entries, _ := os.ReadDir(c.b.bundles); len(entries) > 0 {
@@ -550,10 +550,10 @@ func TestAttackAttachChannel(t *testing.T) {
 		return "try:\n    " + code + "\n    print('done', end='')\nexcept PermissionError:\n    print('refused', end='')\nexcept OSError as e:\n    print(repr(e), end='')"
 	}
 	for name, code := range map[string]string{
-		"list_run_folder": "import os; os.listdir('" + guestRunPath + "')",
-		"read_token":      "open('" + guestRunPath + "/" + tokenName + "').read()",
-		"connect_socket":  "import socket; socket.socket(socket.AF_UNIX).connect('" + guestRunPath + "/" + sockName + "')",
-		"plant_socket":    "import os; os.symlink('/tmp/evil.sock', '" + guestRunPath + "/" + sockName + "2')",
+		"list_run_folder": "import os; os.listdir('" + sandbox.GuestRunDir + "')",
+		"read_token":      "open('" + sandbox.GuestRunDir + "/" + sandbox.GuestToken + "').read()",
+		"connect_socket":  "import socket; socket.socket(socket.AF_UNIX).connect('" + sandbox.GuestRunDir + "/" + sandbox.GuestSocket + "')",
+		"plant_socket":    "import os; os.symlink('/tmp/evil.sock', '" + sandbox.GuestRunDir + "/" + sandbox.GuestSocket + "2')",
 	} {
 		t.Run("attack/"+name, func(t *testing.T) {
 			if got := runCode(t, c, refused(code)); got != "refused" {
@@ -563,12 +563,12 @@ func TestAttackAttachChannel(t *testing.T) {
 	}
 	t.Run("socket_is_visible", func(t *testing.T) {
 		// So the suite's attack on every socket in /proc/net/unix attacks this one too.
-		if got := runCode(t, c, "print('"+guestRunPath+"/"+sockName+"' in open('/proc/net/unix').read(), end='')"); got != "True" {
+		if got := runCode(t, c, "print('"+sandbox.GuestRunDir+"/"+sandbox.GuestSocket+"' in open('/proc/net/unix').read(), end='')"); got != "True" {
 			t.Errorf("the guest's socket is not in the sandbox's /proc/net/unix: %q", got)
 		}
 	})
 	t.Run("attack/token_file_gone", func(t *testing.T) {
-		if _, err := os.Stat(filepath.Join(sb.bundle, runDir, tokenName)); !errors.Is(err, os.ErrNotExist) {
+		if _, err := os.Stat(filepath.Join(sb.bundle, runDir, sandbox.GuestToken)); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("the guest's copy of the token is still there: %v", err)
 		}
 	})
@@ -576,14 +576,14 @@ func TestAttackAttachChannel(t *testing.T) {
 		t.Run("attack/"+name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			conn, err := dialUnixIn(ctx, filepath.Join(sb.bundle, runDir), sockName)
+			conn, err := dialUnixIn(ctx, filepath.Join(sb.bundle, runDir), sandbox.GuestSocket)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer conn.Close()
 			conn.SetDeadline(time.Now().Add(10 * time.Second))
 			if token == "x" {
-				real, _ := os.ReadFile(filepath.Join(sb.bundle, tokenName))
+				real, _ := os.ReadFile(filepath.Join(sb.bundle, sandbox.GuestToken))
 				token = string(real[:len(real)-1])
 			}
 			if err := guestproto.ClientAttach(conn, token); err == nil {

@@ -57,10 +57,8 @@ var _ sandbox.Sandbox = (*Sandbox)(nil)
 
 // Files of a bundle.
 const (
-	runDir    = "run"
-	sockName  = "guest.sock"
-	tokenName = "token"
-	logName   = "guest.log"
+	runDir  = "run"
+	logName = "guest.log"
 	// dialTimeout bounds one connection's dial and attach handshake.
 	dialTimeout = 5 * time.Second
 )
@@ -161,9 +159,9 @@ func (s *Sandbox) writeBundle(spec *specs.Spec) error {
 	}
 	s.token = newToken()
 	for name, data := range map[string][]byte{
-		"config.json":                    data,
-		tokenName:                        []byte(s.token),
-		filepath.Join(runDir, tokenName): []byte(s.token),
+		"config.json":      data,
+		sandbox.GuestToken: []byte(s.token),
+		filepath.Join(runDir, sandbox.GuestToken): []byte(s.token),
 	} {
 		if err := os.WriteFile(filepath.Join(s.bundle, name), data, 0o600); err != nil {
 			return err
@@ -205,7 +203,7 @@ func (s *Sandbox) readPid() (int, error) {
 func (s *Sandbox) dial(ctx context.Context) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	defer cancel()
-	conn, err := dialUnixIn(ctx, filepath.Join(s.bundle, runDir), sockName)
+	conn, err := dialUnixIn(ctx, filepath.Join(s.bundle, runDir), sandbox.GuestSocket)
 	if err != nil {
 		return nil, err
 	}
@@ -275,7 +273,7 @@ func (s *Sandbox) stop(ctx context.Context) error {
 	if err := os.RemoveAll(s.bundle); err != nil {
 		errs = append(errs, err)
 	}
-	s.b.forget(s)
+	s.b.live.Forget(s.id, s)
 	return errors.Join(errs...)
 }
 
@@ -302,7 +300,7 @@ func (s *Sandbox) Detach() error {
 		if s.unwatch != nil {
 			s.unwatch()
 		}
-		s.b.forget(s)
+		s.b.live.Forget(s.id, s)
 	})
 	return nil
 }

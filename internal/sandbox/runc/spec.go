@@ -2,11 +2,9 @@ package runc
 
 import (
 	"fmt"
-	"maps"
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -19,11 +17,8 @@ import (
 // Paths inside the sandbox.
 const (
 	guestPath    = image.GuestPath
-	guestRunPath = "/.cellbox/run"
 	mplCachePath = image.MPLCachePath
 	cgroupMount  = "/sys/fs/cgroup"
-	defaultPath  = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-	defaultTmpMB = 256
 	shmSize      = "size=65536k"
 	cpuPeriod    = 100000
 	cgroupParent = "cellbox"
@@ -41,7 +36,7 @@ type specInput struct {
 	etc      string   // image mode: the host folder of the passwd, group and hosts bound over the image's
 	guest    string   // host path of the cellbox binary
 	mplCache string   // host folder of matplotlib's font cache, or ""
-	run      string   // host folder mounted at guestRunPath: the guest's socket and token
+	run      string   // host folder mounted at sandbox.GuestRunDir: the guest's socket and token
 	uid, gid uint32   // user code; the guest is root with sandbox.GuestCapabilities only
 
 	// rootMPLCache: the root has matplotlib's font cache at mplCachePath (an image's).
@@ -57,27 +52,12 @@ type specInput struct {
 // buildSpec returns the OCI runtime spec of one sandbox.
 func buildSpec(in specInput) *specs.Spec {
 	s := in.spec
-	args := []string{guestPath, "guest", "--workspace", api.WorkspaceDir}
-	if !in.gvisor {
-		args = append(args, "--cgroup", cgroupMount)
+	guest := sandbox.GuestCommand{Binary: guestPath, Cgroup: cgroupMount, UID: int(in.uid), GID: int(in.gid), OrphanExit: s.OrphanExit}
+	if in.gvisor {
+		guest.Cgroup = "" // gVisor's cgroupfs is the sentry's own, without the host's limits
 	}
-	args = append(args, "--user-uid", strconv.Itoa(int(in.uid)), "--user-gid", strconv.Itoa(int(in.gid)),
-		"--listen", guestRunPath+"/"+sockName, "--token-file", guestRunPath+"/"+tokenName)
 	if in.mplCache != "" || in.rootMPLCache {
-		args = append(args, "--mpl-cache", mplCachePath)
-	}
-	if s.OrphanExit > 0 {
-		args = append(args, "--orphan-exit", s.OrphanExit.String())
-	}
-	env := map[string]string{"PATH": defaultPath, "HOME": "/tmp", "LANG": "C.UTF-8"}
-	maps.Copy(env, s.Env)
-	var envList []string
-	for _, k := range slices.Sorted(maps.Keys(env)) {
-		envList = append(envList, k+"="+env[k])
-	}
-	tmpMB := s.Limits.TmpMB
-	if tmpMB <= 0 {
-		tmpMB = defaultTmpMB
+		guest.MPLCache = mplCachePath
 	}
 	noCaps := []string{}
 	caps := slices.Clone(sandbox.GuestCapabilities)
@@ -110,13 +90,13 @@ func buildSpec(in specInput) *specs.Spec {
 		}
 	}
 	mounts = append(mounts,
-		specs.Mount{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", fmt.Sprintf("size=%dm", tmpMB)}},
+		specs.Mount{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", fmt.Sprintf("size=%dm", s.Limits.TmpSize())}},
 		specs.Mount{Destination: api.WorkspaceDir, Type: "bind", Source: s.Workspace, Options: []string{"bind", "rw", "nosuid", "nodev"}},
 		// The same folder again where E2B's SDKs expect the user's files.
 		specs.Mount{Destination: api.HomeDir, Type: "bind", Source: s.Workspace, Options: []string{"bind", "rw", "nosuid", "nodev"}},
 		roBind(in.guest, guestPath),
 		// Root-owned, 0700: user code cannot reach the socket or the token in it.
-		specs.Mount{Destination: guestRunPath, Type: "bind", Source: in.run, Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}},
+		specs.Mount{Destination: sandbox.GuestRunDir, Type: "bind", Source: in.run, Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}},
 	)
 	if in.mplCache != "" {
 		mounts = append(mounts, roBind(in.mplCache, mplCachePath))
@@ -126,8 +106,8 @@ func buildSpec(in specInput) *specs.Spec {
 		Version: ociVersion,
 		Process: &specs.Process{
 			User: specs.User{UID: 0, GID: 0},
-			Args: args,
-			Env:  envList,
+			Args: guest.Args(),
+			Env:  sandbox.GuestEnv(s.Env),
 			Cwd:  api.WorkspaceDir,
 			Capabilities: &specs.LinuxCapabilities{
 				Bounding: caps, Effective: caps, Permitted: caps, Inheritable: noCaps, Ambient: noCaps,

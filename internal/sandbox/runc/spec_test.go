@@ -62,7 +62,7 @@ func TestSpecProcess(t *testing.T) {
 	if !slices.Equal(p.Args, want) {
 		t.Errorf("args %q, want %q", p.Args, want)
 	}
-	if !hasAll(p.Env, "HOME=/tmp", "FOO=bar", "LANG=de_DE.UTF-8", "PATH="+defaultPath) || len(p.Env) != 4 {
+	if !hasAll(p.Env, "HOME=/tmp", "FOO=bar", "LANG=de_DE.UTF-8", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin") || len(p.Env) != 4 {
 		t.Errorf("env %q", p.Env)
 	}
 	if p.Cwd != "/mnt/data" || p.Terminal {
@@ -176,7 +176,7 @@ func TestSpecMounts(t *testing.T) {
 			t.Errorf("unexpected bind of %s at %s", m.Source, m.Destination)
 		}
 		// The workspace (at both its names), and the guest's own run folder (0700, root's).
-		if m.Type == "bind" && m.Source != "/srv/ws/abc-1" && m.Destination != guestRunPath && !slices.Contains(m.Options, "ro") {
+		if m.Type == "bind" && m.Source != "/srv/ws/abc-1" && m.Destination != sandbox.GuestRunDir && !slices.Contains(m.Options, "ro") {
 			t.Errorf("bind at %s is writable", m.Destination)
 		}
 		if slices.Contains(m.Options, "rbind") {
@@ -348,7 +348,7 @@ func TestSpecImage(t *testing.T) {
 	}
 	want := map[string]string{
 		"/etc/passwd": "/state/rootfs/etc/passwd", "/etc/group": "/state/rootfs/etc/group", "/etc/hosts": "/state/rootfs/etc/hosts",
-		"/mnt/data": "/srv/ws/abc-1", "/home/user": "/srv/ws/abc-1", guestPath: "/opt/cellbox", guestRunPath: "/state/bundles/abc-1/run",
+		"/mnt/data": "/srv/ws/abc-1", "/home/user": "/srv/ws/abc-1", guestPath: "/opt/cellbox", sandbox.GuestRunDir: "/state/bundles/abc-1/run",
 	}
 	if !maps.Equal(binds, want) {
 		t.Errorf("binds %v, want %v", binds, want)

@@ -1,0 +1,127 @@
+package sandbox
+
+import (
+	"errors"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/cellbox/cellbox/api"
+)
+
+// Where a re-attachable guest (runc's, docker's) keeps its socket and token, inside the
+// sandbox: a folder only the guest's uid may enter, bound from the backend's state.
+const (
+	GuestRunDir = "/.cellbox/run"
+	GuestSocket = "guest.sock"
+	GuestToken  = "token"
+)
+
+// DefaultTmpMB is the size of /tmp when Limits.TmpMB is 0.
+const DefaultTmpMB = 256
+
+// TmpSize is the size of /tmp in MiB.
+func (l Limits) TmpSize() int {
+	if l.TmpMB > 0 {
+		return l.TmpMB
+	}
+	return DefaultTmpMB
+}
+
+// GuestCommand is how a backend starts a guest that listens on GuestRunDir's socket.
+type GuestCommand struct {
+	Binary     string // the guest binary, inside
+	Cgroup     string // the sandbox's own cgroup folder, inside; "": none (gVisor)
+	MPLCache   string // matplotlib's font cache, inside; "": none
+	UID, GID   int    // user code's
+	OrphanExit time.Duration
+}
+
+// Args is the guest's command line.
+func (g GuestCommand) Args() []string {
+	args := []string{g.Binary, "guest", "--workspace", api.WorkspaceDir}
+	if g.Cgroup != "" {
+		args = append(args, "--cgroup", g.Cgroup)
+	}
+	args = append(args, "--user-uid", strconv.Itoa(g.UID), "--user-gid", strconv.Itoa(g.GID),
+		"--listen", GuestRunDir+"/"+GuestSocket, "--token-file", GuestRunDir+"/"+GuestToken)
+	if g.MPLCache != "" {
+		args = append(args, "--mpl-cache", g.MPLCache)
+	}
+	if g.OrphanExit > 0 {
+		args = append(args, "--orphan-exit", g.OrphanExit.String())
+	}
+	return args
+}
+
+// GuestEnv is the guest's environment: a PATH, HOME and LANG, then env (Spec.Env), as
+// sorted KEY=VALUE.
+func GuestEnv(env map[string]string) []string {
+	all := map[string]string{"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8"}
+	maps.Copy(all, env)
+	var list []string
+	for _, k := range slices.Sorted(maps.Keys(all)) {
+		list = append(list, k+"="+all[k])
+	}
+	return list
+}
+
+// Live is a backend's sandboxes that it holds (created or attached, and not yet stopped or
+// detached), by id. The zero value is ready.
+type Live[S comparable] struct {
+	mu sync.Mutex
+	m  map[string]S
+}
+
+// Add adds s as id, unless id is held already: then it reports false.
+func (l *Live[S]) Add(id string, s S) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.m[id]; ok {
+		return false
+	}
+	if l.m == nil {
+		l.m = map[string]S{}
+	}
+	l.m[id] = s
+	return true
+}
+
+// Forget drops id if it is s (and not another sandbox that took the id since).
+func (l *Live[S]) Forget(id string, s S) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if cur, ok := l.m[id]; ok && cur == s {
+		delete(l.m, id)
+	}
+}
+
+// Has reports whether id is held.
+func (l *Live[S]) Has(id string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, ok := l.m[id]
+	return ok
+}
+
+// RemoveLeftovers removes the entries of dir (one per sandbox id) that live does not hold
+// and keep does not name: what an earlier server process left behind.
+func RemoveLeftovers[S comparable](dir string, live *Live[S], keep func(id string) bool) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		if !live.Has(e.Name()) && !keep(e.Name()) {
+			if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
