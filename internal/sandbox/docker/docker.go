@@ -288,6 +288,10 @@ func (b *Backend) Attach(ctx context.Context, id string) (sandbox.Sandbox, error
 		return nil, fmt.Errorf("sandbox %s is attached already: %w", id, errdefs.ErrFailedPrecondition)
 	}
 	if err := s.attach(ctx); err != nil {
+		if errors.Is(err, errForeign) {
+			b.live.Forget(id, s)
+			return nil, fmt.Errorf("attach sandbox %s: %w: %w", id, err, errdefs.ErrNotFound)
+		}
 		if errors.Is(err, errLost) {
 			s.Stop(context.WithoutCancel(ctx))
 			return nil, fmt.Errorf("attach sandbox %s: %w; removed it: %w", id, err, errdefs.ErrNotFound)
@@ -299,8 +303,12 @@ func (b *Backend) Attach(ctx context.Context, id string) (sandbox.Sandbox, error
 }
 
 // errLost marks an attach failure that says the sandbox is dead or unusable, not that the
-// engine could not tell.
-var errLost = errors.New("sandbox lost")
+// engine could not tell; errForeign one that found a container of that name that is not
+// this server's, which is left alone.
+var (
+	errLost    = errors.New("sandbox lost")
+	errForeign = errors.New("not this server's")
+)
 
 // Cleanup removes the containers of this server that this Backend is not attached to and
 // keep does not name, and their folders: what an earlier server process left behind.

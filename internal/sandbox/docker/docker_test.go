@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
 	"github.com/cellbox/cellbox/api"
@@ -140,6 +141,19 @@ func TestOtherServers(t *testing.T) {
 	}
 	if got := list.Items[0].Labels[labelServer]; got != a.server {
 		t.Errorf("label %s = %q, want %q", labelServer, got, a.server)
+	}
+	// A container with b's name for the id but a's label: b neither attaches nor removes it.
+	spoof, err := b.cli.ContainerCreate(ctx, client.ContainerCreateOptions{Name: b.containerName(id),
+		Config: &container.Config{Image: Reference(image.DefaultName), Cmd: []string{"true"}, Labels: map[string]string{labelServer: a.server, labelSession: id}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.cli.ContainerRemove(context.Background(), spoof.ID, client.ContainerRemoveOptions{Force: true})
+	if _, err := b.Attach(ctx, id); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("attach to a container named as b's but labelled a's: err = %v, want not found", err)
+	}
+	if _, err := b.cli.ContainerInspect(ctx, spoof.ID, client.ContainerInspectOptions{}); err != nil {
+		t.Errorf("the container b does not own is gone after b's attach: %v", err)
 	}
 	// Its own server's cleanup, keeping nothing, removes it.
 	sb.Detach()

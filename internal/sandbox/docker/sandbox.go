@@ -134,7 +134,7 @@ func (s *Sandbox) attach(ctx context.Context) error {
 	}
 	if info.Container.Config == nil || info.Container.Config.Labels[labelServer] != s.b.server {
 		// Not ours: never touched, whatever its name.
-		return fmt.Errorf("%w: container %s is not this server's", errLost, s.name)
+		return fmt.Errorf("container %s: %w", s.name, errForeign)
 	}
 	if info.Container.State == nil || !info.Container.State.Running {
 		return fmt.Errorf("%w: the sandbox is not running", errLost)
