@@ -31,7 +31,7 @@ const imageUsage = `usage: cellbox image <build|ls|rm|dockerfile> [flags]
   dockerfile [NAME] [--file LIST]
                                a Dockerfile of the same packages (for machines that can pull debian:*-slim)
 
-Flags of each: --state-dir (images live in <state-dir>/images), build: --mirror (a Debian archive).`
+Flags of each: --state-dir (images live in <state-dir>/images), build: --mirror (a Debian archive; default: this machine's apt's).`
 
 func imageMain(args []string) int {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
@@ -45,7 +45,7 @@ func imageMain(args []string) int {
 	fs := flag.NewFlagSet("image "+sub, flag.ContinueOnError)
 	stateDir := fs.String("state-dir", config.Default().StateDir, "the server's state dir: images are kept in its images/ folder")
 	file := fs.String("file", "", "the image's package list (default: the list the image was built from; for default, cellbox's own)")
-	mirror := fs.String("mirror", image.DefaultMirror, "the Debian archive to build from")
+	mirror := fs.String("mirror", image.HostMirror("/"), "the Debian archive to build from (default: the one this machine's apt uses, else "+image.DefaultMirror+")")
 	if err := fs.Parse(reorder(args)); err != nil {
 		if err == flag.ErrHelp {
 			return 0
