@@ -45,7 +45,7 @@ func imageMain(args []string) int {
 	fs := flag.NewFlagSet("image "+sub, flag.ContinueOnError)
 	stateDir := fs.String("state-dir", config.Default().StateDir, "the server's state dir: images are kept in its images/ folder")
 	file := fs.String("file", "", "the image's package list (default: the list the image was built from; for default, cellbox's own)")
-	mirror := fs.String("mirror", image.HostMirror("/"), "the Debian archive to build from (default: the one this machine's apt uses, else "+image.DefaultMirror+")")
+	mirror := fs.String("mirror", image.HostMirror("/"), "the Debian archive to build from; by default the one this machine's apt uses")
 	if err := fs.Parse(reorder(args)); err != nil {
 		if err == flag.ErrHelp {
 			return 0
