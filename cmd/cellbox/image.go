@@ -45,7 +45,7 @@ func imageMain(args []string) int {
 	fs := flag.NewFlagSet("image "+sub, flag.ContinueOnError)
 	stateDir := fs.String("state-dir", config.Default().StateDir, "the server's state dir: images are kept in its images/ folder")
 	file := fs.String("file", "", "the image's package list (default: the list the image was built from; for default, cellbox's own)")
-	mirror := fs.String("mirror", image.HostMirror("/"), "the Debian archive to build from; by default the one this machine's apt uses")
+	mirror := fs.String("mirror", "", "the Debian archive to build from (default: the one this machine's apt uses for the list's suite, else "+image.DefaultMirror+")")
 	if err := fs.Parse(reorder(args)); err != nil {
 		if err == flag.ErrHelp {
 			return 0
@@ -71,6 +71,10 @@ func imageMain(args []string) int {
 		if err != nil {
 			return fail(err)
 		}
+		if *mirror == "" {
+			*mirror = image.HostMirror("/", spec.Suite)
+		}
+		store = image.NewStore(filepath.Join(*stateDir, "images"), *mirror)
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
 		start := time.Now()

@@ -75,6 +75,7 @@ func Main(args []string) int {
 	userGID := fs.Int("user-gid", 0, "with --user-uid: the gid of user code")
 	listen := fs.String("listen", "", "serve on a Unix socket at this path instead of stdin/stdout; every connection opens with the attach handshake, and the kernel outlives connections")
 	tokenFile := fs.String("token-file", "", "with --listen: file holding the attach token; read once and removed")
+	tokenEnv := fs.String("token-env", "", "with --listen, instead of --token-file: environment variable holding the attach token; read once and removed from what the guest starts")
 	orphanExit := fs.Duration("orphan-exit", 0, "with --listen: exit once no server has been attached for this long (0: never)")
 	connect := fs.String("connect", "", "instead of serving: join stdin/stdout to the Unix socket of a guest listening at this path (how the docker backend reaches its guest, started by the engine's exec)")
 	if err := fs.Parse(args); err != nil {
@@ -101,8 +102,8 @@ func Main(args []string) int {
 		fmt.Fprintln(os.Stderr, "cellbox guest: --user-uid and --user-gid go together and must be positive")
 		return 2
 	}
-	if (*listen == "") != (*tokenFile == "") {
-		fmt.Fprintln(os.Stderr, "cellbox guest: --listen and --token-file go together")
+	if (*listen == "") != (*tokenFile == "" && *tokenEnv == "") || *tokenFile != "" && *tokenEnv != "" {
+		fmt.Fprintln(os.Stderr, "cellbox guest: --listen goes with one of --token-file and --token-env")
 		return 2
 	}
 	// The log may be a file the sandbox keeps for its whole life: cap it.
@@ -113,7 +114,7 @@ func Main(args []string) int {
 		UserUID: *userUID, UserGID: *userGID, OrphanExit: *orphanExit, Init: true, Logger: log}
 	var err error
 	if *listen != "" {
-		err = listenMain(ctx, *listen, *tokenFile, opts)
+		err = listenMain(ctx, *listen, *tokenFile, *tokenEnv, opts)
 	} else {
 		// stdout carries the protocol from here on: nothing else may write to it.
 		conn := stdio{r: os.Stdin, w: os.Stdout}
@@ -142,9 +143,10 @@ func (s stdio) Close() error {
 
 var _ io.ReadWriteCloser = stdio{}
 
-// listenMain serves on a Unix socket at path, with the token read from tokenFile.
-func listenMain(ctx context.Context, path, tokenFile string, opts Options) error {
-	token, err := readToken(tokenFile)
+// listenMain serves on a Unix socket at path, with the token read from tokenFile or the
+// variable tokenEnv.
+func listenMain(ctx context.Context, path, tokenFile, tokenEnv string, opts Options) error {
+	token, err := readToken(tokenFile, tokenEnv)
 	if err != nil {
 		return err
 	}
@@ -158,16 +160,26 @@ func listenMain(ctx context.Context, path, tokenFile string, opts Options) error
 	return Listen(ctx, ln, token, opts)
 }
 
-// readToken reads the attach token from path and removes the file: it is read once.
-func readToken(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", fmt.Errorf("read attach token: %w", err)
+// readToken reads the attach token from path and removes the file, or from the variable
+// env and unsets it (so that nothing the guest starts inherits it): it is read once.
+func readToken(path, env string) (string, error) {
+	var token string
+	if env != "" {
+		token = os.Getenv(env)
+		if err := os.Unsetenv(env); err != nil {
+			return "", fmt.Errorf("remove attach token: %w", err)
+		}
+	} else {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return "", fmt.Errorf("read attach token: %w", err)
+		}
+		if err := os.Remove(path); err != nil {
+			return "", fmt.Errorf("remove attach token: %w", err)
+		}
+		token = string(b)
 	}
-	if err := os.Remove(path); err != nil {
-		return "", fmt.Errorf("remove attach token: %w", err)
-	}
-	token := strings.TrimSpace(string(b))
+	token = strings.TrimSpace(token)
 	if len(token) < 32 {
 		return "", errors.New("attach token: too short")
 	}

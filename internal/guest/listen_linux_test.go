@@ -47,7 +47,7 @@ func TestListenSetup(t *testing.T) {
 	if err := os.WriteFile(tokenFile, []byte(testToken+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	token, err := readToken(tokenFile)
+	token, err := readToken(tokenFile, "")
 	if err != nil || token != testToken {
 		t.Fatalf("readToken = %q, %v", token, err)
 	}
@@ -55,8 +55,16 @@ func TestListenSetup(t *testing.T) {
 		t.Errorf("the token file is still there after it was read: %v", err)
 	}
 	os.WriteFile(tokenFile, []byte("short\n"), 0o600)
-	if _, err := readToken(tokenFile); err == nil {
+	if _, err := readToken(tokenFile, ""); err == nil {
 		t.Error("readToken took a short token")
+	}
+	// From the environment: read, then gone from what the guest's children inherit.
+	t.Setenv("CELLBOX_TEST_TOKEN", testToken)
+	if token, err := readToken("", "CELLBOX_TEST_TOKEN"); err != nil || token != testToken {
+		t.Errorf("readToken from the environment = %q, %v", token, err)
+	}
+	if _, ok := os.LookupEnv("CELLBOX_TEST_TOKEN"); ok {
+		t.Error("the token is still in the environment after it was read")
 	}
 	sock := filepath.Join(dir, "guest.sock")
 	os.WriteFile(sock, nil, 0o600) // a stale file where the socket goes

@@ -7,28 +7,25 @@ import (
 	"strings"
 )
 
-// HostMirror is the Debian archive this machine's apt uses (its sources under root, "/"
+// HostMirror is the archive this machine's apt uses for suite (its sources under root, "/"
 // for the machine), so that an image builds from where the machine's own packages come
-// from (a local mirror or proxy); DefaultMirror when apt names none.
-func HostMirror(root string) string {
+// from (a local mirror or proxy); DefaultMirror when apt has no source of that suite (an
+// Ubuntu host, another Debian release).
+func HostMirror(root, suite string) string {
 	files, _ := filepath.Glob(filepath.Join(root, "etc/apt/sources.list.d/*.sources"))
 	for _, f := range files {
-		if m := deb822Mirror(f); m != "" {
+		if m := deb822Mirror(f, suite); m != "" {
 			return m
 		}
 	}
-	if m := listMirror(filepath.Join(root, "etc/apt/sources.list")); m != "" {
+	if m := listMirror(filepath.Join(root, "etc/apt/sources.list"), suite); m != "" {
 		return m
 	}
 	return DefaultMirror
 }
 
-// release: a suite of the archive itself (bookworm, stable), not of its security or
-// updates archives.
-func release(suite string) bool { return suite != "" && !strings.Contains(suite, "-") && !strings.Contains(suite, "/") }
-
-// deb822Mirror reads a .sources file: the URI of the first "Types: deb" stanza with a release suite.
-func deb822Mirror(path string) string {
+// deb822Mirror reads a .sources file: the URI of the first "Types: deb" stanza of suite.
+func deb822Mirror(path, suite string) string {
 	f, err := os.Open(path)
 	if err != nil {
 		return ""
@@ -40,7 +37,7 @@ func deb822Mirror(path string) string {
 			return ""
 		}
 		for _, s := range strings.Fields(stanza["suites"]) {
-			if release(s) {
+			if s == suite {
 				return strings.Fields(stanza["uris"])[0]
 			}
 		}
@@ -66,8 +63,8 @@ func deb822Mirror(path string) string {
 	return pick()
 }
 
-// listMirror reads a sources.list: the URI of the first "deb" line with a release suite.
-func listMirror(path string) string {
+// listMirror reads a sources.list: the URI of the first "deb" line of suite.
+func listMirror(path, suite string) string {
 	f, err := os.Open(path)
 	if err != nil {
 		return ""
@@ -88,7 +85,7 @@ func listMirror(path string) string {
 				fields = fields[1:]
 			}
 		}
-		if len(fields) >= 2 && release(fields[1]) {
+		if len(fields) >= 2 && fields[1] == suite {
 			return fields[0]
 		}
 	}

@@ -21,6 +21,17 @@ const (
 	GuestToken  = "token"
 )
 
+// MaskedPaths are hidden in every sandbox (an empty file or folder over them), and
+// ReadonlyPaths read-only: the /proc and /sys files that tell of, or change, the host.
+var (
+	MaskedPaths = []string{
+		"/proc/acpi", "/proc/asound", "/proc/interrupts", "/proc/kcore", "/proc/keys",
+		"/proc/latency_stats", "/proc/sched_debug", "/proc/scsi", "/proc/timer_list",
+		"/proc/timer_stats", "/sys/devices/virtual/powercap", "/sys/firmware",
+	}
+	ReadonlyPaths = []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}
+)
+
 // DefaultTmpMB is the size of /tmp when Limits.TmpMB is 0.
 const DefaultTmpMB = 256
 
@@ -39,6 +50,9 @@ type GuestCommand struct {
 	MPLCache   string // matplotlib's font cache, inside; "": none
 	UID, GID   int    // user code's
 	OrphanExit time.Duration
+	// TokenEnv: the guest reads its attach token from this variable of its environment
+	// (and unsets it); "": from GuestRunDir's token file.
+	TokenEnv string
 }
 
 // Args is the guest's command line.
@@ -47,8 +61,12 @@ func (g GuestCommand) Args() []string {
 	if g.Cgroup != "" {
 		args = append(args, "--cgroup", g.Cgroup)
 	}
-	args = append(args, "--user-uid", strconv.Itoa(g.UID), "--user-gid", strconv.Itoa(g.GID),
-		"--listen", GuestRunDir+"/"+GuestSocket, "--token-file", GuestRunDir+"/"+GuestToken)
+	args = append(args, "--user-uid", strconv.Itoa(g.UID), "--user-gid", strconv.Itoa(g.GID), "--listen", GuestRunDir+"/"+GuestSocket)
+	if g.TokenEnv != "" {
+		args = append(args, "--token-env", g.TokenEnv)
+	} else {
+		args = append(args, "--token-file", GuestRunDir+"/"+GuestToken)
+	}
 	if g.MPLCache != "" {
 		args = append(args, "--mpl-cache", g.MPLCache)
 	}

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -197,6 +198,9 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (_ *Server, err
 		return nil, err
 	}
 	if err := prepareImages(ctx, cfg, backend); err != nil {
+		if c, ok := backend.(io.Closer); ok {
+			c.Close()
+		}
 		return nil, err
 	}
 	quota := cfg.Quota

@@ -39,7 +39,6 @@ import (
 	"regexp"
 	"runtime"
 	"strings"
-	"sync"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -90,9 +89,10 @@ type Backend struct {
 	images   Images
 	uid, gid int
 	gvisor   bool
+	arch     string // the engine's (Go's names: amd64, arm64, ...)
 	log      *slog.Logger
 
-	importMu sync.Mutex // one import at a time
+	importing chan struct{} // holds a token while an image is imported
 
 	live sandbox.Live[*Sandbox]
 }
@@ -161,23 +161,27 @@ func New(cfg Config) (*Backend, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	b := &Backend{
-		cli:     cli,
-		runtime: cfg.Runtime,
-		state:   filepath.Join(stateDir, "sandboxes"),
-		guest:   guest,
-		images:  cfg.Images,
-		uid:     cfg.UID,
-		gid:     cfg.GID,
-		gvisor:  filepath.Base(cfg.Runtime) == "runsc",
-		log:     log.With("backend", "docker"),
+		cli:       cli,
+		runtime:   cfg.Runtime,
+		state:     filepath.Join(stateDir, "sandboxes"),
+		guest:     guest,
+		images:    cfg.Images,
+		uid:       cfg.UID,
+		gid:       cfg.GID,
+		gvisor:    filepath.Base(cfg.Runtime) == "runsc",
+		arch:      version.Arch,
+		importing: make(chan struct{}, 1),
+		log:       log.With("backend", "docker"),
 	}
 	if err := os.MkdirAll(b.state, 0o711); err != nil {
+		cli.Close()
 		return nil, fmt.Errorf("create state folder: %w", err)
 	}
-	if b.server, err = serverID(stateDir); err != nil {
-		return nil, fmt.Errorf("docker backend: %w", err)
+	if b.server, err = serverID(stateDir); err == nil {
+		err = b.writeUserFiles(stateDir)
 	}
-	if err := b.writeUserFiles(stateDir); err != nil {
+	if err != nil {
+		cli.Close()
 		return nil, fmt.Errorf("docker backend: %w", err)
 	}
 	b.log.Debug("docker backend ready", "engine", cli.DaemonHost(), "version", version.Version, "api", cli.ClientVersion(), "server_identity", b.server)

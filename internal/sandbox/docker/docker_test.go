@@ -143,8 +143,12 @@ func TestOtherServers(t *testing.T) {
 		t.Errorf("label %s = %q, want %q", labelServer, got, a.server)
 	}
 	// A container with b's name for the id but a's label: b neither attaches nor removes it.
+	img, err := b.image(ctx, image.DefaultName)
+	if err != nil {
+		t.Fatal(err)
+	}
 	spoof, err := b.cli.ContainerCreate(ctx, client.ContainerCreateOptions{Name: b.containerName(id),
-		Config: &container.Config{Image: Reference(image.DefaultName), Cmd: []string{"true"}, Labels: map[string]string{labelServer: a.server, labelSession: id}}})
+		Config: &container.Config{Image: img.id, Cmd: []string{"true"}, Labels: map[string]string{labelServer: a.server, labelSession: id}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,8 +156,11 @@ func TestOtherServers(t *testing.T) {
 	if _, err := b.Attach(ctx, id); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("attach to a container named as b's but labelled a's: err = %v, want not found", err)
 	}
+	if _, err := b.Create(ctx, sandbox.Spec{ID: id, Workspace: sandboxtest.Workspace(t), Image: image.DefaultName}); err == nil {
+		t.Error("b created a sandbox under the name of a container that is there")
+	}
 	if _, err := b.cli.ContainerInspect(ctx, spoof.ID, client.ContainerInspectOptions{}); err != nil {
-		t.Errorf("the container b does not own is gone after b's attach: %v", err)
+		t.Errorf("the container b does not own is gone after b's attach and create: %v", err)
 	}
 	// Its own server's cleanup, keeping nothing, removes it.
 	sb.Detach()

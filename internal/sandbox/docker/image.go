@@ -26,18 +26,19 @@ type engineImage struct {
 	mplCache bool
 }
 
-// Reference is the engine's name of the cellbox image name.
-func Reference(name string) string { return "cellbox/" + name + ":latest" }
+// Reference is the engine's name of the cellbox image name: cellbox/NAME:TAG, where tag
+// is a build's hash for an image imported from the store, "latest" for one built from its
+// Dockerfile.
+func Reference(name, tag string) string { return "cellbox/" + name + ":" + tag }
 
 // importTimeout bounds one import of a root filesystem (a couple of GB).
 const importTimeout = 30 * time.Minute
 
-// image returns the engine's image for the cellbox image name. When the image store has
-// the image and the engine has not this build of it (by the cellbox.hash label), the
-// store's root filesystem is imported first, as cellbox/NAME:latest. Without the store's
-// image, the engine's cellbox/NAME (built from `cellbox image dockerfile`) is used.
+// image returns the engine's image for the cellbox image name. An image the store has runs
+// as cellbox/NAME:HASH, imported first when the engine lacks that build; without the
+// store's image, the engine's cellbox/NAME:latest (built from `cellbox image dockerfile`)
+// is used.
 func (b *Backend) image(ctx context.Context, name string) (engineImage, error) {
-	ref := Reference(name)
 	var built *image.Image
 	if b.images != nil {
 		im, err := b.images.Get(name)
@@ -48,31 +49,47 @@ func (b *Backend) image(ctx context.Context, name string) (engineImage, error) {
 			return engineImage{}, err
 		}
 	}
-	if built != nil {
-		b.importMu.Lock()
-		defer b.importMu.Unlock()
+	if built == nil {
+		ref := Reference(name, "latest")
+		im, err := b.inspect(ctx, ref)
+		if cerrdefs.IsNotFound(err) {
+			return engineImage{}, fmt.Errorf("image %q is not built on this server nor in the Docker engine: build it with `cellbox image build %s` (Linux, as root), or with `cellbox image dockerfile %s | docker build -t %s -`: %w",
+				name, name, name, ref, errdefs.ErrNotFound)
+		}
+		return im, err
 	}
-	ictx, cancel := context.WithTimeout(ctx, engineTimeout)
-	defer cancel()
-	info, err := b.cli.ImageInspect(ictx, ref)
-	switch {
-	case err == nil && (built == nil || labels(info)[labelHash] == built.Hash):
-		return engineImage{id: info.ID, mplCache: labels(info)[labelMPLCache] == "true"}, nil
-	case err != nil && !cerrdefs.IsNotFound(err):
-		return engineImage{}, fmt.Errorf("find image %s in the Docker engine: %w", ref, engineError(err))
-	case built == nil:
-		return engineImage{}, fmt.Errorf("image %q is not built on this server nor in the Docker engine: build it with `cellbox image build %s` (Linux, as root), or with `cellbox image dockerfile %s | docker build -t %s -`: %w",
-			name, name, name, ref, errdefs.ErrNotFound)
+	ref := Reference(name, built.Hash)
+	if im, err := b.inspect(ctx, ref); !cerrdefs.IsNotFound(err) {
+		return im, err
+	}
+	// One import at a time (each reads gigabytes); a caller that gives up stops waiting.
+	select {
+	case b.importing <- struct{}{}:
+		defer func() { <-b.importing }()
+	case <-ctx.Done():
+		return engineImage{}, fmt.Errorf("wait to import image %s: %w", name, ctx.Err())
+	}
+	if im, err := b.inspect(ctx, ref); !cerrdefs.IsNotFound(err) {
+		return im, err // imported meanwhile
 	}
 	if err := b.importImage(ctx, built, ref); err != nil {
 		return engineImage{}, err
 	}
-	ictx, cancel = context.WithTimeout(ctx, engineTimeout)
+	return b.inspect(ctx, ref)
+}
+
+// inspect finds ref in the engine; an error that is not the engine's not-found is classified.
+func (b *Backend) inspect(ctx context.Context, ref string) (engineImage, error) {
+	ctx, cancel := context.WithTimeout(ctx, engineTimeout)
 	defer cancel()
-	if info, err = b.cli.ImageInspect(ictx, ref); err != nil {
-		return engineImage{}, fmt.Errorf("find image %s after importing it: %w", ref, engineError(err))
+	info, err := b.cli.ImageInspect(ctx, ref)
+	if cerrdefs.IsNotFound(err) {
+		return engineImage{}, err
 	}
-	return engineImage{id: info.ID, mplCache: built.MPLCache}, nil
+	if err != nil {
+		return engineImage{}, fmt.Errorf("find image %s in the Docker engine: %w", ref, engineError(err))
+	}
+	return engineImage{id: info.ID, mplCache: labels(info)[labelMPLCache] == "true"}, nil
 }
 
 func labels(info client.ImageInspectResult) map[string]string {

@@ -24,17 +24,17 @@ import (
 	"github.com/cellbox/cellbox/internal/guestproto"
 	"github.com/cellbox/cellbox/internal/image"
 	"github.com/cellbox/cellbox/internal/sandbox"
-	"github.com/cellbox/cellbox/internal/tool"
 )
 
 // Sandbox is one container. Its folder in the backend's state (0700) holds the attach
-// token and run/, mounted at /.cellbox/run: the guest's socket, and the guest's copy of
-// the token, which it removes once read.
+// token, for a later server to attach with; the guest gets it in its environment and
+// listens in a tmpfs only root may enter, inside the container.
 type Sandbox struct {
 	id   string
 	b    *Backend
 	dir  string
 	name string // the container's name
+	cid  string // the container's id, once it is known to be this sandbox's; "": none
 
 	token string
 	conn  io.ReadWriteCloser
@@ -70,19 +70,17 @@ func (s *Sandbox) start(ctx context.Context, spec sandbox.Spec) error {
 	if err != nil {
 		return fmt.Errorf("create sandbox %s: %w", s.id, err)
 	}
-	if err := os.MkdirAll(filepath.Join(s.dir, "run"), 0o700); err != nil {
+	if err := os.MkdirAll(s.dir, 0o700); err != nil {
 		return fmt.Errorf("create sandbox %s: %w", s.id, err)
 	}
 	s.token = newToken()
-	for name, path := range map[string]string{"token": filepath.Join(s.dir, sandbox.GuestToken), "run token": filepath.Join(s.dir, "run", sandbox.GuestToken)} {
-		if err := os.WriteFile(path, []byte(s.token), 0o600); err != nil {
-			return fmt.Errorf("create sandbox %s: write the %s: %w", s.id, name, err)
-		}
+	if err := os.WriteFile(filepath.Join(s.dir, sandbox.GuestToken), []byte(s.token), 0o600); err != nil {
+		return fmt.Errorf("create sandbox %s: write the token: %w", s.id, err)
 	}
 	cfg, host, err := containerSpec(specInput{
 		spec: spec, name: s.name, image: img.id, mplCache: img.mplCache, server: s.b.server,
-		guest: s.b.guest, run: filepath.Join(s.dir, "run"), etc: s.b.etc,
-		runtime: s.b.runtime, gvisor: s.b.gvisor, uid: s.b.uid, gid: s.b.gid,
+		guest: s.b.guest, token: s.token, etc: s.b.etc,
+		runtime: s.b.runtime, gvisor: s.b.gvisor, goarch: s.b.arch, uid: s.b.uid, gid: s.b.gid,
 	})
 	if err != nil {
 		return fmt.Errorf("create sandbox %s: %w", s.id, err)
@@ -93,10 +91,11 @@ func (s *Sandbox) start(ctx context.Context, spec sandbox.Spec) error {
 	if err != nil {
 		return fmt.Errorf("create sandbox %s: %w", s.id, engineError(err))
 	}
+	s.cid = created.ID
 	for _, w := range created.Warnings {
 		s.logger().Warn("the engine warns about a sandbox", "warning", w)
 	}
-	if _, err := s.b.cli.ContainerStart(cctx, s.name, client.ContainerStartOptions{}); err != nil {
+	if _, err := s.b.cli.ContainerStart(cctx, s.cid, client.ContainerStartOptions{}); err != nil {
 		return fmt.Errorf("start sandbox %s: %w", s.id, engineError(err))
 	}
 	// Watched from its start: a wait for "not running" ends at once on a created container.
@@ -136,6 +135,7 @@ func (s *Sandbox) attach(ctx context.Context) error {
 		// Not ours: never touched, whatever its name.
 		return fmt.Errorf("container %s: %w", s.name, errForeign)
 	}
+	s.cid = info.Container.ID
 	if info.Container.State == nil || !info.Container.State.Running {
 		return fmt.Errorf("%w: the sandbox is not running", errLost)
 	}
@@ -146,7 +146,11 @@ func (s *Sandbox) attach(ctx context.Context) error {
 	s.token = string(token)
 	s.watch()
 	if s.conn, err = s.dial(ctx); err != nil {
-		return fmt.Errorf("%w: connect to the guest: %w", errLost, err)
+		if errors.Is(err, errNotListening) || errors.Is(err, errHandshake) {
+			return fmt.Errorf("%w: connect to the guest: %w", errLost, err)
+		}
+		// The engine did not answer: the sandbox may be fine, for a later attach.
+		return fmt.Errorf("connect to the guest: %w", err)
 	}
 	return nil
 }
@@ -157,7 +161,7 @@ func (s *Sandbox) watch() {
 	s.quit = cancel
 	go func() {
 		for ctx.Err() == nil {
-			w := s.b.cli.ContainerWait(ctx, s.name, client.ContainerWaitOptions{Condition: container.WaitConditionNotRunning})
+			w := s.b.cli.ContainerWait(ctx, s.cid, client.ContainerWaitOptions{Condition: container.WaitConditionNotRunning})
 			select {
 			case <-w.Result:
 				close(s.done)
@@ -181,15 +185,19 @@ func (s *Sandbox) watch() {
 	}()
 }
 
-// errNotListening: the guest does not listen yet.
-var errNotListening = errors.New("the guest does not listen yet")
+// errNotListening: the guest does not listen (yet); errHandshake: it refused the attach
+// handshake, or the connection ended in it.
+var (
+	errNotListening = errors.New("the guest does not listen yet")
+	errHandshake    = errors.New("attach handshake failed")
+)
 
 // dial starts a relay to the guest's socket in the container (an exec of the guest binary
 // with --connect) and passes the attach handshake with s.token over it.
 func (s *Sandbox) dial(ctx context.Context) (io.ReadWriteCloser, error) {
 	ctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	defer cancel()
-	ex, err := s.b.cli.ExecCreate(ctx, s.name, client.ExecCreateOptions{
+	ex, err := s.b.cli.ExecCreate(ctx, s.cid, client.ExecCreateOptions{
 		User: "0:0", AttachStdin: true, AttachStdout: true, AttachStderr: true,
 		Cmd: []string{image.GuestPath, "guest", "--connect", sandbox.GuestRunDir + "/" + sandbox.GuestSocket},
 	})
@@ -205,8 +213,11 @@ func (s *Sandbox) dial(ctx context.Context) (io.ReadWriteCloser, error) {
 	go func() { done <- guestproto.ClientAttach(c, s.token) }()
 	select {
 	case err = <-done:
+		if err != nil {
+			err = fmt.Errorf("%w: %w", errHandshake, err)
+		}
 	case <-ctx.Done():
-		err = ctx.Err()
+		err = fmt.Errorf("no answer from the guest: %w: %w", ctx.Err(), errdefs.ErrUnavailable)
 	}
 	if err != nil {
 		c.Close()
@@ -214,7 +225,7 @@ func (s *Sandbox) dial(ctx context.Context) (io.ReadWriteCloser, error) {
 			return nil, errNotListening
 		}
 		if msg := c.stderr.String(); msg != "" {
-			return nil, fmt.Errorf("%w: %s", err, tool.Prefix(msg, 512))
+			s.logger().Debug("the relay to the guest", "stderr", msg)
 		}
 		return nil, err
 	}
@@ -303,7 +314,10 @@ func (s *Sandbox) Stop(ctx context.Context) error {
 		if s.conn != nil {
 			s.conn.Close()
 		}
-		if err := s.b.remove(ctx, s.name); err != nil {
+		// By id, and only a container this sandbox made or found labelled as this
+		// server's: never another's that merely took the name.
+		if s.cid == "" {
+		} else if err := s.b.remove(ctx, s.cid); err != nil {
 			errs = append(errs, err)
 		} else if s.quit != nil {
 			// Removed: the guest is gone, and with it its hold on the workspace.
@@ -345,7 +359,7 @@ func (s *Sandbox) Detach() error {
 func (s *Sandbox) logTail() string {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	rc, err := s.b.cli.ContainerLogs(ctx, s.name, client.ContainerLogsOptions{ShowStdout: true, ShowStderr: true, Tail: "20"})
+	rc, err := s.b.cli.ContainerLogs(ctx, s.cid, client.ContainerLogsOptions{ShowStdout: true, ShowStderr: true, Tail: "20"})
 	if err != nil {
 		return "no log"
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 
 	"github.com/moby/moby/api/types/container"
@@ -24,15 +23,8 @@ const (
 	shmBytes    = 64 << 20
 )
 
-// maskedPaths and readonlyPaths of /proc and /sys, as in runc's sandboxes.
-var (
-	maskedPaths = []string{
-		"/proc/acpi", "/proc/asound", "/proc/interrupts", "/proc/kcore", "/proc/keys",
-		"/proc/latency_stats", "/proc/sched_debug", "/proc/scsi", "/proc/timer_list",
-		"/proc/timer_stats", "/sys/devices/virtual/powercap", "/sys/firmware",
-	}
-	readonlyPaths = []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}
-)
+// tokenEnv is the variable that hands the guest its attach token.
+const tokenEnv = "CELLBOX_GUEST_TOKEN"
 
 // specInput is everything a sandbox's container depends on.
 type specInput struct {
@@ -42,24 +34,25 @@ type specInput struct {
 	mplCache bool   // the image holds matplotlib's font cache at image.MPLCachePath
 	server   string // this server's identity
 	guest    string // host path of the guest binary
-	run      string // host folder mounted at sandbox.GuestRunDir
+	token    string // the attach token
 	etc      string // host folder with passwd, group, hosts and an empty resolv.conf
 	runtime  string
 	gvisor   bool
+	goarch   string // the engine's architecture, in Go's names
 	uid, gid int
 }
 
 // containerSpec returns the container of one sandbox.
 func containerSpec(in specInput) (*container.Config, *container.HostConfig, error) {
 	s := in.spec
-	guest := sandbox.GuestCommand{Binary: image.GuestPath, Cgroup: cgroupMount, UID: in.uid, GID: in.gid, OrphanExit: s.OrphanExit}
+	guest := sandbox.GuestCommand{Binary: image.GuestPath, Cgroup: cgroupMount, UID: in.uid, GID: in.gid, OrphanExit: s.OrphanExit, TokenEnv: tokenEnv}
 	if in.gvisor {
 		guest.Cgroup = "" // gVisor's cgroupfs is the sentry's own, without the host's limits
 	}
 	if in.mplCache {
 		guest.MPLCache = image.MPLCachePath
 	}
-	profile, err := json.Marshal(seccomp.Profile(runtime.GOARCH, in.gvisor))
+	profile, err := json.Marshal(seccomp.Profile(in.goarch, in.gvisor))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -72,9 +65,10 @@ func containerSpec(in specInput) (*container.Config, *container.HostConfig, erro
 			BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate}}
 	}
 	cfg := &container.Config{
-		Image:      in.image,
-		Cmd:        guest.Args(),
-		Env:        sandbox.GuestEnv(s.Env),
+		Image: in.image,
+		Cmd:   guest.Args(),
+		// The guest unsets the token once read; only the engine's API shows it.
+		Env:        append(sandbox.GuestEnv(s.Env), tokenEnv+"="+in.token),
 		WorkingDir: api.WorkspaceDir,
 		User:       "0:0",
 		Hostname:   sandbox.Hostname,
@@ -88,13 +82,19 @@ func containerSpec(in specInput) (*container.Config, *container.HostConfig, erro
 		CapDrop:        []string{"ALL"},
 		CapAdd:         caps,
 		SecurityOpt:    []string{"no-new-privileges", "seccomp=" + string(profile)},
-		Tmpfs:          map[string]string{"/tmp": fmt.Sprintf("rw,nosuid,nodev,size=%dm,mode=1777", s.Limits.TmpSize())},
-		ShmSize:        shmBytes,
-		Runtime:        in.runtime,
-		IpcMode:        container.IPCModePrivate,
-		CgroupnsMode:   container.CgroupnsModePrivate,
-		MaskedPaths:    maskedPaths,
-		ReadonlyPaths:  readonlyPaths,
+		Tmpfs: map[string]string{
+			// exec: the engine would add noexec, which runc's /tmp has not (HOME is /tmp).
+			"/tmp": fmt.Sprintf("rw,exec,nosuid,nodev,size=%dm,mode=1777", s.Limits.TmpSize()),
+			// The guest's socket: root's alone, inside the container (nothing of the
+			// host's, whose owner could be the uid user code runs as).
+			sandbox.GuestRunDir: "rw,noexec,nosuid,nodev,size=1m,mode=700",
+		},
+		ShmSize:       shmBytes,
+		Runtime:       in.runtime,
+		IpcMode:       container.IPCModePrivate,
+		CgroupnsMode:  container.CgroupnsModePrivate,
+		MaskedPaths:   sandbox.MaskedPaths,
+		ReadonlyPaths: sandbox.ReadonlyPaths,
 		// The guest caps its own log; the engine keeps one small file of it.
 		LogConfig: container.LogConfig{Type: "json-file", Config: map[string]string{"max-size": "1m", "max-file": "1"}},
 		Mounts: []mount.Mount{
@@ -102,8 +102,6 @@ func containerSpec(in specInput) (*container.Config, *container.HostConfig, erro
 			// The same folder again where E2B's SDKs expect the user's files.
 			bind(s.Workspace, api.HomeDir, false),
 			bind(in.guest, image.GuestPath, true),
-			// Root-owned, 0700: user code cannot reach the socket or the token in it.
-			bind(in.run, sandbox.GuestRunDir, false),
 			// The engine's own hosts and resolv.conf would name the host's resolvers.
 			bind(filepath.Join(in.etc, "passwd"), "/etc/passwd", true),
 			bind(filepath.Join(in.etc, "group"), "/etc/group", true),

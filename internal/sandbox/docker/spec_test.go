@@ -23,7 +23,7 @@ func testInput() specInput {
 		spec: sandbox.Spec{ID: "s1", Workspace: "/ws/s1", Image: "default", Env: map[string]string{"A": "1"},
 			Limits: sandbox.Limits{MemoryMB: 512, CPUs: 0.5, Pids: 100, TmpMB: 32}, OrphanExit: time.Hour},
 		name: "cellbox-srv-s1", image: "sha256:abc", server: "srv", guest: "/bin/cellbox",
-		run: "/state/sandboxes/s1/run", etc: "/state/etc", uid: 1000, gid: 1000,
+		token: "t0k", etc: "/state/etc", uid: 1000, gid: 1000, goarch: "arm64",
 	}
 }
 
@@ -40,7 +40,7 @@ func TestContainerSpec(t *testing.T) {
 	}
 	args := strings.Join(cfg.Cmd, " ")
 	for _, want := range []string{image.GuestPath + " guest ", "--cgroup /sys/fs/cgroup", "--user-uid 1000 --user-gid 1000",
-		"--listen /.cellbox/run/guest.sock --token-file /.cellbox/run/token", "--orphan-exit 1h0m0s"} {
+		"--listen /.cellbox/run/guest.sock --token-env " + tokenEnv, "--orphan-exit 1h0m0s"} {
 		if !strings.Contains(args, want) {
 			t.Errorf("command %q lacks %q", args, want)
 		}
@@ -48,7 +48,7 @@ func TestContainerSpec(t *testing.T) {
 	if strings.Contains(args, "--mpl-cache") {
 		t.Errorf("command %q has a font cache the image does not", args)
 	}
-	if !slices.Contains(cfg.Env, "A=1") || !slices.Contains(cfg.Env, "HOME=/tmp") {
+	if !slices.Contains(cfg.Env, "A=1") || !slices.Contains(cfg.Env, "HOME=/tmp") || !slices.Contains(cfg.Env, tokenEnv+"=t0k") {
 		t.Errorf("env %v", cfg.Env)
 	}
 	if host.NetworkMode != "none" || !host.ReadonlyRootfs || host.Privileged {
@@ -69,11 +69,19 @@ func TestContainerSpec(t *testing.T) {
 			}
 		}
 	}
+	if !slices.Equal(profile.Architectures, []specs.Arch{specs.ArchAARCH64, specs.ArchARM}) {
+		t.Errorf("seccomp architectures %v, want the engine's (arm64)", profile.Architectures)
+	}
 	if !nnp || profile.DefaultAction != specs.ActErrno || len(profile.Syscalls) == 0 {
 		t.Errorf("no-new-privileges %v, seccomp default %q with %d rules", nnp, profile.DefaultAction, len(profile.Syscalls))
 	}
-	if got := host.Tmpfs["/tmp"]; !strings.Contains(got, "size=32m") || !strings.Contains(got, "nosuid") {
+	if got := host.Tmpfs["/tmp"]; !strings.Contains(got, "size=32m") || !strings.Contains(got, "nosuid") || !strings.Contains(got, ",exec,") {
 		t.Errorf("tmpfs /tmp %q", got)
+	}
+	// The guest's socket is in the container only, root's alone: no host folder, whose
+	// owner might be the uid user code runs as.
+	if got := host.Tmpfs[sandbox.GuestRunDir]; !strings.Contains(got, "mode=700") || !strings.Contains(got, "noexec") {
+		t.Errorf("tmpfs %s %q", sandbox.GuestRunDir, got)
 	}
 	r := host.Resources
 	if r.Memory != 512<<20 || r.MemorySwap != r.Memory || r.NanoCPUs != 5e8 || r.PidsLimit == nil || *r.PidsLimit != 100 {
@@ -89,15 +97,15 @@ func TestContainerSpec(t *testing.T) {
 	}
 	for target, want := range map[string]string{
 		"/mnt/data": "/ws/s1 rw", "/home/user": "/ws/s1 rw", image.GuestPath: "/bin/cellbox ro",
-		"/.cellbox/run": "/state/sandboxes/s1/run rw", "/etc/passwd": "/state/etc/passwd ro",
-		"/etc/hosts": "/state/etc/hosts ro", "/etc/resolv.conf": "/state/etc/resolv.conf ro",
+		"/etc/passwd": "/state/etc/passwd ro",
+		"/etc/hosts":  "/state/etc/hosts ro", "/etc/resolv.conf": "/state/etc/resolv.conf ro",
 	} {
 		if mounts[target] != want {
 			t.Errorf("mount at %s: %q, want %q", target, mounts[target], want)
 		}
 	}
-	if len(mounts) != 8 {
-		t.Errorf("%d mounts, want 8: %v", len(mounts), mounts)
+	if len(mounts) != 7 {
+		t.Errorf("%d mounts, want 7: %v", len(mounts), mounts)
 	}
 	if !slices.Contains(host.MaskedPaths, "/proc/kcore") || !slices.Contains(host.ReadonlyPaths, "/proc/sys") {
 		t.Errorf("masked %v read-only %v", host.MaskedPaths, host.ReadonlyPaths)

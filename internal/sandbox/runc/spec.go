@@ -123,18 +123,12 @@ func buildSpec(in specInput) *specs.Spec {
 				{Type: specs.PIDNamespace}, {Type: specs.NetworkNamespace}, {Type: specs.IPCNamespace},
 				{Type: specs.UTSNamespace}, {Type: specs.MountNamespace}, {Type: specs.CgroupNamespace},
 			},
-			CgroupsPath: cgroupParent + "/" + s.ID,
-			Resources:   resources(s.Limits, in.limitSwap, in.gvisor),
-			Devices:     devices(),
-			Seccomp:     seccomp.Profile(in.goarch, in.gvisor),
-			MaskedPaths: []string{
-				"/proc/acpi", "/proc/asound", "/proc/interrupts", "/proc/kcore", "/proc/keys",
-				"/proc/latency_stats", "/proc/sched_debug", "/proc/scsi", "/proc/timer_list",
-				"/proc/timer_stats", "/sys/devices/virtual/powercap", "/sys/firmware",
-			},
-			ReadonlyPaths: []string{
-				"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger",
-			},
+			CgroupsPath:   cgroupParent + "/" + s.ID,
+			Resources:     resources(s.Limits, in.limitSwap, in.gvisor),
+			Devices:       devices(),
+			Seccomp:       seccomp.Profile(in.goarch, in.gvisor),
+			MaskedPaths:   sandbox.MaskedPaths,
+			ReadonlyPaths: sandbox.ReadonlyPaths,
 		},
 	}
 }

@@ -291,6 +291,11 @@ func testCommands(t *testing.T, b sandbox.Backend) {
 	if _, err := os.Stat(filepath.Join(x.workspace, "made-by-command")); err != nil {
 		t.Errorf("file made by a command is not in the host workspace: %v", err)
 	}
+	// /tmp is HOME: what is built or installed there runs, on every backend alike.
+	r = x.command(t, "sh", "-c", "printf '#!/bin/sh\necho ran\n' > /tmp/x.sh && chmod +x /tmp/x.sh && /tmp/x.sh")
+	if r.Status != api.StatusOK || r.Stdout != "ran\n" {
+		t.Errorf("a program in /tmp: %+v, want it to run", r)
+	}
 }
 
 func testSeparate(t *testing.T, b sandbox.Backend) {
