@@ -235,3 +235,30 @@ func TestImageRestored(t *testing.T) {
 		t.Errorf("restored session says image %q, its new sandbox runs on %q; want py", got.Image, b2.ImageOf(s.ID))
 	}
 }
+
+// A session of a server on the host's root whose sandbox is gone is replaced, on a server
+// on images, on its default image: a new sandbox never runs on the host's root there.
+func TestHostSessionReplacedOnImage(t *testing.T) {
+	ctx := context.Background()
+	ws := t.TempDir()
+	host := onImages(t)
+	host.RootFS = "host"
+	m := startManager(t, host, reattaching{sandboxtest.Images(localBackend(t), "")}, ws, nil)
+	s, err := m.Create(ctx, api.CreateSessionRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cfg := onImages(t)
+	cfg.StateDir = host.StateDir
+	b := sandboxtest.Images(localBackend(t), "default")
+	m2 := startManager(t, cfg, reattaching{b}, ws, nil)
+	if _, err := m2.Get(ctx, s.ID); err != nil {
+		t.Fatalf("session not restored: %v", err)
+	}
+	if got := b.ImageOf(s.ID); got != "default" {
+		t.Errorf("the replaced sandbox runs on %q, want the default image", got)
+	}
+}

@@ -130,8 +130,14 @@ func (m *Manager) restoreOne(ctx context.Context, r record) string {
 			"session_id", r.ID, "tenant", r.Tenant, "err", err)
 		how = "replaced"
 		s.notice, s.execCount = replacedNotice, 0
+		spec := r.spec()
+		if spec.image == "" {
+			// A session on the host's root (or from before images) gets this server's
+			// default: on an image server, a new sandbox never runs on the host's root.
+			spec.image = m.defaultImage
+		}
 		if err = m.store.Ready(r.ID); err == nil {
-			b, err = m.startBox(ctx, r.ID, r.spec(), ws)
+			b, err = m.startBox(ctx, r.ID, spec, ws)
 		}
 	}
 	if err != nil {
