@@ -17,18 +17,17 @@ import (
 )
 
 func init() {
-	register("bench", "measure cellbox's setups side by side (prints a markdown table)", benchMain)
+	register("bench", "measure cellbox's setups, and the Docker flows people use today, side by side (prints a markdown table)", benchMain)
 }
 
-// The workloads: the same code in every setup.
+// The workloads: the same code in every setup and every Docker flow.
 const (
 	// trivialCell is the smallest cell: what one round trip costs.
 	trivialCell = "x=1"
 	// importCell is a fresh session's first cell: pandas and pyplot imported, a result.
 	importCell = "import pandas as pd, matplotlib.pyplot as plt\npd.__version__"
 	// plotCode draws the plot. As a cell (plotCell), plt.show() makes it one PNG
-	// display_data; as a script (plotScript, the reference), it is written out as PNG on
-	// stdout.
+	// display_data; as a script (plotScript), it is written out as PNG on stdout.
 	plotCode   = "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\n"
 	plotCell   = plotCode + "plt.show()"
 	plotScript = plotCode + "import sys\nplt.savefig(sys.stdout.buffer, format='png')"
@@ -124,6 +123,9 @@ func benchMain(args []string) int {
 	starts := fs.Int("starts", 10, "new sessions and one-shots to time")
 	idle := fs.Int("idle", 20, "idle warm sessions to measure memory over")
 	setupList := fs.String("setups", "", "cellbox setups to measure one after the other, side by side: a comma list of runc, runc-image, docker, runsc, runsc-image, docker-runsc (default: the one --backend, --rootfs and --runtime say)")
+	flowList := fs.String("flows", "", "Docker flows to measure after the setups, a comma list of docker-run, docker-exec, nbconvert (default: none)")
+	flowRuns := fs.Int("flow-runs", 20, "runs of each workload in each Docker flow")
+	dockerCLI := fs.String("docker-cli", "docker", "the docker command the flows run")
 	if err := config.Load(fs, args); err != nil {
 		if err == flag.ErrHelp {
 			return 0
@@ -147,8 +149,16 @@ func benchMain(args []string) int {
 			return 2
 		}
 	}
+	var flows []flow
+	if *flowList != "" {
+		var err error
+		if flows, err = parseFlows(*flowList); err != nil {
+			fmt.Fprintln(os.Stderr, "cellbox bench: --flows:", err)
+			return 2
+		}
+	}
 	ctx := context.Background()
-	n := benchN{cells: *cells, plots: *plots, starts: *starts, idle: *idle}
+	n := benchN{cells: *cells, plots: *plots, starts: *starts, idle: *idle, flowRuns: *flowRuns}
 	var cols []column
 	for _, st := range sts {
 		c := st.apply(cfg)
@@ -163,12 +173,20 @@ func benchMain(args []string) int {
 		}
 		cols = append(cols, r.column(st.name))
 	}
-	printTable(cfg.Python, n, cols)
+	if len(flows) > 0 {
+		fc, err := benchFlows(ctx, cfg, flows, *dockerCLI, *flowRuns)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "cellbox bench: %v\n", err)
+			return 1
+		}
+		cols = append(cols, fc...)
+	}
+	printTable(cfg.Python, n, len(flows) > 0, cols)
 	return 0
 }
 
 // benchN is how many of each thing are timed.
-type benchN struct{ cells, plots, starts, idle int }
+type benchN struct{ cells, plots, starts, idle, flowRuns int }
 
 // benchSetup starts a server with cfg, measures it and stops it.
 func benchSetup(ctx context.Context, cfg config.Config, name string, n benchN) (*benchResult, error) {
@@ -208,7 +226,7 @@ const (
 
 // printTable prints one markdown table: a column per setup and flow, then the bare python3
 // of this machine for reference.
-func printTable(python string, n benchN, cols []column) {
+func printTable(python string, n benchN, flows bool, cols []column) {
 	bare := timeCmd(20, python, "-c", trivialCell)
 	imports := timeCmd(5, python, "-c", importCell)
 	plot := timeCmd(5, python, "-c", plotScript)
@@ -216,6 +234,9 @@ func printTable(python string, n benchN, cols []column) {
 	bareRSS := bareImportRSS(python)
 
 	per := ""
+	if flows {
+		per = fmt.Sprintf("; flows: one call, n=%d", n.flowRuns)
+	}
 	rows := []struct{ key, label, ref string }{
 		{rowTrivial, fmt.Sprintf("trivial cell `x=1` (cellbox: warm session, REST round trip, n=%d%s)", n.cells, per),
 			"bare `python3 -c 'x=1'` (a new process): " + ms(pct(bare, 50))},

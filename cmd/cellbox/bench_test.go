@@ -1,10 +1,13 @@
 package main
 
 import (
+	"encoding/json"
+	"os"
 	"slices"
 	"testing"
 
 	"github.com/cellbox/cellbox/internal/config"
+	"github.com/cellbox/cellbox/internal/image"
 )
 
 func TestParseSetups(t *testing.T) {
@@ -63,5 +66,55 @@ func TestSetupApply(t *testing.T) {
 	base.ImagesDir = "/images"
 	if c := setups[1].apply(base); c.Images() != "/images" {
 		t.Errorf("--images-dir /images: a setup's images are %s", c.Images())
+	}
+}
+
+func TestParseFlows(t *testing.T) {
+	got, err := parseFlows("nbconvert, docker-run")
+	if err != nil || len(got) != 2 || got[0].name != "nbconvert" || got[1].name != "docker-run" {
+		t.Errorf("parseFlows = %v, %v", got, err)
+	}
+	for _, bad := range []string{"docker-run,docker-run", "podman"} {
+		if _, err := parseFlows(bad); err == nil {
+			t.Errorf("parseFlows(%q): no error", bad)
+		}
+	}
+}
+
+// The nbconvert flow's image is the default image and a notebook runner.
+func TestBenchList(t *testing.T) {
+	f, err := os.Open("../../scripts/bench.list")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	bench, err := image.Parse("bench", f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	def := image.Default()
+	if bench.Suite != def.Suite {
+		t.Errorf("suite %s, the default image's is %s", bench.Suite, def.Suite)
+	}
+	for _, p := range append(def.Debian, "jupyter-nbconvert", "python3-ipykernel") {
+		if !slices.Contains(bench.Debian, p) {
+			t.Errorf("scripts/bench.list lacks %s", p)
+		}
+	}
+}
+
+func TestNotebook(t *testing.T) {
+	var nb struct {
+		NBFormat int `json:"nbformat"`
+		Cells    []struct {
+			Type   string `json:"cell_type"`
+			Source string `json:"source"`
+		} `json:"cells"`
+	}
+	if err := json.Unmarshal(notebook(plotCell), &nb); err != nil {
+		t.Fatal(err)
+	}
+	if nb.NBFormat != 4 || len(nb.Cells) != 1 || nb.Cells[0].Type != "code" || nb.Cells[0].Source != plotCell {
+		t.Errorf("notebook = %+v", nb)
 	}
 }
