@@ -24,7 +24,7 @@ E2BCLIENT := internal/e2b/testdata/e2bclient
 # playwright-core, which drives Debian's chromium in the web page's tests.
 BROWSER := internal/web/testdata/browser
 
-.PHONY: help build build-linux deps run test test-suites fuzz bench bench-e2b bench-web screenshots lint clean
+.PHONY: help build build-linux deps run test test-suites fuzz bench bench-docker bench-e2b bench-web screenshots lint clean
 
 help: ## list the targets
 	@echo "usage: make <target>"
@@ -75,6 +75,20 @@ fuzz: ## run every Fuzz target for FUZZTIME (default 20s) each
 
 bench: build ## run the benchmarks (cellbox bench)
 	./bin/cellbox bench --state-dir ./.state/bench
+
+# Where bench-docker's images are built (the default one, and bench: it and nbconvert):
+# the state dir of make test and of a root server, so the default image is built once.
+BENCH_IMAGES_STATE ?= $(TEST_STATE)
+# The docker command the Docker flows run.
+DOCKER ?= docker
+
+bench-docker: build ## every cellbox setup (runc, images, docker, gVisor) against docker run, docker exec, nbconvert (as root)
+	scripts/install-deps.sh --test
+	./bin/cellbox image build --state-dir $(BENCH_IMAGES_STATE) >/dev/null
+	./bin/cellbox image build bench --file scripts/bench.list --state-dir $(BENCH_IMAGES_STATE) >/dev/null
+	scripts/with-dockerd.sh ./bin/cellbox bench --state-dir ./.state/bench-docker --images-dir $(BENCH_IMAGES_STATE)/images \
+		--setups runc,runc-image,docker,runsc,runsc-image,docker-runsc --flows docker-run,docker-exec,nbconvert \
+		--docker-cli $(DOCKER) --cells 500 --plots 50 --starts 10 --idle 20 --flow-runs 20
 
 bench-e2b: build ## E2B's JS SDK against cellbox: create → first runCode result, runCode round trip
 	scripts/bench-e2b.sh

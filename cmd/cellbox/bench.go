@@ -1,26 +1,117 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/cellbox/cellbox/api"
-	"github.com/cellbox/cellbox/client"
 	"github.com/cellbox/cellbox/internal/config"
 	"github.com/cellbox/cellbox/internal/server"
 )
 
 func init() {
-	register("bench", "measure cellbox against the targets of DESIGN.md (prints a markdown table)", benchMain)
+	register("bench", "measure cellbox's setups, and the Docker flows people use today, side by side (prints a markdown table)", benchMain)
+}
+
+// The workloads: the same code in every setup and every Docker flow.
+const (
+	// trivialCell is the smallest cell: what one round trip costs.
+	trivialCell = "x=1"
+	// importCell is a fresh session's first cell: pandas and pyplot imported, a result.
+	importCell = "import pandas as pd, matplotlib.pyplot as plt\npd.__version__"
+	// plotCode draws the plot. As a cell (plotCell), plt.show() makes it one PNG
+	// display_data; as a script (plotScript), it is written out as PNG on stdout.
+	plotCode   = "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\n"
+	plotCell   = plotCode + "plt.show()"
+	plotScript = plotCode + "import sys\nplt.savefig(sys.stdout.buffer, format='png')"
+)
+
+// setup is one way to run cellbox: a backend, a root filesystem and an OCI runtime.
+type setup struct {
+	name    string
+	backend string
+	rootfs  string // runc: host | image; "" for docker, which always runs on images
+	runtime string
+}
+
+// setups are the names --setups takes.
+var setups = []setup{
+	{"runc", "runc", "host", "runc"},
+	{"runc-image", "runc", "image", "runc"},
+	{"docker", "docker", "", "runc"},
+	{"runsc", "runc", "host", "runsc"},
+	{"runsc-image", "runc", "image", "runsc"},
+	{"docker-runsc", "docker", "", "runsc"},
+}
+
+// parseSetups parses --setups, a comma list of setups' names.
+func parseSetups(s string) ([]setup, error) {
+	var out []setup
+	seen := map[string]bool{}
+	for _, name := range strings.Split(s, ",") {
+		name = strings.TrimSpace(name)
+		if name == "" {
+			continue
+		}
+		if seen[name] {
+			return nil, fmt.Errorf("setup %s is given twice", name)
+		}
+		seen[name] = true
+		i := slices.IndexFunc(setups, func(st setup) bool { return st.name == name })
+		if i < 0 {
+			var names []string
+			for _, st := range setups {
+				names = append(names, st.name)
+			}
+			return nil, fmt.Errorf("unknown setup %q: choose among %s", name, strings.Join(names, ", "))
+		}
+		out = append(out, setups[i])
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no setup given")
+	}
+	return out, nil
+}
+
+// setupOf is the setup the serve flags describe (--backend, --rootfs, --runtime).
+func setupOf(cfg config.Config) setup {
+	st := setup{backend: cfg.Backend, rootfs: cfg.RootFS, runtime: cfg.Runtime}
+	switch {
+	case cfg.Backend == "docker":
+		st.name, st.rootfs = "docker", ""
+		if cfg.Runtime != "runc" {
+			st.name += "-" + cfg.Runtime
+		}
+	case cfg.Backend == "runc":
+		st.name = filepath.Base(cfg.Runtime)
+		if cfg.RootFS == "image" {
+			st.name += "-image"
+		}
+	default:
+		st.name = cfg.Backend
+	}
+	return st
+}
+
+// apply returns cfg set up for st, with its own state folder under cfg's; images come from
+// --images-dir, else the images folder of cfg's state folder (cellbox image build
+// --state-dir puts them there).
+func (st setup) apply(cfg config.Config) config.Config {
+	c := cfg
+	c.Backend, c.Runtime = st.backend, st.runtime
+	if st.rootfs != "" {
+		c.RootFS = st.rootfs
+	}
+	c.ImagesDir = cfg.Images()
+	c.StateDir = filepath.Join(cfg.StateDir, st.name) // each server locks its own
+	return c
 }
 
 func benchMain(args []string) int {
@@ -28,9 +119,13 @@ func benchMain(args []string) int {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	cfg.Flags(fs)
 	cells := fs.Int("cells", 500, "trivial cells to time")
+	plots := fs.Int("plots", 50, "plot cells to time")
 	starts := fs.Int("starts", 10, "new sessions and one-shots to time")
 	idle := fs.Int("idle", 20, "idle warm sessions to measure memory over")
-	runtimes := fs.String("runtimes", "", "OCI runtimes to measure one after the other, side by side, e.g. runc,runsc (default: --runtime)")
+	setupList := fs.String("setups", "", "cellbox setups to measure one after the other, side by side: a comma list of runc, runc-image, docker, runsc, runsc-image, docker-runsc (default: the one --backend, --rootfs and --runtime say)")
+	flowList := fs.String("flows", "", "Docker flows to measure after the setups, a comma list of docker-run, docker-exec, nbconvert (default: none)")
+	flowRuns := fs.Int("flow-runs", 20, "runs of each workload in each Docker flow")
+	dockerCLI := fs.String("docker-cli", "docker", "the docker command the flows run")
 	if err := config.Load(fs, args); err != nil {
 		if err == flag.ErrHelp {
 			return 0
@@ -46,34 +141,55 @@ func benchMain(args []string) int {
 	if cfg.MaxSessions < *idle+4 {
 		cfg.MaxSessions = *idle + 4
 	}
-	rts := []string{cfg.Runtime}
-	if *runtimes != "" {
-		rts = strings.Split(*runtimes, ",")
-	}
-	var results []*benchResult
-	for _, rt := range rts {
-		c := cfg
-		c.Runtime = rt
-		if len(rts) > 1 {
-			c.StateDir = filepath.Join(cfg.StateDir, rt) // each server locks its own
-		}
-		if err := c.Validate(); err != nil {
-			fmt.Fprintln(os.Stderr, "cellbox bench: bad settings:\n", err)
+	sts := []setup{setupOf(cfg)}
+	if *setupList != "" {
+		var err error
+		if sts, err = parseSetups(*setupList); err != nil {
+			fmt.Fprintln(os.Stderr, "cellbox bench: --setups:", err)
 			return 2
 		}
-		r, err := benchRuntime(context.Background(), c, *cells, *starts, *idle)
+	}
+	var flows []flow
+	if *flowList != "" {
+		var err error
+		if flows, err = parseFlows(*flowList); err != nil {
+			fmt.Fprintln(os.Stderr, "cellbox bench: --flows:", err)
+			return 2
+		}
+	}
+	ctx := context.Background()
+	n := benchN{cells: *cells, plots: *plots, starts: *starts, idle: *idle, flowRuns: *flowRuns}
+	var cols []column
+	for _, st := range sts {
+		c := st.apply(cfg)
+		if err := c.Validate(); err != nil {
+			fmt.Fprintf(os.Stderr, "cellbox bench: %s: bad settings:\n%v\n", st.name, err)
+			return 2
+		}
+		r, err := benchSetup(ctx, c, st.name, n)
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "cellbox bench: %s: %v\n", rt, err)
+			fmt.Fprintf(os.Stderr, "cellbox bench: %s: %v\n", st.name, err)
 			return 1
 		}
-		results = append(results, r)
+		cols = append(cols, r.column(st.name))
 	}
-	printResults(cfg.Python, rts, results)
+	if len(flows) > 0 {
+		fc, err := benchFlows(ctx, cfg, flows, *dockerCLI, *flowRuns)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "cellbox bench: %v\n", err)
+			return 1
+		}
+		cols = append(cols, fc...)
+	}
+	printTable(cfg.Python, n, len(flows) > 0, cols)
 	return 0
 }
 
-// benchRuntime starts a server with cfg, measures it and stops it.
-func benchRuntime(ctx context.Context, cfg config.Config, cells, starts, idle int) (*benchResult, error) {
+// benchN is how many of each thing are timed.
+type benchN struct{ cells, plots, starts, idle, flowRuns int }
+
+// benchSetup starts a server with cfg, measures it and stops it.
+func benchSetup(ctx context.Context, cfg config.Config, name string, n benchN) (*benchResult, error) {
 	s, err := server.Start(ctx, cfg, server.Options{})
 	if err != nil {
 		return nil, err
@@ -83,288 +199,86 @@ func benchRuntime(ctx context.Context, cfg config.Config, cells, starts, idle in
 		defer cancel()
 		s.Shutdown(sctx)
 	}()
-	b := &bench{c: client.New(s.URL), cfg: cfg}
-	return b.run(ctx, cells, starts, idle)
+	b, err := newBench(s.URL, cfg, name)
+	if err != nil {
+		return nil, err
+	}
+	defer b.close()
+	return b.run(ctx, n)
 }
 
-type bench struct {
-	c   *client.Client
-	cfg config.Config
+// A column of the table: a setup or a Docker flow, its figure for each row key.
+type column struct {
+	name  string
+	cells map[string]string
 }
 
-// benchResult is what one runtime measured.
-type benchResult struct {
-	cell, first, once, cold []time.Duration
-	pss, charge             float64 // idle memory per session, bytes
-}
+// The rows of the table, by key.
+const (
+	rowTrivial = "trivial"
+	rowImport  = "import"
+	rowPlot    = "plot"
+	rowOnce    = "once"
+	rowCold    = "cold"
+	rowPSS     = "pss"
+	rowCharge  = "charge"
+)
 
-func (b *bench) progress(format string, a ...any) {
-	fmt.Fprintf(os.Stderr, "bench: %s: "+format+"\n", append([]any{b.cfg.Runtime}, a...)...)
-}
-
-func (b *bench) run(ctx context.Context, cells, starts, idle int) (*benchResult, error) {
-	b.progress("waiting for the warm pool (%d)", b.cfg.PoolSize)
-	if err := b.waitPool(ctx); err != nil {
-		return nil, err
-	}
-	r := &benchResult{}
-	var err error
-	b.progress("trivial cell round trip ×%d", cells)
-	if r.cell, err = b.trivialCells(ctx, cells); err != nil {
-		return nil, err
-	}
-	b.progress("new session → first result ×%d", starts)
-	if r.first, err = b.newSessions(ctx, starts); err != nil {
-		return nil, err
-	}
-	b.progress("one-shot print(1+1) ×%d", starts)
-	if r.once, err = b.oneShots(ctx, starts, nil); err != nil {
-		return nil, err
-	}
-	if r.cold, err = b.oneShots(ctx, min(starts, 5), &api.Limits{MemoryMB: b.cfg.MemoryMB + 1}); err != nil {
-		return nil, err
-	}
-	b.progress("idle memory over %d warm sessions", idle)
-	if r.pss, r.charge, err = b.idleMemory(ctx, idle); err != nil {
-		return nil, err
-	}
-	return r, nil
-}
-
-// printResults prints one markdown table with a column per runtime and the bare python3
-// references.
-func printResults(python string, rts []string, results []*benchResult) {
-	bare := timeCmd(20, python, "-c", "x=1")
-	imports := timeCmd(5, python, "-c", "import pandas, matplotlib.pyplot")
+// printTable prints one markdown table: a column per setup and flow, then the bare python3
+// of this machine for reference.
+func printTable(python string, n benchN, flows bool, cols []column) {
+	bare := timeCmd(20, python, "-c", trivialCell)
+	imports := timeCmd(5, python, "-c", importCell)
+	plot := timeCmd(5, python, "-c", plotScript)
 	print2 := timeCmd(20, python, "-c", "print(1+1)")
 	bareRSS := bareImportRSS(python)
 
+	per := ""
+	if flows {
+		per = fmt.Sprintf("; flows: one call, n=%d", n.flowRuns)
+	}
+	rows := []struct{ key, label, ref string }{
+		{rowTrivial, fmt.Sprintf("trivial cell `x=1` (cellbox: warm session, REST round trip, n=%d%s)", n.cells, per),
+			"bare `python3 -c 'x=1'` (a new process): " + ms(pct(bare, 50))},
+		{rowImport, fmt.Sprintf("`import pandas, matplotlib.pyplot` (cellbox: new session → first result, warm pool, n=%d%s)", n.starts, per),
+			"bare `python3 -c` of the same: " + ms(pct(imports, 50))},
+		{rowPlot, fmt.Sprintf("plot `plt.plot([1, 2, 3])` → one PNG (cellbox: warm session, n=%d%s)", n.plots, per),
+			"bare `python3 -c`, PNG to stdout: " + ms(pct(plot, 50))},
+		{rowOnce, fmt.Sprintf("one-shot `print(1+1)`, warm pool, n=%d", n.starts), "bare `python3 -c 'print(1+1)'`: " + ms(pct(print2, 50))},
+		{rowCold, fmt.Sprintf("one-shot `print(1+1)`, cold (new sandbox + kernel + pre-imports), n=%d", min(n.starts, 5)), ""},
+		{rowPSS, fmt.Sprintf("idle warm session, numpy + pandas + matplotlib imported: PSS of its processes (mean of %d)", n.idle),
+			fmt.Sprintf("bare python3 with the same imports: %.1f MiB RSS", bareRSS/(1<<20))},
+		{rowCharge, "the same: its cgroup's charge, anon + shmem (no page cache) → sessions in 24 GiB", ""},
+	}
 	fmt.Print("| figure |")
-	for _, rt := range rts {
-		fmt.Printf(" %s |", rt)
+	for _, c := range cols {
+		fmt.Printf(" %s |", c.name)
 	}
 	fmt.Print(" reference |\n| --- |")
-	for range rts {
+	for range cols {
 		fmt.Print(" --- |")
 	}
 	fmt.Println(" --- |")
-	row := func(what, ref string, cell func(r *benchResult) string) {
-		fmt.Printf("| %s |", what)
-		for _, r := range results {
-			fmt.Printf(" %s |", cell(r))
-		}
-		fmt.Printf(" %s |\n", ref)
-	}
-	p50p99 := func(d func(r *benchResult) []time.Duration) func(r *benchResult) string {
-		return func(r *benchResult) string { return fmt.Sprintf("%s / %s", ms(pct(d(r), 50)), ms(pct(d(r), 99))) }
-	}
-	row("trivial cell `x=1`, warm session, REST round trip, p50 / p99", "bare `python3 -c 'x=1'` (a new process): "+ms(pct(bare, 50)),
-		p50p99(func(r *benchResult) []time.Duration { return r.cell }))
-	row("new session → first result, pandas + matplotlib ready (warm pool), p50 / p99", "bare `python3 -c 'import pandas, matplotlib.pyplot'`: "+ms(pct(imports, 50)),
-		p50p99(func(r *benchResult) []time.Duration { return r.first }))
-	row("one-shot `print(1+1)`, warm pool, p50 / p99", "bare `python3 -c 'print(1+1)'`: "+ms(pct(print2, 50)),
-		p50p99(func(r *benchResult) []time.Duration { return r.once }))
-	row("one-shot `print(1+1)`, cold (new sandbox + kernel + pre-imports), p50 / p99", "",
-		p50p99(func(r *benchResult) []time.Duration { return r.cold }))
-	row("idle warm session, numpy + pandas + matplotlib imported: PSS of its host processes", fmt.Sprintf("bare python3 with the same imports: %.1f MiB RSS", bareRSS/(1<<20)),
-		func(r *benchResult) string { return fmt.Sprintf("%.1f MiB", r.pss/(1<<20)) })
-	row("the same: its cgroup's charge, anon + shmem (no page cache) → sessions in 24 GiB", "",
-		func(r *benchResult) string {
-			return fmt.Sprintf("%.1f MiB → %d", r.charge/(1<<20), int(24*(1<<30)/r.charge))
-		})
-}
-
-func (b *bench) waitPool(ctx context.Context) error {
-	deadline := time.Now().Add(3 * time.Minute)
-	for time.Now().Before(deadline) {
-		h, err := b.c.Health(ctx)
-		if err != nil {
-			return err
-		}
-		if h.Pool >= b.cfg.PoolSize {
-			return nil
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return fmt.Errorf("the warm pool did not fill within 3 minutes")
-}
-
-func (b *bench) trivialCells(ctx context.Context, n int) ([]time.Duration, error) {
-	s, err := b.c.CreateSession(ctx, api.CreateSessionRequest{})
-	if err != nil {
-		return nil, err
-	}
-	defer b.c.DeleteSession(ctx, s.ID)
-	var d []time.Duration
-	for i := -20; i < n; i++ { // 20 warm-up cells
-		t := time.Now()
-		r, err := b.c.Execute(ctx, s.ID, api.ExecuteRequest{Code: "x=1"})
-		if err != nil {
-			return nil, err
-		}
-		if r.Status != api.StatusOK {
-			return nil, fmt.Errorf("x=1: status %s", r.Status)
-		}
-		if i >= 0 {
-			d = append(d, time.Since(t))
-		}
-	}
-	return d, nil
-}
-
-func (b *bench) newSessions(ctx context.Context, n int) ([]time.Duration, error) {
-	var d []time.Duration
-	for range n {
-		if err := b.waitPool(ctx); err != nil {
-			return nil, err
-		}
-		t := time.Now()
-		s, err := b.c.CreateSession(ctx, api.CreateSessionRequest{})
-		if err != nil {
-			return nil, err
-		}
-		r, err := b.c.Execute(ctx, s.ID, api.ExecuteRequest{Code: "import pandas as pd, matplotlib.pyplot as plt\npd.__version__"})
-		if err != nil {
-			return nil, err
-		}
-		d = append(d, time.Since(t))
-		if r.Status != api.StatusOK {
-			return nil, fmt.Errorf("first cell: status %s", r.Status)
-		}
-		b.c.DeleteSession(ctx, s.ID)
-	}
-	return d, nil
-}
-
-func (b *bench) oneShots(ctx context.Context, n int, limits *api.Limits) ([]time.Duration, error) {
-	var d []time.Duration
-	for range n {
-		if err := b.waitPool(ctx); err != nil {
-			return nil, err
-		}
-		t := time.Now()
-		r, err := b.c.ExecuteOnce(ctx, api.OneShotRequest{Code: "print(1+1)", Limits: limits})
-		if err != nil {
-			return nil, err
-		}
-		d = append(d, time.Since(t))
-		if r.Status != api.StatusOK {
-			return nil, fmt.Errorf("one-shot: status %s", r.Status)
-		}
-	}
-	return d, nil
-}
-
-// idleMemory starts n sessions, lets them idle, and returns two means per session: the
-// proportional set size (PSS: shared pages split among their users) of its host processes
-// (under runc the guest and the kernel; under gVisor the sentry, the gofer and the stub
-// processes), and what its cgroup is charged for but page cache: anon + shmem, where
-// gVisor keeps the sandbox's memory (a memfd), which its processes need not have mapped.
-func (b *bench) idleMemory(ctx context.Context, n int) (pss, charge float64, err error) {
-	var ids []string
-	defer func() {
-		for _, id := range ids {
-			b.c.DeleteSession(ctx, id)
-		}
-	}()
-	for range n {
-		s, err := b.c.CreateSession(ctx, api.CreateSessionRequest{})
-		if err != nil {
-			return 0, 0, err
-		}
-		ids = append(ids, s.ID)
-		if _, err := b.c.Execute(ctx, s.ID, api.ExecuteRequest{Code: "x = 1"}); err != nil {
-			return 0, 0, err
-		}
-	}
-	time.Sleep(2 * time.Second)
-	for _, id := range ids {
-		p, c, err := cgroupMemory(id)
-		if err != nil {
-			return 0, 0, err
-		}
-		pss += p
-		charge += c
-	}
-	return pss / float64(n), charge / float64(n), nil
-}
-
-// cgroupMemory sums the PSS of every process whose cgroup path names the sandbox id, and
-// reads the anon and shmem charge of that cgroup (memory.stat, cgroup v1 or v2).
-func cgroupMemory(id string) (pss, charge float64, err error) {
-	procs, _ := filepath.Glob("/proc/[0-9]*")
-	var memcg string
-	for _, p := range procs {
-		cg, err := os.ReadFile(filepath.Join(p, "cgroup"))
-		if err != nil || !strings.Contains(string(cg), "/"+id) {
-			continue
-		}
-		pss += smapsField(filepath.Join(p, "smaps_rollup"), "Pss:")
-		for _, line := range strings.Split(string(cg), "\n") {
-			// "4:memory:/path" (v1) or "0::/path" (v2)
-			if f := strings.SplitN(line, ":", 3); len(f) == 3 && strings.HasSuffix(f[2], "/"+id) {
-				if f[1] == "memory" {
-					memcg = filepath.Join("/sys/fs/cgroup/memory", f[2])
-				} else if f[0] == "0" && memcg == "" {
-					memcg = filepath.Join("/sys/fs/cgroup", f[2])
-				}
+	for _, r := range rows {
+		fmt.Printf("| %s |", r.label)
+		for _, c := range cols {
+			v := c.cells[r.key]
+			if v == "" {
+				v = "—"
 			}
+			fmt.Printf(" %s |", v)
 		}
+		fmt.Printf(" %s |\n", r.ref)
 	}
-	if memcg == "" {
-		return 0, 0, fmt.Errorf("no process of sandbox %s found (idle memory needs the runc backend)", id)
-	}
-	stat := filepath.Join(memcg, "memory.stat")
-	if _, err := os.Stat(filepath.Join(memcg, "memory.current")); err == nil { // v2
-		charge = statField(stat, "anon") + statField(stat, "shmem")
-	} else {
-		charge = statField(stat, "total_rss") + statField(stat, "total_shmem")
-	}
-	if charge == 0 {
-		return 0, 0, fmt.Errorf("no memory charge in %s", stat)
-	}
-	return pss, charge, nil
+	fmt.Println("\nTimes: p50 / p99 where n ≥ 100, else p50 / max.")
 }
 
-// statField reads a field of a cgroup's memory.stat ("name value" lines, bytes).
-func statField(path, field string) float64 {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0
+// stat is a timing's cell: p50 / p99, or p50 / max when there are too few for a p99.
+func stat(d []time.Duration) string {
+	if len(d) == 0 {
+		return ""
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, field+" "); ok {
-			n, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			return n
-		}
-	}
-	return 0
-}
-
-func smapsField(path, field string) float64 {
-	f, err := os.Open(path)
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if fs := strings.Fields(sc.Text()); len(fs) >= 2 && fs[0] == field {
-			kb, _ := strconv.ParseFloat(fs[1], 64)
-			return kb * 1024
-		}
-	}
-	return 0
-}
-
-func bareImportRSS(python string) float64 {
-	out, err := exec.Command(python, "-c", "import numpy, pandas, matplotlib, matplotlib.pyplot, IPython\n"+
-		"print([l.split()[1] for l in open('/proc/self/status') if l.startswith('VmRSS')][0])").Output()
-	if err != nil {
-		return 0
-	}
-	kb, _ := strconv.ParseFloat(strings.TrimSpace(string(out)), 64)
-	return kb * 1024
+	return ms(pct(d, 50)) + " / " + ms(pct(d, 99)) // p99 of fewer than 100 is the max
 }
 
 func timeCmd(n int, name string, args ...string) []time.Duration {

@@ -1,0 +1,211 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"fmt"
+	"os"
+	"time"
+
+	mobyclient "github.com/moby/moby/client"
+
+	"github.com/cellbox/cellbox/api"
+	"github.com/cellbox/cellbox/client"
+	"github.com/cellbox/cellbox/internal/config"
+)
+
+// bench measures one setup's server over REST.
+type bench struct {
+	c      *client.Client
+	cfg    config.Config
+	name   string
+	docker *mobyclient.Client // the docker backend's engine: where its sandboxes' cgroups are
+}
+
+func newBench(url string, cfg config.Config, name string) (*bench, error) {
+	b := &bench{c: client.New(url), cfg: cfg, name: name}
+	if cfg.Backend == "docker" {
+		opts := []mobyclient.Opt{mobyclient.FromEnv, mobyclient.WithAPIVersionNegotiation()}
+		if cfg.DockerHost != "" {
+			opts = append(opts, mobyclient.WithHost(cfg.DockerHost))
+		}
+		var err error
+		if b.docker, err = mobyclient.New(opts...); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+func (b *bench) close() {
+	if b.docker != nil {
+		b.docker.Close()
+	}
+}
+
+// benchResult is what one setup measured.
+type benchResult struct {
+	cell, first, plot, once, cold []time.Duration
+	pss, charge                   float64 // idle memory per session, bytes
+}
+
+func (r *benchResult) column(name string) column {
+	return column{name: name, cells: map[string]string{
+		rowTrivial: stat(r.cell),
+		rowImport:  stat(r.first),
+		rowPlot:    stat(r.plot),
+		rowOnce:    stat(r.once),
+		rowCold:    stat(r.cold),
+		rowPSS:     fmt.Sprintf("%.1f MiB", r.pss/(1<<20)),
+		rowCharge:  fmt.Sprintf("%.1f MiB → %d", r.charge/(1<<20), int(24*(1<<30)/r.charge)),
+	}}
+}
+
+func (b *bench) progress(format string, a ...any) {
+	fmt.Fprintf(os.Stderr, "bench: %s: "+format+"\n", append([]any{b.name}, a...)...)
+}
+
+func (b *bench) run(ctx context.Context, n benchN) (*benchResult, error) {
+	b.progress("waiting for the warm pool (%d)", b.cfg.PoolSize)
+	if err := b.waitPool(ctx); err != nil {
+		return nil, err
+	}
+	r := &benchResult{}
+	var err error
+	b.progress("trivial cell round trip ×%d", n.cells)
+	if r.cell, err = b.warmCells(ctx, trivialCell, n.cells, 20, nil); err != nil {
+		return nil, err
+	}
+	b.progress("new session → first result ×%d", n.starts)
+	if r.first, err = b.newSessions(ctx, n.starts); err != nil {
+		return nil, err
+	}
+	b.progress("plot cell ×%d", n.plots)
+	if r.plot, err = b.warmCells(ctx, plotCell, n.plots, 3, onePNG); err != nil {
+		return nil, err
+	}
+	b.progress("one-shot print(1+1) ×%d", n.starts)
+	if r.once, err = b.oneShots(ctx, n.starts, nil); err != nil {
+		return nil, err
+	}
+	if r.cold, err = b.oneShots(ctx, min(n.starts, 5), &api.Limits{MemoryMB: b.cfg.MemoryMB + 1}); err != nil {
+		return nil, err
+	}
+	b.progress("idle memory over %d warm sessions", n.idle)
+	if r.pss, r.charge, err = b.idleMemory(ctx, n.idle); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func (b *bench) waitPool(ctx context.Context) error {
+	deadline := time.Now().Add(3 * time.Minute)
+	for time.Now().Before(deadline) {
+		h, err := b.c.Health(ctx)
+		if err != nil {
+			return err
+		}
+		if h.Pool >= b.cfg.PoolSize {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("the warm pool did not fill within 3 minutes")
+}
+
+// warmCells times n runs of code in one session, after warm untimed ones; check (may be
+// nil) checks each result.
+func (b *bench) warmCells(ctx context.Context, code string, n, warm int, check func(*api.ExecuteResult) error) ([]time.Duration, error) {
+	s, err := b.c.CreateSession(ctx, api.CreateSessionRequest{})
+	if err != nil {
+		return nil, err
+	}
+	defer b.c.DeleteSession(ctx, s.ID)
+	var d []time.Duration
+	for i := -warm; i < n; i++ {
+		t := time.Now()
+		r, err := b.c.Execute(ctx, s.ID, api.ExecuteRequest{Code: code})
+		if err != nil {
+			return nil, err
+		}
+		if i >= 0 {
+			d = append(d, time.Since(t))
+		}
+		if r.Status != api.StatusOK {
+			return nil, fmt.Errorf("%.40q: status %s %s", code, r.Status, r.Message)
+		}
+		if check != nil {
+			if err := check(r); err != nil {
+				return nil, fmt.Errorf("%.40q: %w", code, err)
+			}
+		}
+	}
+	return d, nil
+}
+
+// pngMagic starts every PNG file.
+var pngMagic = []byte("\x89PNG\r\n\x1a\n")
+
+// onePNG checks that a result holds exactly one output, a PNG display_data.
+func onePNG(r *api.ExecuteResult) error {
+	var pngs int
+	for _, o := range r.Outputs {
+		s, _ := o.Data["image/png"].(string)
+		if o.Type != api.OutputDisplayData || s == "" {
+			continue
+		}
+		raw, err := base64.StdEncoding.DecodeString(s)
+		if err != nil || !bytes.HasPrefix(raw, pngMagic) {
+			return fmt.Errorf("image/png is not a base64 PNG")
+		}
+		pngs++
+	}
+	if pngs != 1 || len(r.Outputs) != 1 {
+		return fmt.Errorf("want one PNG display_data, got %d PNGs in %d outputs", pngs, len(r.Outputs))
+	}
+	return nil
+}
+
+func (b *bench) newSessions(ctx context.Context, n int) ([]time.Duration, error) {
+	var d []time.Duration
+	for range n {
+		if err := b.waitPool(ctx); err != nil {
+			return nil, err
+		}
+		t := time.Now()
+		s, err := b.c.CreateSession(ctx, api.CreateSessionRequest{})
+		if err != nil {
+			return nil, err
+		}
+		r, err := b.c.Execute(ctx, s.ID, api.ExecuteRequest{Code: importCell})
+		if err != nil {
+			return nil, err
+		}
+		d = append(d, time.Since(t))
+		if r.Status != api.StatusOK {
+			return nil, fmt.Errorf("first cell: status %s %s", r.Status, r.Message)
+		}
+		b.c.DeleteSession(ctx, s.ID)
+	}
+	return d, nil
+}
+
+func (b *bench) oneShots(ctx context.Context, n int, limits *api.Limits) ([]time.Duration, error) {
+	var d []time.Duration
+	for range n {
+		if err := b.waitPool(ctx); err != nil {
+			return nil, err
+		}
+		t := time.Now()
+		r, err := b.c.ExecuteOnce(ctx, api.OneShotRequest{Code: "print(1+1)", Limits: limits})
+		if err != nil {
+			return nil, err
+		}
+		d = append(d, time.Since(t))
+		if r.Status != api.StatusOK {
+			return nil, fmt.Errorf("one-shot: status %s %s", r.Status, r.Message)
+		}
+	}
+	return d, nil
+}
