@@ -73,13 +73,14 @@ var flowWorkloads = []flowWorkload{
 type flowRunner struct {
 	cli  string
 	env  map[string][]string // docker run's -e flags per image
+	ref  map[string]string   // the engine's id of each image
 	exec string              // docker-exec's long-lived container
 }
 
 // benchFlows makes the flows' images ready in the engine (imported from the image store as
 // the docker backend does), then times n runs of each workload in each flow.
 func benchFlows(ctx context.Context, cfg config.Config, fl []flow, cli string, n int) ([]column, error) {
-	fr := &flowRunner{cli: cli, env: map[string][]string{}}
+	fr := &flowRunner{cli: cli, env: map[string][]string{}, ref: map[string]string{}}
 	store := image.NewStore(cfg.Images(), image.DefaultMirror)
 	be, err := docker.New(docker.Config{Host: cfg.DockerHost, StateDir: filepath.Join(cfg.StateDir, "flows"), Images: store})
 	if err != nil {
@@ -90,10 +91,12 @@ func benchFlows(ctx context.Context, cfg config.Config, fl []flow, cli string, n
 		if _, ok := fr.env[f.image]; ok {
 			continue
 		}
-		fmt.Fprintf(os.Stderr, "bench: flows: making %s ready in the Docker engine\n", docker.Reference(f.image))
-		if err := be.PrepareImage(ctx, f.image); err != nil {
+		fmt.Fprintf(os.Stderr, "bench: flows: making image %s ready in the Docker engine\n", f.image)
+		id, err := be.ImageID(ctx, f.image)
+		if err != nil {
 			return nil, fmt.Errorf("flow %s: %w", f.name, err)
 		}
+		fr.ref[f.image] = id
 		fr.env[f.image] = nil
 		// The sandboxes' matplotlib font cache, which a well-made image would hold too.
 		if im, err := store.Get(f.image); err == nil && im.MPLCache {
@@ -133,7 +136,7 @@ func benchFlows(ctx context.Context, cfg config.Config, fl []flow, cli string, n
 func (fr *flowRunner) startExec(ctx context.Context, f flow) (stop func(), err error) {
 	name := fmt.Sprintf("cellbox-bench-exec-%d", os.Getpid())
 	args := append([]string{"run", "-d", "--rm", "--network", "none", "--name", name}, fr.env[f.image]...)
-	args = append(args, docker.Reference(f.image), "sleep", "infinity")
+	args = append(args, fr.ref[f.image], "sleep", "infinity")
 	if _, err := fr.docker(ctx, nil, args...); err != nil {
 		return nil, fmt.Errorf("flow %s: start its container: %w", f.name, err)
 	}
@@ -150,11 +153,11 @@ func (fr *flowRunner) run(ctx context.Context, f flow, w flowWorkload) error {
 	var stdin []byte
 	switch f.name {
 	case "docker-run":
-		args = append(run, docker.Reference(f.image), "python3", "-c", w.script)
+		args = append(run, fr.ref[f.image], "python3", "-c", w.script)
 	case "docker-exec":
 		args = []string{"exec", fr.exec, "python3", "-c", w.script}
 	case "nbconvert":
-		args = append(run, "-i", docker.Reference(f.image), "jupyter", "nbconvert", "--to", "notebook", "--execute", "--stdin", "--stdout")
+		args = append(run, "-i", fr.ref[f.image], "jupyter", "nbconvert", "--to", "notebook", "--execute", "--stdin", "--stdout")
 		stdin = notebook(w.cell)
 	}
 	out, err := fr.docker(ctx, stdin, args...)

@@ -212,9 +212,16 @@ func writeTar(w io.Writer, root string) error {
 // image store when the engine lacks this build of it), so that a missing image fails a
 // server's start rather than its first session.
 func (b *Backend) PrepareImage(ctx context.Context, name string) error {
-	if err := image.CheckName(name); err != nil {
-		return err
-	}
-	_, err := b.image(ctx, name)
+	_, err := b.ImageID(ctx, name)
 	return err
+}
+
+// ImageID makes the cellbox image name ready in the engine, as PrepareImage does, and
+// returns the engine's id of it (for `docker run` and the like).
+func (b *Backend) ImageID(ctx context.Context, name string) (string, error) {
+	if err := image.CheckName(name); err != nil {
+		return "", err
+	}
+	im, err := b.image(ctx, name)
+	return im.id, err
 }
