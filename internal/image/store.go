@@ -185,7 +185,11 @@ func (st *Store) Build(ctx context.Context, spec *Spec, progress func(Progress))
 		progress(p)
 	}
 	if err := run(ctx, exec.CommandContext(ctx, debootstrap, args...), withBytes); err != nil {
-		return nil, false, fmt.Errorf("debootstrap %s from %s: %w", spec.Suite, st.mirror, err)
+		// debootstrap's own log says which package failed; a common cause is a virtual
+		// package, which --include does not resolve: list a real one that provides it.
+		log, _ := os.ReadFile(filepath.Join(root, "debootstrap", "debootstrap.log"))
+		return nil, false, fmt.Errorf("debootstrap %s from %s: %w\nthe end of debootstrap.log:\n%s\n(a package that depends on a virtual one needs a real provider listed too)",
+			spec.Suite, st.mirror, err, lastLines(string(log), 15))
 	}
 	if len(spec.Pip) > 0 {
 		progress(Progress{Stage: "pip"})
@@ -298,6 +302,12 @@ func buildFontCache(ctx context.Context, root string) (bool, error) {
 		}
 		return os.Chmod(p, mode)
 	})
+}
+
+// lastLines is the last n lines of text.
+func lastLines(text string, n int) string {
+	lines := strings.Split(strings.TrimRight(text, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // touch creates an empty file if nothing is there.
