@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -39,20 +40,26 @@ func TestAttach(t *testing.T) {
 	}
 }
 
+// versioned puts this protocol's version for @V and the one before for @OLD.
+func versioned(s string) string {
+	return strings.NewReplacer("@V", strconv.Itoa(Version), "@OLD", strconv.Itoa(Version-1)).Replace(s)
+}
+
 // The guest refuses any first line but a well-formed attach, and never reads past it.
 func TestServerAttachRefuses(t *testing.T) {
 	for _, tc := range []struct{ name, in string }{
 		{"empty", "\n"},
 		{"not json", "GET / HTTP/1.1\r\n"},
-		{"other op", `{"op":"hello","version":4,"token":"secret"}` + "\n"},
-		{"old version", `{"op":"attach","version":3,"token":"secret"}` + "\n"},
-		{"no token", `{"op":"attach","version":4}` + "\n"},
-		{"wrong token", `{"op":"attach","version":4,"token":"secreT"}` + "\n"},
-		{"token prefix", `{"op":"attach","version":4,"token":"secre"}` + "\n"},
-		{"too long", `{"op":"attach","version":4,"token":"` + strings.Repeat("a", 2000) + `"}` + "\n"},
-		{"no newline", `{"op":"attach","version":4,"token":"secret"}`},
+		{"other op", `{"op":"hello","version":@V,"token":"secret"}` + "\n"},
+		{"old version", `{"op":"attach","version":@OLD,"token":"secret"}` + "\n"},
+		{"no token", `{"op":"attach","version":@V}` + "\n"},
+		{"wrong token", `{"op":"attach","version":@V,"token":"secreT"}` + "\n"},
+		{"token prefix", `{"op":"attach","version":@V,"token":"secre"}` + "\n"},
+		{"too long", `{"op":"attach","version":@V,"token":"` + strings.Repeat("a", 2000) + `"}` + "\n"},
+		{"no newline", `{"op":"attach","version":@V,"token":"secret"}`},
 		{"nothing", ""},
 	} {
+		tc.in = versioned(tc.in)
 		t.Run(tc.name, func(t *testing.T) {
 			var out bytes.Buffer
 			err := ServerAttach(struct {
@@ -68,7 +75,7 @@ func TestServerAttachRefuses(t *testing.T) {
 		})
 	}
 	// A good line followed by more bytes: those stay unread for the multiplexer.
-	r := strings.NewReader(`{"op":"attach","version":4,"token":"secret"}` + "\nYAMUX")
+	r := strings.NewReader(versioned(`{"op":"attach","version":@V,"token":"secret"}` + "\nYAMUX"))
 	var out bytes.Buffer
 	if err := ServerAttach(struct {
 		io.Reader
@@ -87,9 +94,9 @@ func TestServerAttachRefuses(t *testing.T) {
 // FuzzServerAttach: whatever a connecting process sends, the guest accepts only the exact
 // token, and never reads more than one capped line.
 func FuzzServerAttach(f *testing.F) {
-	f.Add([]byte(`{"op":"attach","version":4,"token":"secret"}` + "\n"))
-	f.Add([]byte(`{"op":"attach","version":4,"token":"secret","token":"x"}` + "\n"))
-	f.Add([]byte(`{"op":"attach","version":4,"token":"secret\u0000"}` + "\n"))
+	f.Add([]byte(versioned(`{"op":"attach","version":@V,"token":"secret"}` + "\n")))
+	f.Add([]byte(versioned(`{"op":"attach","version":@V,"token":"secret","token":"x"}` + "\n")))
+	f.Add([]byte(versioned(`{"op":"attach","version":@V,"token":"secret\u0000"}` + "\n")))
 	f.Add([]byte("\x00\x00\x00\x0c"))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		r := bytes.NewReader(in)

@@ -40,6 +40,13 @@ func newBackend(t *testing.T, runtime string) *Backend {
 		b.Cleanup(context.Background(), nil)
 		b.Close()
 	})
+	// As a server does at start: the first import of the image takes a minute or more,
+	// longer than a sandbox's start is given.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	if err := b.PrepareImage(ctx, image.DefaultName); err != nil {
+		t.Fatal(err)
+	}
 	return b
 }
 
