@@ -1,16 +1,21 @@
 package sandbox
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/cellbox/cellbox/api"
+	"github.com/cellbox/cellbox/internal/errdefs"
 )
 
 // Where a re-attachable guest (runc's, docker's) keeps its socket and token, inside the
@@ -142,4 +147,24 @@ func RemoveLeftovers[S comparable](dir string, live *Live[S], keep func(id strin
 		}
 	}
 	return errors.Join(errs...)
+}
+
+var validID = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
+
+// CheckID says why id cannot name a sandbox (1 to 63 of [a-z0-9-], not starting with -),
+// or nil.
+func CheckID(id string) error {
+	if !validID.MatchString(id) {
+		return fmt.Errorf("sandbox id %q: want 1 to 63 of [a-z0-9-]: %w", id, errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// NewToken is a re-attachable guest's attach token: 32 random bytes, in hex.
+func NewToken() string {
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand does not fail
+	}
+	return hex.EncodeToString(b[:])
 }

@@ -36,7 +36,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"regexp"
 	"runtime"
 	"strings"
 	"time"
@@ -113,8 +112,6 @@ const (
 	engineTimeout = 30 * time.Second
 	pingTimeout   = 5 * time.Second
 )
-
-var validID = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
 
 // New connects to the engine, checks the guest binary against it and prepares StateDir.
 func New(cfg Config) (*Backend, error) {
@@ -222,7 +219,7 @@ func guestBinary(path, arch string) (string, error) {
 func serverID(dir string) (string, error) {
 	path := filepath.Join(dir, "server-id")
 	if b, err := os.ReadFile(path); err == nil {
-		if id := strings.TrimSpace(string(b)); validID.MatchString(id) {
+		if id := strings.TrimSpace(string(b)); sandbox.CheckID(id) == nil {
 			return id, nil
 		}
 	}
@@ -255,8 +252,8 @@ func (b *Backend) containerName(id string) string { return "cellbox-" + b.server
 
 // Create starts a sandbox on spec.Image and returns once its guest answers.
 func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
-	if !validID.MatchString(spec.ID) {
-		return nil, fmt.Errorf("sandbox id %q: want 1 to 63 of [a-z0-9-]: %w", spec.ID, errdefs.ErrInvalidArgument)
+	if err := sandbox.CheckID(spec.ID); err != nil {
+		return nil, err
 	}
 	if spec.Image == "" {
 		return nil, fmt.Errorf("sandbox %s: the docker backend runs sandboxes on images, and none was named: %w", spec.ID, errdefs.ErrInvalidArgument)
@@ -284,8 +281,8 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 // then, as for one that never was. When the engine cannot be asked, the container is left
 // alone and the error is errdefs.ErrUnavailable.
 func (b *Backend) Attach(ctx context.Context, id string) (sandbox.Sandbox, error) {
-	if !validID.MatchString(id) {
-		return nil, fmt.Errorf("sandbox id %q: want 1 to 63 of [a-z0-9-]: %w", id, errdefs.ErrInvalidArgument)
+	if err := sandbox.CheckID(id); err != nil {
+		return nil, err
 	}
 	s := b.newSandbox(id)
 	if !b.live.Add(s.id, s) {
@@ -332,7 +329,7 @@ func (b *Backend) Cleanup(ctx context.Context, keep func(id string) bool) error 
 	var errs []error
 	for _, c := range list.Items {
 		id := c.Labels[labelSession]
-		if c.Labels[labelServer] != b.server || b.live.Has(id) || (validID.MatchString(id) && keep(id)) {
+		if c.Labels[labelServer] != b.server || b.live.Has(id) || (sandbox.CheckID(id) == nil && keep(id)) {
 			continue
 		}
 		b.log.Info("removing a sandbox left behind", "sandbox_id", id)

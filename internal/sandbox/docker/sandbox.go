@@ -2,8 +2,6 @@ package docker
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -73,7 +71,7 @@ func (s *Sandbox) start(ctx context.Context, spec sandbox.Spec) error {
 	if err := os.MkdirAll(s.dir, 0o700); err != nil {
 		return fmt.Errorf("create sandbox %s: %w", s.id, err)
 	}
-	s.token = newToken()
+	s.token = sandbox.NewToken()
 	if err := os.WriteFile(filepath.Join(s.dir, sandbox.GuestToken), []byte(s.token), 0o600); err != nil {
 		return fmt.Errorf("create sandbox %s: write the token: %w", s.id, err)
 	}
@@ -371,14 +369,6 @@ func (s *Sandbox) logTail() string {
 		return text
 	}
 	return "no log"
-}
-
-func newToken() string {
-	var b [32]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic(err) // crypto/rand does not fail
-	}
-	return hex.EncodeToString(b[:])
 }
 
 // engineError classifies an error of the engine's API.

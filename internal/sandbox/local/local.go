@@ -17,7 +17,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -85,12 +84,10 @@ func (b *Backend) Capabilities() sandbox.Capabilities {
 	return sandbox.Capabilities{HostProcesses: true}
 }
 
-var validID = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
-
 // Create starts a guest process for spec.
 func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
-	if !validID.MatchString(spec.ID) {
-		return nil, fmt.Errorf("sandbox id %q: want 1 to 63 of [a-z0-9-]: %w", spec.ID, errdefs.ErrInvalidArgument)
+	if err := sandbox.CheckID(spec.ID); err != nil {
+		return nil, err
 	}
 	if spec.Image != "" {
 		return nil, fmt.Errorf("sandbox %s: image %q: the local-unsafe backend runs code on this machine's own files and has no images: %w",

@@ -222,12 +222,10 @@ func (b *Backend) Capabilities() sandbox.Capabilities {
 	return c
 }
 
-var validID = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
-
 // Create starts a sandbox and returns once the runtime has started the guest.
 func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
-	if !validID.MatchString(spec.ID) {
-		return nil, fmt.Errorf("sandbox id %q: want 1 to 63 of [a-z0-9-]: %w", spec.ID, errdefs.ErrInvalidArgument)
+	if err := sandbox.CheckID(spec.ID); err != nil {
+		return nil, err
 	}
 	if fi, err := os.Stat(spec.Workspace); err != nil || !fi.IsDir() || !filepath.IsAbs(spec.Workspace) {
 		return nil, fmt.Errorf("sandbox %s: workspace is not an absolute path of a folder: %w", spec.ID, errdefs.ErrInvalidArgument)
@@ -284,8 +282,8 @@ func (b *Backend) PrepareImage(_ context.Context, name string) error {
 // a sandbox that never was. When the runtime itself fails (busy, timed out) the sandbox is
 // left alone, and the error is errdefs.ErrUnavailable.
 func (b *Backend) Attach(ctx context.Context, id string) (sandbox.Sandbox, error) {
-	if !validID.MatchString(id) {
-		return nil, fmt.Errorf("sandbox id %q: want 1 to 63 of [a-z0-9-]: %w", id, errdefs.ErrInvalidArgument)
+	if err := sandbox.CheckID(id); err != nil {
+		return nil, err
 	}
 	s := &Sandbox{id: id, b: b, bundle: filepath.Join(b.bundles, id)}
 	if _, err := os.Stat(s.bundle); err != nil {

@@ -2,8 +2,6 @@ package runc
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -83,14 +81,6 @@ func (s *Sandbox) exited() bool {
 	}
 }
 
-func newToken() string {
-	var b [32]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic(err) // crypto/rand does not fail on Linux
-	}
-	return hex.EncodeToString(b[:])
-}
-
 // start writes the bundle, starts the container detached and connects to its guest.
 func (s *Sandbox) start(ctx context.Context, spec *specs.Spec) error {
 	if err := s.writeBundle(spec); err != nil {
@@ -157,7 +147,7 @@ func (s *Sandbox) writeBundle(spec *specs.Spec) error {
 	if err != nil {
 		return err
 	}
-	s.token = newToken()
+	s.token = sandbox.NewToken()
 	for name, data := range map[string][]byte{
 		"config.json":      data,
 		sandbox.GuestToken: []byte(s.token),
