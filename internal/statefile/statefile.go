@@ -6,6 +6,7 @@
 package statefile
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -36,4 +37,12 @@ func Write(path string, data []byte, perm os.FileMode) error {
 		return fmt.Errorf("write %s: %w", filepath.Base(path), err)
 	}
 	return nil
+}
+
+// Update is Write, unless path holds data already: then it leaves the file as it is.
+func Update(path string, data []byte, perm os.FileMode) error {
+	if cur, err := os.ReadFile(path); err == nil && bytes.Equal(cur, data) {
+		return nil
+	}
+	return Write(path, data, perm)
 }

@@ -29,3 +29,26 @@ func TestWrite(t *testing.T) {
 		t.Error("write into a missing folder worked")
 	}
 }
+
+// Update leaves a file that holds the data already as it is (the same inode: a bind mount
+// of it still shows it), and replaces one that does not.
+func TestUpdate(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "f")
+	if err := Update(path, []byte("a"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.Stat(path)
+	if err := Update(path, []byte("a"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	same, _ := os.Stat(path)
+	if !os.SameFile(before, same) {
+		t.Error("Update replaced a file that held the data already")
+	}
+	if err := Update(path, []byte("b"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(path); string(got) != "b" {
+		t.Errorf("content %q, want b", got)
+	}
+}

@@ -146,10 +146,7 @@ func (b *Backend) writeUserFiles(stateDir string) error {
 	files := sandbox.EtcFiles(b.uid, b.gid)
 	files["resolv.conf"] = ""
 	for name, content := range files {
-		if cur, err := os.ReadFile(filepath.Join(b.etc, name)); err == nil && string(cur) == content {
-			continue
-		}
-		if err := statefile.Write(filepath.Join(b.etc, name), []byte(content), 0o644); err != nil {
+		if err := statefile.Update(filepath.Join(b.etc, name), []byte(content), 0o644); err != nil {
 			return err
 		}
 	}

@@ -90,7 +90,7 @@ func buildRootfs(dir string, uid, gid uint32) (binds []string, err error) {
 	}
 	files := sandbox.EtcFiles(int(uid), int(gid))
 	for name, content := range files {
-		if err := writeFileAtomic(filepath.Join(dir, "etc", name), content); err != nil {
+		if err := statefile.Update(filepath.Join(dir, "etc", name), []byte(content), 0o644); err != nil {
 			return nil, err
 		}
 	}
@@ -115,11 +115,4 @@ func symlink(target, dst string) error {
 		return err
 	}
 	return os.Symlink(target, dst)
-}
-
-func writeFileAtomic(path, content string) error {
-	if cur, err := os.ReadFile(path); err == nil && string(cur) == content {
-		return nil
-	}
-	return statefile.Write(path, []byte(content), 0o644)
 }
