@@ -29,6 +29,9 @@ type Config struct {
 	Python    string // --python: interpreter inside the sandbox
 	Preimport string // --preimport: Python run when a kernel starts
 	PoolSize  int    // --pool-size: warm sandboxes of the default image
+	// NoKernelTemplates: runc starts every kernel afresh instead of forking it from a
+	// kernel template per root filesystem (package template).
+	NoKernelTemplates bool // --no-kernel-templates
 
 	// Images (package image): what sandboxes run on. DefaultImage says which one sessions
 	// get when they name none; Pools how many warm sandboxes each image keeps.
@@ -149,6 +152,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.StateDir, "state-dir", c.StateDir, "folder for workspaces and sandbox state")
 	fs.StringVar(&c.Python, "python", c.Python, "Python interpreter inside the sandbox")
 	fs.StringVar(&c.Preimport, "preimport", c.Preimport, "Python run when a kernel starts (warm imports)")
+	fs.BoolVar(&c.NoKernelTemplates, "no-kernel-templates", c.NoKernelTemplates, "runc: start every kernel afresh (~1 s, ~80 MiB each) instead of forking it from a prepared template process (milliseconds, a few MiB)")
 	fs.IntVar(&c.PoolSize, "pool-size", c.PoolSize, "sandboxes of the default image kept warm, ready for new sessions")
 	fs.StringVar(&c.Image, "image", c.Image, "the image of sessions that name none, built by cellbox image build NAME (runc runs on images with --rootfs image only)")
 	fs.StringVar(&c.RootFS, "rootfs", c.RootFS, "what runc sandboxes run on: host (this machine's system folders) | image (built images; see --image)")

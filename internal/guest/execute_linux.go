@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 
 	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/internal/errdefs"
+	"github.com/cellbox/cellbox/internal/guest/pyrunner"
 	"github.com/cellbox/cellbox/internal/guestproto"
 )
 
@@ -34,14 +34,13 @@ func (s *server) configure(cfg *guestproto.Config) guestproto.Message {
 }
 
 func (s *server) kernelSpec(cfg *guestproto.Config) kernelSpec {
-	env := mergeEnv(os.Environ(), map[string]string{
-		"IPYTHONDIR":              filepath.Join(s.tmp, "ipython"),
-		"MPLCONFIGDIR":            filepath.Join(s.tmp, "matplotlib"),
-		"MPLBACKEND":              "module://matplotlib_inline.backend_inline",
-		"PYTHONDONTWRITEBYTECODE": "1", // no __pycache__ folders among the user's files
-	}, cfg.Env)
+	env := mergeEnv(os.Environ(), pyrunner.KernelEnv(s.tmp), cfg.Env)
 	maxLine := min(cfg.MaxRichBytes+cfg.MaxOutputBytes+1<<20, guestproto.MaxMessageSize)
-	return kernelSpec{user: s.user, python: cfg.Python, env: env, dir: s.opts.Workspace, maxLine: maxLine}
+	k := kernelSpec{user: s.user, python: cfg.Python, env: env, dir: s.opts.Workspace, maxLine: maxLine, log: s.log}
+	if s.opts.Init {
+		k.template = s.opts.Template
+	}
+	return k
 }
 
 // restartLocked replaces the kernel with a fresh one and runs the preimport code in it.

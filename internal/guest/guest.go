@@ -50,6 +50,12 @@ type Options struct {
 	// OrphanExit, with Listen: the guest exits once no connection has been attached for
 	// this long (0: never), so a sandbox whose server never comes back ends by itself.
 	OrphanExit time.Duration
+	// Template is the Unix socket of a kernel template (package template) on the same root
+	// filesystem, inside the sandbox: the guest asks it for each kernel, a fork of a
+	// prepared Python process, and starts the kernel itself (cold) when it cannot. Only
+	// with Init, as process 1 of a sandbox: the kernel becomes the guest's child by being
+	// re-parented to it.
+	Template string
 	// Init makes the guest act as process 1: it becomes a child subreaper and reaps every
 	// child of the process, its own or orphaned. Set it only in a process that runs nothing
 	// but the guest: os/exec's Wait cannot work beside it.
@@ -77,6 +83,7 @@ func Main(args []string) int {
 	tokenFile := fs.String("token-file", "", "with --listen: file holding the attach token; read once and removed")
 	tokenEnv := fs.String("token-env", "", "with --listen, instead of --token-file: environment variable holding the attach token; read once and removed from what the guest starts")
 	orphanExit := fs.Duration("orphan-exit", 0, "with --listen: exit once no server has been attached for this long (0: never)")
+	template := fs.String("template", "", "Unix socket of the kernel template for this sandbox's root filesystem: kernels are forked from it (else, or when it fails, started afresh)")
 	connect := fs.String("connect", "", "instead of serving: join stdin/stdout to the Unix socket of a guest listening at this path (how the docker backend reaches its guest, started by the engine's exec)")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
@@ -111,7 +118,7 @@ func Main(args []string) int {
 	protect(log)
 	ctx := context.Background()
 	opts := Options{Workspace: *workspace, Cgroup: *cgroup, MplCache: *mplCache,
-		UserUID: *userUID, UserGID: *userGID, OrphanExit: *orphanExit, Init: true, Logger: log}
+		UserUID: *userUID, UserGID: *userGID, OrphanExit: *orphanExit, Template: *template, Init: true, Logger: log}
 	var err error
 	if *listen != "" {
 		err = listenMain(ctx, *listen, *tokenFile, *tokenEnv, opts)

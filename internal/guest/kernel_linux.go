@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -141,6 +143,9 @@ type kernelSpec struct {
 	dir    string
 	// maxLine caps one protocol line from the runner.
 	maxLine int
+	// template: the socket of the kernel template to fork the kernel from; "": none.
+	template string
+	log      *slog.Logger
 }
 
 // startKernel starts a kernel; it is ready for begin once started (the runner reads its
@@ -177,14 +182,26 @@ func startKernel(spec kernelSpec) (*kernel, error) {
 		return nil, err
 	}
 	fds = append(fds, devnull)
-	// The script travels in the environment, which the bootstrap empties again: argv stays
-	// short for ps, and the user's processes do not inherit it.
-	argv := []string{spec.python, "-c", pyrunner.Bootstrap}
-	env := mergeEnv(spec.env, map[string]string{pyrunner.Env: pyrunner.Script})
-	pid, exit, err := procs().start(path, argv, &syscall.ProcAttr{
-		Dir: spec.dir, Env: env, Sys: &syscall.SysProcAttr{Credential: spec.user},
-		Files: []uintptr{uintptr(devnull), uintptr(outW), uintptr(errW), uintptr(inR), uintptr(prW)},
-	})
+	pid, exit, err := 0, (<-chan unix.WaitStatus)(nil), error(nil)
+	if spec.template != "" {
+		pid, exit, err = forkKernel(spec.template, spec.python, spec.dir, spec.env, [5]int{devnull, outW, errW, inR, prW})
+		switch {
+		case err != nil && strings.HasPrefix(err.Error(), "environment: "):
+			spec.log.Info("the kernel's environment is not the template's: starting it afresh", "error", err)
+		case err != nil:
+			spec.log.Warn("the kernel template could not fork a kernel: starting one afresh", "error", err)
+		}
+	}
+	if exit == nil {
+		// The script travels in the environment, which the bootstrap empties again: argv
+		// stays short for ps, and the user's processes do not inherit it.
+		argv := []string{spec.python, "-c", pyrunner.Bootstrap}
+		env := mergeEnv(spec.env, map[string]string{pyrunner.Env: pyrunner.Script})
+		pid, exit, err = procs().start(path, argv, &syscall.ProcAttr{
+			Dir: spec.dir, Env: env, Sys: &syscall.SysProcAttr{Credential: spec.user},
+			Files: []uintptr{uintptr(devnull), uintptr(outW), uintptr(errW), uintptr(inR), uintptr(prW)},
+		})
+	}
 	if err != nil {
 		closeAll()
 		return nil, errors.New("could not start the Python interpreter " + strconv.Quote(spec.python) + ": " + err.Error())

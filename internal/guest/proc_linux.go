@@ -23,9 +23,15 @@ import (
 type procTable struct {
 	mu      sync.Mutex
 	waiters map[int]chan unix.WaitStatus
+	adopted map[int]bool // waiters for processes that become children later (adopt)
 	reapAll bool
 	kick    chan os.Signal
+	// With reapAll: the latest statuses no waiter took, for adopt (at most maxUnclaimed).
+	unclaimed map[int]unix.WaitStatus
+	order     []int
 }
+
+const maxUnclaimed = 64
 
 var (
 	procsOnce sync.Once
@@ -34,7 +40,8 @@ var (
 
 func procs() *procTable {
 	procsOnce.Do(func() {
-		procsT = &procTable{waiters: map[int]chan unix.WaitStatus{}, kick: make(chan os.Signal, 1)}
+		procsT = &procTable{waiters: map[int]chan unix.WaitStatus{}, adopted: map[int]bool{},
+			unclaimed: map[int]unix.WaitStatus{}, kick: make(chan os.Signal, 1)}
 		signal.Notify(procsT.kick, unix.SIGCHLD)
 		go func() {
 			for range procsT.kick {
@@ -78,6 +85,9 @@ func (p *procTable) reap() {
 		}
 	}
 	for pid := range p.waiters {
+		if p.adopted[pid] {
+			continue // not a child yet, maybe: reapAll's wait for any child takes it
+		}
 		var ws unix.WaitStatus
 		got, err := unix.Wait4(pid, &ws, unix.WNOHANG, nil)
 		switch {
@@ -92,7 +102,58 @@ func (p *procTable) reap() {
 func (p *procTable) deliver(pid int, ws unix.WaitStatus) {
 	if ch, ok := p.waiters[pid]; ok {
 		delete(p.waiters, pid)
+		delete(p.adopted, pid)
 		ch <- ws
+		return
+	}
+	if p.reapAll {
+		if _, ok := p.unclaimed[pid]; !ok {
+			p.order = append(p.order, pid)
+		}
+		p.unclaimed[pid] = ws
+		if len(p.order) > maxUnclaimed {
+			delete(p.unclaimed, p.order[0])
+			p.order = p.order[1:]
+		}
+	}
+}
+
+// adopt returns a channel that receives the exit status of pid once: a process of the
+// guest's pid namespace that another process started, which is (or soon will be)
+// re-parented to the guest, and which the guest then reaps (reapAll). A status that was
+// reaped before adopt is kept for it, unless pid names a living process now: then the
+// status was an earlier process's with the same number.
+func (p *procTable) adopt(pid int) <-chan unix.WaitStatus {
+	ch := make(chan unix.WaitStatus, 1)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ws, reaped := p.unclaimed[pid]
+	if fd, err := unix.PidfdOpen(pid, 0); err == nil {
+		unix.Close(fd)
+		reaped = false
+	}
+	if reaped {
+		p.forget(pid)
+		ch <- ws
+		return ch
+	}
+	p.forget(pid)
+	p.waiters[pid] = ch
+	p.adopted[pid] = true
+	return ch
+}
+
+// forget drops pid's unclaimed status. The caller holds mu.
+func (p *procTable) forget(pid int) {
+	if _, ok := p.unclaimed[pid]; !ok {
+		return
+	}
+	delete(p.unclaimed, pid)
+	for i, q := range p.order {
+		if q == pid {
+			p.order = append(p.order[:i], p.order[i+1:]...)
+			break
+		}
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 
 	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/internal/errdefs"
+	"github.com/cellbox/cellbox/internal/guest/pyrunner"
 	"github.com/cellbox/cellbox/internal/guestproto"
 )
 
@@ -97,7 +98,12 @@ func newServer(opts Options) (*server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open workspace %s: %w", opts.Workspace, err)
 	}
-	tmp, err := userTemp(opts.MplCache, user)
+	tmpDir := "" // a private folder of the host's temporary folder
+	if opts.Init {
+		// Process 1 of a sandbox, whose /tmp is its own: the path a template's kernels have.
+		tmpDir = pyrunner.KernelTmp
+	}
+	tmp, err := userTemp(tmpDir, opts.MplCache, user)
 	if err != nil {
 		r.close()
 		return nil, fmt.Errorf("create the guest's temporary folder: %w", err)
@@ -167,10 +173,17 @@ func (s *server) close() {
 	}
 }
 
-// userTemp makes the kernel's private folder (IPYTHONDIR and MPLCONFIGDIR in it, the
-// latter seeded from mplCache) and gives it to user, when set: the kernel runs as user.
-func userTemp(mplCache string, user *syscall.Credential) (string, error) {
-	tmp, err := os.MkdirTemp("", "cellbox-guest-")
+// userTemp makes the kernel's private folder, dir or a new folder in the host's temporary
+// folder when dir is "" (IPYTHONDIR and MPLCONFIGDIR in it, the latter seeded from mplCache)
+// and gives it to user, when set: the kernel runs as user.
+func userTemp(dir, mplCache string, user *syscall.Credential) (string, error) {
+	tmp := dir
+	var err error
+	if dir == "" {
+		tmp, err = os.MkdirTemp("", "cellbox-guest-")
+	} else {
+		err = os.Mkdir(dir, 0o700)
+	}
 	if err != nil {
 		return "", err
 	}

@@ -58,6 +58,8 @@ type GuestCommand struct {
 	// TokenEnv: the guest reads its attach token from this variable of its environment
 	// (and unsets it); "": from GuestRunDir's token file.
 	TokenEnv string
+	// Template is the kernel template's socket, inside; "": none.
+	Template string
 }
 
 // Args is the guest's command line.
@@ -74,6 +76,9 @@ func (g GuestCommand) Args() []string {
 	}
 	if g.MPLCache != "" {
 		args = append(args, "--mpl-cache", g.MPLCache)
+	}
+	if g.Template != "" {
+		args = append(args, "--template", g.Template)
 	}
 	if g.OrphanExit > 0 {
 		args = append(args, "--orphan-exit", g.OrphanExit.String())

@@ -104,6 +104,9 @@ func NewBackend(cfg config.Config, opts Options) (sandbox.Backend, error) {
 		} else {
 			rc.MPLCache = fontCache(cfg, log)
 		}
+		if !cfg.NoKernelTemplates {
+			rc.Kernels = &runc.Kernels{Python: cfg.Python, Preimport: cfg.Preimport}
+		}
 		return runc.New(rc)
 	case "docker":
 		dc := docker.Config{
@@ -358,5 +361,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		done <- s.http.Shutdown(ctx)
 	}()
 	err := s.Manager.Shutdown(ctx)
+	if c, ok := s.Backend.(io.Closer); ok {
+		err = errors.Join(err, c.Close())
+	}
 	return errors.Join(err, <-done)
 }

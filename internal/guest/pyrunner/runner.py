@@ -20,7 +20,10 @@ import os
 import sys
 
 
-def _main():
+def prepare():
+    """Imports IPython and builds the shell; returns serve, which runs the protocol loop on
+    descriptors 3 and 4. A template process (template.py) calls prepare once and serve in
+    each child it forks; a kernel on its own calls both."""
     import gc
     import io
     import json
@@ -28,9 +31,7 @@ def _main():
     import signal
     import threading
 
-    for fd in (3, 4):
-        os.set_inheritable(fd, False)  # user code's children must not hold the protocol
-    rfile = io.open(3, "rb", buffering=1 << 16)
+    pipes = {}  # "r": the buffered reader of descriptor 3, once serve runs
     wfd = 4
 
     # Never let SIGINT hit the runner's own loop: it only raises while a cell runs.
@@ -119,7 +120,7 @@ def _main():
                     n = os.write(wfd, view)
                     view = view[n:]
                 if ack:
-                    if not rfile.readline():
+                    if not pipes["r"].readline():
                         os._exit(0)
             finally:
                 if is_main:
@@ -231,7 +232,7 @@ def _main():
     # the kernel started in (the workspace). Entering one makes its module the shell's user
     # module and sys.modules["__main__"] (so pickle finds what it defines), with its own
     # hidden names (%who); In, Out and the execution count stay the kernel's.
-    workspace = os.getcwd()
+    where = {"ws": os.getcwd()}  # the workspace: where serve starts
     contexts = {}  # name -> [user_module, user_ns, user_ns_hidden, cwd], for those not entered
     current = {"name": ""}
 
@@ -241,13 +242,13 @@ def _main():
         try:
             cwd = os.getcwd()
         except OSError:
-            cwd = workspace  # its folder was removed
+            cwd = where["ws"]  # its folder was removed
         contexts[current["name"]] = [shell.user_module, shell.user_ns, shell.user_ns_hidden, cwd]
         ctx = contexts.pop(name, None)
         fresh = ctx is None
         if fresh:
             module, ns = shell.prepare_user_module(None, None)
-            ctx = [module, ns, {}, workspace]
+            ctx = [module, ns, {}, where["ws"]]
         shell.user_module, shell.user_ns, shell.user_ns_hidden, cwd = ctx
         shell.ns_table["user_global"] = shell.user_module.__dict__
         shell.ns_table["user_local"] = shell.user_ns
@@ -255,7 +256,7 @@ def _main():
             shell.init_user_ns()
         shell.init_sys_modules()
         current["name"] = name
-        for d in (cwd, workspace):
+        for d in (cwd, where["ws"]):
             try:
                 os.chdir(d)
                 break
@@ -306,14 +307,22 @@ def _main():
         shell.exit_now = False
         send({"t": "done", "ok": ok, "ename": ename, "n": n})
 
-    while True:
+    def serve():
+        for fd in (3, 4):
+            os.set_inheritable(fd, False)  # user code's children must not hold the protocol
+        rfile = pipes["r"] = io.open(3, "rb", buffering=1 << 16)
+        where["ws"] = os.getcwd()
+        while True:
+            serve_one(rfile)
+
+    def serve_one(rfile):
         line = rfile.readline()
         if not line:
             os._exit(0)  # the guest is gone
         try:
             msg = json.loads(line)
         except ValueError:
-            continue
+            return
         op = msg.get("op")
         if op == "exec":
             run(msg.get("code", ""), bool(msg.get("silent")), str(msg.get("ctx") or ""), msg.get("env") or {})
@@ -321,5 +330,8 @@ def _main():
             drop(str(msg.get("ctx") or ""))
             send({"t": "done", "ok": True, "ename": "", "n": shell.execution_count})
 
+    return shell, serve
 
-_main()
+
+if __name__ == "__main__":
+    prepare()[1]()

@@ -76,7 +76,17 @@ type Config struct {
 	// Images finds the images a Spec may name (*image.Store is one); nil: every sandbox
 	// runs on the host's root filesystem, and a Spec that names an image is refused.
 	Images Images
-	Logger *slog.Logger
+	// Kernels, when set, has kernels forked from a template process per root filesystem
+	// (package template): Python and the pre-imports, as the guest is configured. Not
+	// under gVisor, whose sandboxes have a kernel of their own; there, and when a template
+	// cannot help, the guest starts each kernel afresh.
+	Kernels *Kernels
+	Logger  *slog.Logger
+}
+
+// Kernels configures kernel templates.
+type Kernels struct {
+	Python, Preimport string
 }
 
 // Images finds built images by name. A missing image is errdefs.ErrNotFound.
@@ -98,6 +108,7 @@ type Backend struct {
 	limitSwap bool
 	gvisor    bool // the runtime is gVisor's runsc
 	log       *slog.Logger
+	templates *templates // nil: no kernel templates
 
 	live sandbox.Live[*Sandbox]
 }
@@ -193,6 +204,13 @@ func New(cfg Config) (*Backend, error) {
 	if b.binds, err = buildRootfs(b.rootfs, b.uid, b.gid); err != nil {
 		return nil, fmt.Errorf("build sandbox root filesystem: %w", err)
 	}
+	if cfg.Kernels != nil && !b.gvisor {
+		b.templates = &templates{cfg: *cfg.Kernels, dir: filepath.Join(stateDir, "templates"), uid: cfg.UID, gid: cfg.GID,
+			binary: guest, log: b.log, byDir: map[string]*templateRun{}}
+		if cfg.Images == nil {
+			b.templates.forRoot(b.rootfs, "", false, b.mplCache) // the host's root: start it now, as a pool is about to fill
+		}
+	}
 	b.log.Debug("runc backend ready", "runtime", runtimePath, "cgroup_v2", cgroupV2(), "swap_limit", b.limitSwap)
 	return b, nil
 }
@@ -245,6 +263,9 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 		in.rootfs, in.binds, in.etc = im.Root, nil, filepath.Join(b.rootfs, "etc")
 		in.mplCache, in.rootMPLCache = "", im.MPLCache
 	}
+	if b.templates != nil {
+		in.template = b.templates.forRoot(in.rootfs, spec.Image, in.rootMPLCache, b.mplCache)
+	}
 	if !b.live.Add(spec.ID, s) {
 		return nil, fmt.Errorf("sandbox %s exists already: %w", spec.ID, errdefs.ErrFailedPrecondition)
 	}
@@ -272,8 +293,19 @@ func (b *Backend) image(spec sandbox.Spec) (*image.Image, error) {
 // PrepareImage checks that the image name is built, so that a missing image fails a
 // server's start rather than its first session.
 func (b *Backend) PrepareImage(_ context.Context, name string) error {
-	_, err := b.image(sandbox.Spec{ID: "-", Image: name})
+	im, err := b.image(sandbox.Spec{ID: "-", Image: name})
+	if err == nil && b.templates != nil {
+		b.templates.forRoot(im.Root, name, im.MPLCache, "") // warm by the time a pool fills
+	}
 	return err
+}
+
+// Close ends the kernel templates. Sandboxes run on, and kernels forked earlier with them.
+func (b *Backend) Close() error {
+	if b.templates != nil {
+		b.templates.close()
+	}
+	return nil
 }
 
 // Attach connects to sandbox id, which an earlier server process on the same state folder

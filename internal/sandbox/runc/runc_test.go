@@ -28,6 +28,13 @@ func TestConformance(t *testing.T) {
 	sandboxtest.Run(t, newBackend(t, "runc", testbin.Cellbox(t)))
 }
 
+// TestConformanceFreshKernels: every kernel started afresh by the guest, as when no
+// template can help (--no-kernel-templates).
+func TestConformanceFreshKernels(t *testing.T) {
+	needRuntime(t, "runc")
+	sandboxtest.Run(t, newBackendKernels(t, "runc", testbin.Cellbox(t), nil, nil))
+}
+
 func TestConformanceCrun(t *testing.T) {
 	sandboxtest.Run(t, newBackend(t, crun(t), testbin.Cellbox(t)))
 }
@@ -81,6 +88,12 @@ func newBackend(t *testing.T, runtime, guest string) *Backend {
 // newBackendImages is newBackend with images (nil: host mode only).
 func newBackendImages(t *testing.T, runtime, guest string, images Images) *Backend {
 	t.Helper()
+	return newBackendKernels(t, runtime, guest, images, &Kernels{Python: sandboxtest.Python})
+}
+
+// newBackendKernels is newBackendImages with kernel templates as kernels says (nil: none).
+func newBackendKernels(t *testing.T, runtime, guest string, images Images, kernels *Kernels) *Backend {
+	t.Helper()
 	if !strings.Contains(runtime, "/") {
 		needRuntime(t, runtime)
 	}
@@ -88,11 +101,12 @@ func newBackendImages(t *testing.T, runtime, guest string, images Images) *Backe
 	if testing.Verbose() {
 		level = slog.LevelDebug
 	}
-	b, err := New(Config{Runtime: runtime, StateDir: t.TempDir(), GuestBinary: guest, Images: images,
+	b, err := New(Config{Runtime: runtime, StateDir: t.TempDir(), GuestBinary: guest, Images: images, Kernels: kernels,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { b.Close() })
 	return b
 }
 

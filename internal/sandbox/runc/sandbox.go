@@ -140,7 +140,8 @@ func (s *Sandbox) start(ctx context.Context, spec *specs.Spec) error {
 // writeBundle writes the spec, the token (the guest's copy in the run folder) and the run
 // folder, which only root may enter.
 func (s *Sandbox) writeBundle(spec *specs.Spec) error {
-	if err := os.MkdirAll(filepath.Join(s.bundle, runDir), 0o700); err != nil {
+	// run/template: the mount point of the kernel template's folder.
+	if err := os.MkdirAll(filepath.Join(s.bundle, runDir, "template"), 0o700); err != nil {
 		return err
 	}
 	data, err := json.MarshalIndent(spec, "", "\t")

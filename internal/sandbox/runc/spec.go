@@ -12,6 +12,7 @@ import (
 	"github.com/cellbox/cellbox/internal/image"
 	"github.com/cellbox/cellbox/internal/sandbox"
 	"github.com/cellbox/cellbox/internal/sandbox/seccomp"
+	"github.com/cellbox/cellbox/internal/template"
 )
 
 // Paths inside the sandbox.
@@ -22,6 +23,9 @@ const (
 	shmSize      = "size=65536k"
 	cpuPeriod    = 100000
 	cgroupParent = "cellbox"
+	// templateDir is where the kernel template's folder is bound (a folder of the bundle's
+	// run folder is its mount point).
+	templateDir = sandbox.GuestRunDir + "/template"
 )
 
 // ociVersion is the spec version written: the fields used here are all in 1.0.2, and older
@@ -38,6 +42,8 @@ type specInput struct {
 	mplCache string   // host folder of matplotlib's font cache, or ""
 	run      string   // host folder mounted at sandbox.GuestRunDir: the guest's socket and token
 	uid, gid uint32   // user code; the guest is root with sandbox.GuestCapabilities only
+	// template: host folder of the kernel template's socket, bound at templateDir; "": none
+	template string
 
 	// rootMPLCache: the root has matplotlib's font cache at mplCachePath (an image's).
 	rootMPLCache bool
@@ -55,6 +61,9 @@ func buildSpec(in specInput) *specs.Spec {
 	guest := sandbox.GuestCommand{Binary: guestPath, Cgroup: cgroupMount, UID: int(in.uid), GID: int(in.gid), OrphanExit: s.OrphanExit}
 	if in.gvisor {
 		guest.Cgroup = "" // gVisor's cgroupfs is the sentry's own, without the host's limits
+	}
+	if in.template != "" {
+		guest.Template = templateDir + "/" + template.Socket
 	}
 	if in.mplCache != "" || in.rootMPLCache {
 		guest.MPLCache = mplCachePath
@@ -98,6 +107,10 @@ func buildSpec(in specInput) *specs.Spec {
 		// Root-owned, 0700: user code cannot reach the socket or the token in it.
 		specs.Mount{Destination: sandbox.GuestRunDir, Type: "bind", Source: in.run, Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}},
 	)
+	if in.template != "" {
+		// In the guest's root-only folder: user code cannot reach the template's socket.
+		mounts = append(mounts, roBind(in.template, templateDir))
+	}
 	if in.mplCache != "" {
 		mounts = append(mounts, roBind(in.mplCache, mplCachePath))
 	}

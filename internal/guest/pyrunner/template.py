@@ -1,0 +1,367 @@
+# cellbox kernel template: one prepared Python process per root filesystem whose forks become
+# kernels inside sandboxes (see docs/ARCHITECTURE.md, "Kernels forked from a template").
+#
+# The server starts it (package template) as root on the host, in mount, network, ipc and
+# uts namespaces of its own, on the root the sandboxes have (the host's or an image's), with:
+#   descriptor 0  a pipe from the server: its end (EOF) ends the template
+#   descriptor 1  a pipe to the server: "ready\n" once the template takes requests
+#   descriptor 2  the template's log
+#   descriptor 3  a listening Unix socket, which every sandbox on this root has bound at
+#                 /.cellbox/run/template/ (root-only: user code cannot reach it)
+#   CELLBOX_TEMPLATE  its configuration (JSON), removed from the environment at once
+#
+# A guest asks for a kernel with one message: a JSON line {"python", "cwd", "env"} and six
+# descriptors: a pidfd of itself, then what become the kernel's descriptors 0 to 4. The
+# kernel goes into the sandbox of the process that asked, and nowhere else: the peer's
+# credentials must be root and name the same process as the pidfd. A fork of the template
+# (the intermediate) joins that process's cgroups, takes its resource limits and enters its
+# namespaces; it forks once more (the pid namespace applies to children) and exits; that
+# child forks the kernel, writes "pid N\n" (N in the sandbox's pid namespace) and exits, so
+# the kernel is re-parented to the guest, process 1 of the sandbox. The kernel makes its own
+# session, takes its descriptors, drops every capability and becomes the user, sets
+# no_new_privs and the seccomp filter, closes every other descriptor, enters the working
+# folder and takes the guest's environment; only then does the runner read its first cell.
+# Errors go back as "error TEXT\n". Nothing else is answered: the guest reads to EOF.
+import os
+import sys
+
+
+def _template():
+    import base64
+    import ctypes
+    import gc
+    import json
+    import resource
+    import select
+    import signal
+    import socket
+    import struct
+    import time
+
+    gc.disable()  # no collection dirties shared pages before the freeze
+    import fcntl
+    import stat
+
+    # Descriptors 3 and 4 become each kernel's protocol pipes, so no object made here may
+    # hold them: the socket moves up, and /dev/null holds both places meanwhile.
+    lfd = fcntl.fcntl(3, fcntl.F_DUPFD_CLOEXEC, 100)
+    os.close(3)
+    os.dup2(os.open(os.devnull, os.O_RDWR), 4)
+    os.open(os.devnull, os.O_RDWR)  # 3
+    cfg = json.loads(os.environ.pop("CELLBOX_TEMPLATE"))
+    runner_src = os.environ.pop("CELLBOX_RUNNER")
+    uid, gid = int(cfg["uid"]), int(cfg["gid"])
+    if uid <= 0 or gid <= 0:
+        raise SystemExit("cellbox template: the user must not be root")
+    python = cfg["python"]
+    # Variables read when Python or a library starts: a kernel whose environment differs in
+    # one of these cannot be this process's fork (the guest starts it afresh instead).
+    start_env = dict(os.environ)
+    sensitive = ("PYTHON", "LD_", "OPENBLAS", "OMP_", "MKL_", "GOTO", "MPL", "MALLOC", "LC_", "LANG", "IPYTHON", "TZDIR")
+    handled = ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE")  # applied in the kernel
+
+    def env_differs(env):
+        want = {}
+        for kv in env:
+            k, _, v = kv.partition("=")
+            want[k] = v
+        for k in sorted(set(want) | set(start_env)):
+            if k.startswith(sensitive) and k not in handled and want.get(k) != start_env.get(k):
+                return k
+        return None
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    libc.setns.argtypes = [ctypes.c_int, ctypes.c_int]
+
+    def check(ret, what):
+        if ret != 0:
+            e = ctypes.get_errno()
+            raise OSError(e, what + ": " + os.strerror(e))
+
+    # The seccomp program, as struct sock_filter entries, kept for every child.
+    prog_bytes = base64.b64decode(cfg["seccomp"])
+    if not prog_bytes or len(prog_bytes) % 8:
+        raise SystemExit("cellbox template: no seccomp program")
+    prog_buf = ctypes.create_string_buffer(prog_bytes, len(prog_bytes))
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    fprog = SockFprog(len(prog_bytes) // 8, ctypes.addressof(prog_buf))
+
+    class CapHeader(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class CapData(ctypes.Structure):
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+    with open("/proc/sys/kernel/cap_last_cap") as f:
+        last_cap = int(f.read())
+
+    # Where each cgroup hierarchy is mounted: controller (or "" for cgroup2) -> (root, mount point).
+    mounts = {}
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            pre, _, post = line.partition(" - ")
+            a, b = pre.split(), post.split()
+            if len(a) < 5 or len(b) < 3:
+                continue
+            if b[0] == "cgroup2":
+                mounts.setdefault("", (a[3], a[4]))
+            elif b[0] == "cgroup":
+                for o in b[2].split(","):
+                    if o.startswith("name=") or (o not in ("rw", "ro") and "=" not in o):
+                        mounts.setdefault(o, (a[3], a[4]))
+
+    def cgroup_files(pid):
+        # The cgroup.procs file of every hierarchy process pid is in, on the host.
+        out = []
+        with open("/proc/%d/cgroup" % pid) as f:
+            for line in f:
+                hid, ctrls, path = line.rstrip("\n").split(":", 2)
+                key = "" if hid == "0" else ctrls.split(",")[0]
+                if key not in mounts:
+                    if hid == "0":
+                        continue  # cgroup2 unmounted (cgroup v1 alone): it has no controllers
+                    raise OSError("cgroup hierarchy %r of the sandbox is not mounted here" % (ctrls or "cgroup2"))
+                root, point = mounts[key]
+                rel = os.path.relpath(path, root)
+                if rel == ".." or rel.startswith("../"):
+                    raise OSError("cgroup %s is outside its mount" % path)
+                out.append(os.path.join(point, rel, "cgroup.procs"))
+        return out
+
+    def fdinfo_pid(fd):
+        with open("/proc/self/fdinfo/%d" % fd) as f:
+            for line in f:
+                if line.startswith("Pid:"):
+                    return int(line.split()[1])
+        return None
+
+    # The kernel-to-be: the runner's shell, the pre-imports, and what a first cell and a
+    # first plot load, all done once here and shared by every kernel.
+    runner = {"__name__": "cellbox_runner", "__builtins__": __builtins__}
+    exec(compile(runner_src, "<cellbox-runner>", "exec"), runner)
+    shell, serve = runner["prepare"]()
+    t0 = time.monotonic()
+    if cfg.get("preimport"):
+        try:
+            exec(compile(cfg["preimport"], "<preimport>", "exec"), shell.user_ns)
+        except ImportError as e:
+            print("cellbox template: the preimport code imports a module this root lacks:", e, file=sys.stderr)
+    scratch = {}
+    try:
+        exec(compile(WARM, "<warm-up>", "exec"), scratch)
+    except Exception as e:  # an image without pandas or matplotlib
+        print("cellbox template: warm-up:", type(e).__name__, e, file=sys.stderr)
+    for v in scratch.get("objs", ()):
+        try:
+            shell.display_formatter.format(v)
+        except Exception:
+            pass
+    scratch.clear()
+    # matplotlib keeps its fonts' files open: every kernel would share their offsets.
+    fm = sys.modules.get("matplotlib.font_manager")
+    if fm is not None and hasattr(getattr(fm, "_get_font", None), "cache_clear"):
+        fm._get_font.cache_clear()
+    gc.collect()
+
+    # Descriptors the prepared objects hold (IPython's /dev/null) stay open in kernels:
+    # closing them would leave those objects on numbers the kernel reuses. Only /dev/null may
+    # stay (a file's offset would be shared by every kernel); anything else is closed, and
+    # said here.
+    keep = []
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd <= 4 or fd == lfd:
+            continue
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            continue  # the listing's own descriptor
+        if stat.S_ISCHR(st.st_mode) and st.st_rdev == os.makedev(1, 3):
+            keep.append(fd)
+        else:
+            print("cellbox template: descriptor %d (%s) will be closed in kernels" % (fd, os.readlink("/proc/self/fd/%d" % fd)), file=sys.stderr)
+    keep.sort()
+    print("cellbox template: ready in %.2fs" % (time.monotonic() - t0), file=sys.stderr)
+
+    lsock = socket.socket(fileno=lfd)
+    lsock.setblocking(False)
+    NS_FLAGS = 0x00020000 | 0x04000000 | 0x08000000 | 0x40000000 | 0x20000000 | 0x02000000  # mnt uts ipc net pid cgroup
+    RLIMITS = [getattr(resource, n) for n in dir(resource) if n.startswith("RLIMIT_")]
+
+    phase = {"kernel": False}
+
+    def become_kernel(conn, fds, req, guest):
+        # The intermediate: into the sandbox, then two forks.
+        for path in cgroup_files(guest):
+            fd = os.open(path, os.O_WRONLY)
+            try:
+                os.write(fd, b"0")
+            finally:
+                os.close(fd)
+        for r in RLIMITS:
+            try:
+                resource.setrlimit(r, resource.prlimit(guest, r))
+            except (OSError, ValueError):
+                pass
+        with open("/proc/%d/status" % guest) as f:
+            umask = next((int(l.split()[1], 8) for l in f if l.startswith("Umask:")), 0o022)
+        check(libc.setns(fds[0], NS_FLAGS), "setns")
+        m = os.fork()
+        if m:
+            # The intermediate reaps the child in the sandbox's pid namespace, which would
+            # otherwise be a zombie there that nobody reaps (the namespace could not end).
+            os.close(conn.fileno())
+            os.waitpid(m, 0)
+            os._exit(0)  # the template reaps the intermediate
+        k = os.fork()
+        if k:
+            conn.sendall(b"pid %d\n" % k)
+            os.close(conn.fileno())  # EOF for the guest does not wait for this exit
+            os._exit(0)  # the kernel goes to the sandbox's process 1
+        # The kernel.
+        os.setsid()
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("1000")  # the OOM killer's first choice, never the guest
+        high = [os.dup(fd) for fd in fds[1:]]
+        for target, fd in enumerate(high):
+            os.dup2(fd, target)
+        phase["kernel"] = True  # errors go to the kernel's stderr now: conn's number is reused
+        for n in range(last_cap + 1):
+            check(libc.prctl(24, n, 0, 0, 0), "drop capability %d from the bounding set" % n)  # PR_CAPBSET_DROP
+        check(libc.prctl(47, 4, 0, 0, 0), "clear the ambient capabilities")  # PR_CAP_AMBIENT, CLEAR_ALL
+        os.setgroups([])
+        os.setresgid(gid, gid, gid)
+        os.setresuid(uid, uid, uid)
+        data = (CapData * 2)()
+        check(libc.capset(ctypes.byref(CapHeader(0x20080522, 0)), data), "capset")
+        if os.getresuid() != (uid, uid, uid) or os.getresgid() != (gid, gid, gid) or os.getgroups():
+            raise OSError("the user was not set")
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Cap") and int(line.split()[1], 16) != 0:
+                    raise OSError("capabilities left: " + line.strip())
+        check(libc.prctl(4, 1, 0, 0, 0), "dumpable")  # PR_SET_DUMPABLE: as an exec'd kernel is
+        check(libc.prctl(38, 1, 0, 0, 0), "no_new_privs")  # PR_SET_NO_NEW_PRIVS
+        check(libc.prctl(22, 2, ctypes.addressof(fprog), 0, 0), "seccomp")  # PR_SET_SECCOMP, FILTER
+        conn.detach()  # the socket objects must not close numbers reused below
+        lsock.detach()
+        low = 5
+        for fd in keep + [1 << 20]:
+            os.closerange(low, fd)
+            low = fd + 1
+        os.umask(umask)
+        os.chdir(req["cwd"])
+        os.environ.clear()
+        for kv in req["env"]:
+            k, _, v = kv.partition("=")
+            if k:
+                os.environ[k] = v
+        if "PYTHONPATH" in os.environ:
+            sys.path[1:1] = [p for p in os.environ["PYTHONPATH"].split(":") if p]
+        sys.dont_write_bytecode = bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
+        time.tzset()
+        np = sys.modules.get("numpy")
+        if np is not None:
+            np.random.seed()  # the legacy global generator; random reseeds itself at fork
+        gc.enable()
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+
+    def handle(conn):
+        conn.settimeout(5)
+        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        peer, peer_uid, _ = struct.unpack("3i", creds)
+        msg, fds, flags, _ = socket.recv_fds(conn, 1 << 16, 8)
+        try:
+            if flags & socket.MSG_CTRUNC:
+                raise ValueError("too many descriptors")
+            if peer_uid != 0:
+                raise ValueError("only the guest may ask for a kernel")
+            if len(fds) != 6:
+                raise ValueError("want 6 descriptors, got %d" % len(fds))
+            while not msg.endswith(b"\n"):
+                if len(msg) > 1 << 20:
+                    raise ValueError("request too large")
+                more = conn.recv(1 << 16)
+                if not more:
+                    raise ValueError("request cut short")
+                msg += more
+            req = json.loads(msg)
+            if not isinstance(req, dict) or not isinstance(req.get("cwd"), str) or not isinstance(req.get("env"), list) \
+                    or not all(isinstance(kv, str) and "\0" not in kv for kv in req["env"]):
+                raise ValueError("malformed request")
+            if req.get("python") != python:
+                raise ValueError("this template runs %s, not %s" % (python, req.get("python")))
+            k = env_differs(req["env"])
+            if k:
+                raise ValueError("environment: %s differs from the template's" % k)
+            if fdinfo_pid(fds[0]) != peer:
+                raise ValueError("the first descriptor must be a pidfd of the guest that asks")
+            sys.stdout.flush()
+            sys.stderr.flush()
+            gc.freeze()
+            if os.fork() == 0:
+                try:
+                    become_kernel(conn, fds, req, peer)
+                except BaseException as e:
+                    text = ("error %s\n" % str(e).replace("\n", " ")[:1000]).encode()
+                    try:
+                        if phase["kernel"]:
+                            os.write(2, b"cellbox: the kernel could not start: " + text)
+                        else:
+                            conn.sendall(text)
+                    finally:
+                        os._exit(1)
+                serve()  # the runner's loop: never returns
+                os._exit(0)
+        except (ValueError, OSError) as e:
+            conn.sendall(("error %s\n" % str(e).replace("\n", " ")[:1000]).encode())
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    gc.collect()
+    gc.freeze()
+    os.write(1, b"ready\n")
+    while True:
+        while True:  # the intermediates, which exit at once
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+        ready, _, _ = select.select([0, lsock], [], [], 1.0)
+        if 0 in ready and not os.read(0, 64):
+            os._exit(0)  # the server is gone
+        if lsock in ready:
+            try:
+                conn, _ = lsock.accept()
+            except BlockingIOError:
+                continue
+            try:
+                conn.setblocking(True)
+                handle(conn)
+            except Exception as e:
+                print("cellbox template: request:", type(e).__name__, e, file=sys.stderr)
+            finally:
+                conn.close()
+
+
+WARM = """
+import io
+import pandas as pd
+import matplotlib.pyplot as plt
+df = pd.DataFrame({"a": [1.0, 2.0, 3.0], "b": ["x", "y", "z"], "t": pd.to_datetime(["2024-01-01"] * 3)})
+objs = [df, df.describe(), df.groupby("b").sum(numeric_only=True)]
+fig = plt.figure()
+plt.plot([1, 2, 3])
+plt.title("warm-up")
+fig.savefig(io.BytesIO(), format="png")
+objs.append(fig)
+"""
+
+_template()

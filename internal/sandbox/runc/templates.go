@@ -1,0 +1,96 @@
+package runc
+
+import (
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/cellbox/cellbox/internal/image"
+	"github.com/cellbox/cellbox/internal/template"
+)
+
+// templates keeps one kernel template per root filesystem, each in a folder of its own under
+// dir that every sandbox on that root has bound (spec's templateDir). The folder's name
+// depends on the root only, so sandboxes that outlive this server reach the next server's
+// template there.
+type templates struct {
+	cfg      Kernels
+	dir      string
+	uid, gid int
+	binary   string // the cellbox binary (the guest's)
+	log      *slog.Logger
+
+	mu     sync.Mutex
+	byDir  map[string]*templateRun
+	closed bool
+}
+
+// templateRun is the template of one root, and when it last started.
+type templateRun struct {
+	t       *template.Template // nil: it could not start
+	started time.Time
+}
+
+// restartAfter spaces the starts of a root's template that keeps ending.
+const restartAfter = 10 * time.Second
+
+// forRoot returns the host folder to bind for a sandbox on rootfs (an image's root, named
+// img, whose font cache is in it when imgMPL; or the backend's host-mode root, with the
+// host's font cache hostMPL), starting its template if none runs.
+func (ts *templates) forRoot(rootfs, img string, imgMPL bool, hostMPL string) string {
+	if img == "" {
+		return ts.get("host", "", hostMPL)
+	}
+	mpl := ""
+	if imgMPL {
+		mpl = image.MPLCachePath
+	}
+	// The image's name and build: .../images/<name>/<hash>/rootfs.
+	return ts.get(img+"-"+filepath.Base(filepath.Dir(rootfs)), rootfs, mpl)
+}
+
+// get returns the folder of the template key on root ("": the host's), starting the
+// template when none runs (and the last start is restartAfter ago).
+func (ts *templates) get(key, root, mpl string) string {
+	dir := filepath.Join(ts.dir, key)
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	r := ts.byDir[dir]
+	if ts.closed || (r != nil && (r.t != nil && !done(r.t) || time.Since(r.started) < restartAfter)) {
+		return dir
+	}
+	if r != nil && r.t != nil {
+		ts.log.Warn("kernel template ended: starting it again", "template", dir)
+	}
+	t, err := template.Start(template.Config{Python: ts.cfg.Python, Preimport: ts.cfg.Preimport, UID: ts.uid, GID: ts.gid,
+		Root: root, MPLCache: mpl, Dir: dir, Binary: ts.binary, Logger: ts.log})
+	if err != nil {
+		ts.log.Warn("kernel template did not start: kernels start afresh", "template", dir, "error", err)
+	}
+	ts.byDir[dir] = &templateRun{t: t, started: time.Now()}
+	return dir
+}
+
+func done(t *template.Template) bool {
+	select {
+	case <-t.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+// close ends every template.
+func (ts *templates) close() {
+	ts.mu.Lock()
+	ts.closed = true
+	runs := ts.byDir
+	ts.byDir = map[string]*templateRun{}
+	ts.mu.Unlock()
+	for _, r := range runs {
+		if r.t != nil {
+			r.t.Close()
+		}
+	}
+}
