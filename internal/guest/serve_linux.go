@@ -98,9 +98,9 @@ func newServer(opts Options) (*server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open workspace %s: %w", opts.Workspace, err)
 	}
-	tmpDir := "" // a private folder of the host's temporary folder
-	if opts.Init {
-		// Process 1 of a sandbox, whose /tmp is its own: the path a template's kernels have.
+	tmpDir := "" // a new folder in the temporary folder, which may be the host's
+	if opts.Template != "" {
+		// A sandbox's guest, whose /tmp is its own: the path a template's kernels have.
 		tmpDir = pyrunner.KernelTmp
 	}
 	tmp, err := userTemp(tmpDir, opts.MplCache, user)

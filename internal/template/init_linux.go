@@ -46,7 +46,7 @@ func setup(root, mplCache string) error {
 	if root != "" {
 		for _, m := range []struct {
 			src, dst, fstype string
-			flags        uintptr
+			flags            uintptr
 		}{
 			{"proc", "proc", "proc", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC},
 			{"/dev", "dev", "", unix.MS_BIND | unix.MS_REC},
