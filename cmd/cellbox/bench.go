@@ -121,7 +121,7 @@ func benchMain(args []string) int {
 	cells := fs.Int("cells", 500, "trivial cells to time")
 	plots := fs.Int("plots", 50, "plot cells to time")
 	starts := fs.Int("starts", 10, "new sessions and one-shots to time")
-	idle := fs.Int("idle", 20, "idle warm sessions to measure memory over")
+	idle := fs.Int("idle", 200, "idle warm sessions to measure memory over")
 	setupList := fs.String("setups", "", "cellbox setups to measure one after the other, side by side: a comma list of runc, runc-image, docker, runsc, runsc-image, docker-runsc (default: the one --backend, --rootfs and --runtime say)")
 	flowList := fs.String("flows", "", "Docker flows to measure after the setups, a comma list of docker-run, docker-exec, nbconvert (default: none)")
 	flowRuns := fs.Int("flow-runs", 20, "runs of each workload in each Docker flow")
@@ -138,8 +138,8 @@ func benchMain(args []string) int {
 	if cfg.LogLevel == "info" {
 		cfg.LogLevel = "warn"
 	}
-	if cfg.MaxSessions < *idle+4 {
-		cfg.MaxSessions = *idle + 4
+	if cfg.MaxSessions < *idle+cfg.PoolSize+4 {
+		cfg.MaxSessions = *idle + cfg.PoolSize + 4
 	}
 	sts := []setup{setupOf(cfg)}
 	if *setupList != "" {
@@ -220,8 +220,13 @@ const (
 	rowPlot    = "plot"
 	rowOnce    = "once"
 	rowCold    = "cold"
+	rowLimits  = "limits"
+	rowEnv     = "env"
+	rowRestart = "restart"
 	rowPSS     = "pss"
 	rowCharge  = "charge"
+	rowAvail   = "avail"
+	rowWork    = "work"
 )
 
 // printTable prints one markdown table: a column per setup and flow, then the bare python3
@@ -245,10 +250,15 @@ func printTable(python string, n benchN, flows bool, cols []column) {
 		{rowPlot, fmt.Sprintf("plot `plt.plot([1, 2, 3])` → one PNG (cellbox: warm session, n=%d%s)", n.plots, per),
 			"bare `python3 -c`, PNG to stdout: " + ms(pct(plot, 50))},
 		{rowOnce, fmt.Sprintf("one-shot `print(1+1)`, warm pool, n=%d", n.starts), "bare `python3 -c 'print(1+1)'`: " + ms(pct(print2, 50))},
-		{rowCold, fmt.Sprintf("one-shot `print(1+1)`, cold (new sandbox + kernel + pre-imports), n=%d", min(n.starts, 5)), ""},
+		{rowCold, fmt.Sprintf("one-shot `print(1+1)` with other limits (no pool before issue 11: new sandbox + kernel + pre-imports), n=%d", min(n.starts, 5)), ""},
+		{rowLimits, fmt.Sprintf("the import cell in a new session with other limits (memory, pids), n=%d", n.starts), ""},
+		{rowEnv, fmt.Sprintf("the import cell in a new session with env, n=%d", n.starts), ""},
+		{rowRestart, fmt.Sprintf("kernel restart → a new kernel ready with the pre-imports, n=%d", n.starts), ""},
 		{rowPSS, fmt.Sprintf("idle warm session, numpy + pandas + matplotlib imported: PSS of its processes (mean of %d)", n.idle),
 			fmt.Sprintf("bare python3 with the same imports: %.1f MiB RSS", bareRSS/(1<<20))},
 		{rowCharge, "the same: its cgroup's charge, anon + shmem (no page cache) → sessions in 24 GiB", ""},
+		{rowAvail, "idle warm session: the host's available memory (MemAvailable) it takes, everything included (guest, kernel, page tables, the kernel's objects, the server's share) → sessions in 24 GiB", ""},
+		{rowWork, "a session after a pandas describe() and a PNG plot: the available memory it takes beyond an idle one", ""},
 	}
 	fmt.Print("| figure |")
 	for _, c := range cols {

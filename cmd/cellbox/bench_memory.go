@@ -16,42 +16,104 @@ import (
 	"github.com/cellbox/cellbox/api"
 )
 
-// idleMemory starts n sessions, lets them idle, and returns two means per session: the
-// proportional set size (PSS: shared pages split among their users) of its host processes
-// (under runc the guest and the kernel; under gVisor the sentry, the gofer and the stub
-// processes), and what its cgroup is charged for but page cache: anon + shmem, where
-// gVisor keeps the sandbox's memory (a memfd), which its processes need not have mapped.
-func (b *bench) idleMemory(ctx context.Context, n int) (pss, charge float64, err error) {
+// workCell is what a working session has run: a describe() of a table and a PNG plot.
+const workCell = "import pandas as pd, numpy as np, matplotlib.pyplot as plt\nfrom IPython.display import display\n" +
+	"df = pd.DataFrame(np.random.rand(1000, 5), columns=list('abcde'))\n" +
+	"display(df.describe())\nplt.plot(df.a.cumsum())\nplt.show()"
+
+// idleMemory starts n sessions, lets them idle, and measures what each takes:
+//   - avail: the drop of the host's available memory (MemAvailable in /proc/meminfo) from
+//     before the sessions to after, divided by n: everything a session costs the host
+//     (guest, kernel, page tables, the kernel's own objects, the server's share), with the
+//     warm pool full both times;
+//   - work: the further drop after a describe() and a plot in each of (up to) 20 of them;
+//   - pss: the proportional set size (shared pages split among their users) of a session's
+//     host processes (under runc the guest and the kernel; under gVisor the sentry, the
+//     gofer and the stub processes), mean of the first 20;
+//   - charge: what its cgroup is charged for but page cache: anon + shmem, where gVisor
+//     keeps the sandbox's memory (a memfd), which its processes need not have mapped.
+//
+// The figure is only as good as the machine is quiet: run it alone.
+func (b *bench) idleMemory(ctx context.Context, n int, r *benchResult) error {
 	var ids []string
 	defer func() {
 		for _, id := range ids {
 			b.c.DeleteSession(ctx, id)
 		}
 	}()
-	for range n {
+	settle := func() (float64, error) {
+		if err := b.waitPool(ctx); err != nil {
+			return 0, err
+		}
+		time.Sleep(3 * time.Second)
+		return memAvailable()
+	}
+	before, err := settle()
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	for i := range n {
 		s, err := b.c.CreateSession(ctx, api.CreateSessionRequest{})
 		if err != nil {
-			return 0, 0, err
+			return fmt.Errorf("session %d of %d: %w", i+1, n, err)
 		}
 		ids = append(ids, s.ID)
 		if _, err := b.c.Execute(ctx, s.ID, api.ExecuteRequest{Code: "x = 1"}); err != nil {
-			return 0, 0, err
+			return err
+		}
+		if (i+1)%50 == 0 {
+			b.progress("%d sessions (%.0f s)", i+1, time.Since(start).Seconds())
 		}
 	}
-	time.Sleep(2 * time.Second)
-	for _, id := range ids {
+	idle, err := settle()
+	if err != nil {
+		return err
+	}
+	r.avail, r.availN = (before-idle)/float64(n), n
+	measured := ids[:min(len(ids), 20)]
+	for _, id := range measured {
 		key, err := b.cgroupKey(ctx, id)
 		if err != nil {
-			return 0, 0, err
+			return err
 		}
 		p, c, err := cgroupMemory(key)
 		if err != nil {
-			return 0, 0, err
+			return err
 		}
-		pss += p
-		charge += c
+		r.pss += p / float64(len(measured))
+		r.charge += c / float64(len(measured))
 	}
-	return pss / float64(n), charge / float64(n), nil
+	for _, id := range measured {
+		res, err := b.c.Execute(ctx, id, api.ExecuteRequest{Code: workCell})
+		if err != nil {
+			return err
+		}
+		if res.Status != api.StatusOK {
+			return fmt.Errorf("describe and plot: %s %s", res.Status, res.Message)
+		}
+	}
+	worked, err := settle()
+	if err != nil {
+		return err
+	}
+	r.work, r.workN = (idle-worked)/float64(len(measured)), len(measured)
+	return nil
+}
+
+// memAvailable reads MemAvailable from /proc/meminfo, in bytes.
+func memAvailable() (float64, error) {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "MemAvailable:"); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 64)
+			return kb * 1024, err
+		}
+	}
+	return 0, fmt.Errorf("no MemAvailable in /proc/meminfo")
 }
 
 // cgroupKey is the last element of the cgroup path of session id's sandbox: the sandbox id

@@ -47,7 +47,10 @@ func (b *bench) close() {
 // benchResult is what one setup measured.
 type benchResult struct {
 	cell, first, plot, once, cold []time.Duration
-	pss, charge                   float64 // idle memory per session, bytes
+	firstLimits, firstEnv, restart []time.Duration
+	pss, charge                    float64 // idle memory per session, bytes
+	avail, work                    float64 // drops of the host's available memory per session, bytes
+	availN, workN                  int     // over how many sessions
 }
 
 func (r *benchResult) column(name string) column {
@@ -57,8 +60,13 @@ func (r *benchResult) column(name string) column {
 		rowPlot:    stat(r.plot),
 		rowOnce:    stat(r.once),
 		rowCold:    stat(r.cold),
+		rowLimits:  stat(r.firstLimits),
+		rowEnv:     stat(r.firstEnv),
+		rowRestart: stat(r.restart),
 		rowPSS:     fmt.Sprintf("%.1f MiB", r.pss/(1<<20)),
 		rowCharge:  fmt.Sprintf("%.1f MiB → %d", r.charge/(1<<20), int(24*(1<<30)/r.charge)),
+		rowAvail:   fmt.Sprintf("%.1f MiB → %d (n=%d)", r.avail/(1<<20), int(24*(1<<30)/r.avail), r.availN),
+		rowWork:    fmt.Sprintf("%.1f MiB (n=%d)", r.work/(1<<20), r.workN),
 	}}
 }
 
@@ -81,6 +89,18 @@ func (b *bench) run(ctx context.Context, n benchN) (*benchResult, error) {
 	if r.first, err = b.newSessions(ctx, n.starts); err != nil {
 		return nil, err
 	}
+	b.progress("new session with other limits → first result ×%d", n.starts)
+	if r.firstLimits, err = b.newSessionsWith(ctx, n.starts, api.CreateSessionRequest{Limits: &api.Limits{MemoryMB: b.cfg.MemoryMB / 2, Pids: b.cfg.Pids / 2}}); err != nil {
+		return nil, err
+	}
+	b.progress("new session with env → first result ×%d", n.starts)
+	if r.firstEnv, err = b.newSessionsWith(ctx, n.starts, api.CreateSessionRequest{Env: map[string]string{"API_TOKEN": "bench"}}); err != nil {
+		return nil, err
+	}
+	b.progress("kernel restart ×%d", n.starts)
+	if r.restart, err = b.restarts(ctx, n.starts); err != nil {
+		return nil, err
+	}
 	b.progress("plot cell ×%d", n.plots)
 	if r.plot, err = b.warmCells(ctx, plotCell, n.plots, 3, onePNG); err != nil {
 		return nil, err
@@ -93,7 +113,7 @@ func (b *bench) run(ctx context.Context, n benchN) (*benchResult, error) {
 		return nil, err
 	}
 	b.progress("idle memory over %d warm sessions", n.idle)
-	if r.pss, r.charge, err = b.idleMemory(ctx, n.idle); err != nil {
+	if err := b.idleMemory(ctx, n.idle, r); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -168,13 +188,18 @@ func onePNG(r *api.ExecuteResult) error {
 }
 
 func (b *bench) newSessions(ctx context.Context, n int) ([]time.Duration, error) {
+	return b.newSessionsWith(ctx, n, api.CreateSessionRequest{})
+}
+
+// newSessionsWith times n sessions created with req, each to its first result.
+func (b *bench) newSessionsWith(ctx context.Context, n int, req api.CreateSessionRequest) ([]time.Duration, error) {
 	var d []time.Duration
 	for range n {
 		if err := b.waitPool(ctx); err != nil {
 			return nil, err
 		}
 		t := time.Now()
-		s, err := b.c.CreateSession(ctx, api.CreateSessionRequest{})
+		s, err := b.c.CreateSession(ctx, req)
 		if err != nil {
 			return nil, err
 		}
@@ -187,6 +212,28 @@ func (b *bench) newSessions(ctx context.Context, n int) ([]time.Duration, error)
 			return nil, fmt.Errorf("first cell: status %s %s", r.Status, r.Message)
 		}
 		b.c.DeleteSession(ctx, s.ID)
+	}
+	return d, nil
+}
+
+// restarts times n kernel restarts of one session, each until the restart's answer: a new
+// kernel ready with the pre-imports.
+func (b *bench) restarts(ctx context.Context, n int) ([]time.Duration, error) {
+	s, err := b.c.CreateSession(ctx, api.CreateSessionRequest{})
+	if err != nil {
+		return nil, err
+	}
+	defer b.c.DeleteSession(ctx, s.ID)
+	var d []time.Duration
+	for range n {
+		t := time.Now()
+		if _, err := b.c.Restart(ctx, s.ID); err != nil {
+			return nil, err
+		}
+		d = append(d, time.Since(t))
+	}
+	if r, err := b.c.Execute(ctx, s.ID, api.ExecuteRequest{Code: "import pandas\nprint(1)"}); err != nil || r.Status != api.StatusOK {
+		return nil, fmt.Errorf("after the restarts: %v %+v", err, r)
 	}
 	return d, nil
 }
