@@ -254,7 +254,7 @@ func printTable(python string, n benchN, flows bool, cols []column) {
 		{rowLimits, fmt.Sprintf("the import cell in a new session with other limits (memory, pids), n=%d", n.starts), ""},
 		{rowEnv, fmt.Sprintf("the import cell in a new session with env, n=%d", n.starts), ""},
 		{rowRestart, fmt.Sprintf("kernel restart → a new kernel ready with the pre-imports, n=%d", n.starts), ""},
-		{rowPSS, fmt.Sprintf("idle warm session, numpy + pandas + matplotlib imported: PSS of its processes (mean of %d)", n.idle),
+		{rowPSS, fmt.Sprintf("idle warm session, numpy + pandas + matplotlib imported: PSS of its processes (mean of %d)", min(n.idle, 20)),
 			fmt.Sprintf("bare python3 with the same imports: %.1f MiB RSS", bareRSS/(1<<20))},
 		{rowCharge, "the same: its cgroup's charge, anon + shmem (no page cache) → sessions in 24 GiB", ""},
 		{rowAvail, "idle warm session: the host's available memory (MemAvailable) it takes, everything included (guest, kernel, page tables, the kernel's objects, the server's share) → sessions in 24 GiB", ""},

@@ -46,7 +46,7 @@ func (b *bench) close() {
 
 // benchResult is what one setup measured.
 type benchResult struct {
-	cell, first, plot, once, cold []time.Duration
+	cell, first, plot, once, cold  []time.Duration
 	firstLimits, firstEnv, restart []time.Duration
 	pss, charge                    float64 // idle memory per session, bytes
 	avail, work                    float64 // drops of the host's available memory per session, bytes

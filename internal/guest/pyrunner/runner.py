@@ -119,7 +119,7 @@ def prepare():
                 while view:
                     n = os.write(wfd, view)
                     view = view[n:]
-                if ack:
+                if ack and "r" in pipes:  # no reader: a template's warm-up, whose output goes nowhere
                     if not pipes["r"].readline():
                         os._exit(0)
             finally:

@@ -145,11 +145,13 @@ def _template():
     exec(compile(runner_src, "<cellbox-runner>", "exec"), runner)
     shell, serve = runner["prepare"]()
     t0 = time.monotonic()
-    if cfg.get("preimport"):
-        try:
-            exec(compile(cfg["preimport"], "<preimport>", "exec"), shell.user_ns)
-        except ImportError as e:
-            print("cellbox template: the preimport code imports a module this root lacks:", e, file=sys.stderr)
+    # The pre-imports as the guest runs them in a kernel: a silent cell (its outputs go to
+    # /dev/null, on descriptor 4 for now), which also warms IPython's cell machinery.
+    for code in (cfg.get("preimport") or "", "pass"):
+        r = shell.run_cell(code, store_history=False, silent=True)
+        err = r.error_before_exec or r.error_in_exec
+        if err is not None:
+            print("cellbox template: the preimport code failed here:", type(err).__name__, err, file=sys.stderr)
     scratch = {}
     try:
         exec(compile(WARM, "<warm-up>", "exec"), scratch)
@@ -160,6 +162,9 @@ def _template():
             shell.display_formatter.format(v)
         except Exception:
             pass
+    plt = sys.modules.get("matplotlib.pyplot")
+    if plt is not None:
+        plt.close("all")  # else every kernel's first cell would show the warm-up's figure
     scratch.clear()
     # matplotlib keeps its fonts' files open: every kernel would share their offsets.
     fm = sys.modules.get("matplotlib.font_manager")
