@@ -31,7 +31,7 @@ func (s *server) deleteContext(name string) guestproto.Message {
 	<-r.done
 	if r.died {
 		// Every context went with the kernel.
-		if err := s.restartLocked(); err != nil {
+		if err := s.restartLocked(false); err != nil {
 			s.log.Warn("restart the kernel", "error", err)
 		}
 	}

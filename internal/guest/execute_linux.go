@@ -27,7 +27,7 @@ func (s *server) configure(cfg *guestproto.Config) guestproto.Message {
 	s.mu.Lock()
 	s.cfg = &c
 	s.mu.Unlock()
-	if err := s.restartLocked(); err != nil {
+	if err := s.restartLocked(true); err != nil {
 		return errFrom(err)
 	}
 	return guestproto.Message{OK: true}
@@ -36,7 +36,7 @@ func (s *server) configure(cfg *guestproto.Config) guestproto.Message {
 func (s *server) kernelSpec(cfg *guestproto.Config) kernelSpec {
 	env := mergeEnv(os.Environ(), pyrunner.KernelEnv(s.tmp), cfg.Env)
 	maxLine := min(cfg.MaxRichBytes+cfg.MaxOutputBytes+1<<20, guestproto.MaxMessageSize)
-	k := kernelSpec{user: s.user, python: cfg.Python, env: env, dir: s.opts.Workspace, maxLine: maxLine, log: s.log}
+	k := kernelSpec{user: s.user, python: cfg.Python, env: env, dir: s.opts.Workspace, maxLine: maxLine, preimport: cfg.Preimport, log: s.log}
 	if s.opts.Init {
 		k.template = s.opts.Template
 	}
@@ -44,8 +44,11 @@ func (s *server) kernelSpec(cfg *guestproto.Config) kernelSpec {
 }
 
 // restartLocked replaces the kernel with a fresh one and runs the preimport code in it.
-// The caller holds kmu.
-func (s *server) restartLocked() error {
+// A kernel forked from a template that ran the same pre-imports has them already: it only
+// answers a ping, unless warm, where nobody waits for it (a new sandbox's first kernel):
+// running the pre-imports once more writes, while nobody waits, most of the memory its
+// first cells would copy from the template. The caller holds kmu.
+func (s *server) restartLocked(warm bool) error {
 	s.mu.Lock()
 	old, cfg, closing := s.kernel, s.cfg, s.closing
 	s.kernel = nil
@@ -74,6 +77,9 @@ func (s *server) restartLocked() error {
 	// The runner reads its first command once IPython is up: the preimport (or an empty
 	// cell) finishing means the kernel is ready.
 	r := newRun(cfg.Preimport, true, max(startTimeout, seconds(cfg.DefaultTimeoutS)), 0, nil)
+	if k.preimported && !warm {
+		r.op = "ping"
+	}
 	k.begin(r)
 	<-r.done
 	fail := func(e error) error {
@@ -155,7 +161,7 @@ func (s *server) restart() guestproto.Message {
 	if g != gen && cur != nil && !cur.isDead() {
 		return guestproto.Message{OK: true} // restarted while we waited
 	}
-	if err := s.restartLocked(); err != nil {
+	if err := s.restartLocked(false); err != nil {
 		return errFrom(err)
 	}
 	return guestproto.Message{OK: true}
@@ -204,7 +210,7 @@ func (s *server) execute(ctx context.Context, w io.Writer, runID string, req *ap
 	var note string
 	k := s.currentKernel()
 	if k == nil || k.isDead() {
-		if err := s.restartLocked(); err != nil {
+		if err := s.restartLocked(false); err != nil {
 			release()
 			writeMsg(w, errFrom(err))
 			return
@@ -315,7 +321,7 @@ func (s *server) execute(ctx context.Context, w io.Writer, runID string, req *ap
 	release() // the next cell may queue up now; it waits for kmu
 	writeMsg(w, guestproto.Message{Result: res})
 	if r.died {
-		if err := s.restartLocked(); err != nil {
+		if err := s.restartLocked(false); err != nil {
 			s.log.Warn("restart the kernel", "error", err)
 		}
 	}

@@ -110,6 +110,8 @@ func (r *cellRun) take() []api.Output {
 // kernel is one Python process running the IPython runner.
 type kernel struct {
 	pid  int
+	// preimported: forked from a template that ran the same pre-imports.
+	preimported bool
 	efd  int // eventfd that wakes the pump
 	out  int // read ends, non-blocking, owned by the pump
 	errp int
@@ -145,7 +147,9 @@ type kernelSpec struct {
 	maxLine int
 	// template: the socket of the kernel template to fork the kernel from; "": none.
 	template string
-	log      *slog.Logger
+	// preimport: the code the guest runs first; a template that ran the same says so.
+	preimport string
+	log       *slog.Logger
 }
 
 // startKernel starts a kernel; it is ready for begin once started (the runner reads its
@@ -182,9 +186,10 @@ func startKernel(spec kernelSpec) (*kernel, error) {
 		return nil, err
 	}
 	fds = append(fds, devnull)
-	pid, exit, err := 0, (<-chan unix.WaitStatus)(nil), error(nil)
+	pid, exit, preimported, err := 0, (<-chan unix.WaitStatus)(nil), false, error(nil)
 	if spec.template != "" {
-		pid, exit, err = forkKernel(spec.template, spec.python, spec.dir, spec.env, [5]int{devnull, outW, errW, inR, prW})
+		pid, exit, preimported, err = forkKernel(spec.template, forkRequest{Python: spec.python, Cwd: spec.dir, Env: spec.env, Preimport: spec.preimport},
+			[5]int{devnull, outW, errW, inR, prW})
 		switch {
 		case err != nil && strings.HasPrefix(err.Error(), "environment: "):
 			spec.log.Info("the kernel's environment is not the template's: starting it afresh", "error", err)
@@ -221,7 +226,7 @@ func startKernel(spec kernelSpec) (*kernel, error) {
 	for _, fd := range []int{outR, errR, prR, inW} {
 		unix.SetNonblock(fd, true)
 	}
-	k := &kernel{pid: pid, efd: efd, out: outR, errp: errR, prR: prR, prW: inW,
+	k := &kernel{pid: pid, preimported: preimported, efd: efd, out: outR, errp: errR, prR: prR, prW: inW,
 		gone: make(chan struct{}), maxLine: spec.maxLine}
 	go func() {
 		ws := <-exit

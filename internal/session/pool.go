@@ -73,12 +73,18 @@ func (p *pool) put(b *box) bool {
 	return true
 }
 
+// refillDelay is how long the pool waits after a box is taken before it starts the next,
+// while it still holds one: the taker's first cell runs now, and a sandbox's start beside it
+// (the runtime, the guest, the kernel's fork) would take the CPU it needs.
+const refillDelay = 250 * time.Millisecond
+
 // run keeps the pool filled until ctx ends, one start at a time, backing off on failure.
 func (p *pool) run(ctx context.Context) {
 	backoff := time.Second
 	for {
 		p.mu.Lock()
 		need := !p.closed && len(p.boxes) < p.size
+		some := len(p.boxes) > 0
 		p.mu.Unlock()
 		if !need {
 			select {
@@ -86,6 +92,13 @@ func (p *pool) run(ctx context.Context) {
 				return
 			case <-p.wake:
 				continue
+			}
+		}
+		if some {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(refillDelay):
 			}
 		}
 		b, err := p.start(ctx)

@@ -9,6 +9,7 @@
 #                        runs code in execution context ctx ("" or absent: the default),
 #                        with env set in os.environ for the cell only
 #                   {"op": "drop", "ctx": "name"}   forgets a named context; answered "done"
+#                   {"op": "ping"}          answered "done": the runner reads its commands
 #                   {"op": "ack"}           (answer to every message with "a": 1)
 # runner -> guest:  {"t": "started", "n": N}   the cell runs; SIGINT now interrupts it
 #                   {"t": "out", "o": {...}, "a": 1}
@@ -328,6 +329,8 @@ def prepare():
             run(msg.get("code", ""), bool(msg.get("silent")), str(msg.get("ctx") or ""), msg.get("env") or {})
         elif op == "drop":
             drop(str(msg.get("ctx") or ""))
+            send({"t": "done", "ok": True, "ename": "", "n": shell.execution_count})
+        elif op == "ping":  # the kernel is ready (one forked from a template that ran the pre-imports)
             send({"t": "done", "ok": True, "ename": "", "n": shell.execution_count})
 
     return shell, serve

@@ -147,8 +147,8 @@ def _template():
     t0 = time.monotonic()
     # The pre-imports as the guest runs them in a kernel: a silent cell (its outputs go to
     # /dev/null, on descriptor 4 for now), which also warms IPython's cell machinery.
-    for code in (cfg.get("preimport") or "", "pass"):
-        r = shell.run_cell(code, store_history=False, silent=True)
+    for code, silent in ((cfg.get("preimport") or "", True), ("pass", True), ("1", False)):
+        r = shell.run_cell(code, store_history=False, silent=silent)
         err = r.error_before_exec or r.error_in_exec
         if err is not None:
             print("cellbox template: the preimport code failed here:", type(err).__name__, err, file=sys.stderr)
@@ -193,7 +193,6 @@ def _template():
     print("cellbox template: ready in %.2fs" % (time.monotonic() - t0), file=sys.stderr)
 
     lsock = socket.socket(fileno=lfd)
-    lsock.setblocking(False)
     NS_FLAGS = 0x00020000 | 0x04000000 | 0x08000000 | 0x40000000 | 0x20000000 | 0x02000000  # mnt uts ipc net pid cgroup
     RLIMITS = [getattr(resource, n) for n in dir(resource) if n.startswith("RLIMIT_")]
 
@@ -224,7 +223,7 @@ def _template():
             os._exit(0)  # the template reaps the intermediate
         k = os.fork()
         if k:
-            conn.sendall(b"pid %d\n" % k)
+            conn.sendall(b"pid %d%s\n" % (k, b" preimported" if req.get("preimported") else b""))
             os.close(conn.fileno())  # EOF for the guest does not wait for this exit
             os._exit(0)  # the kernel goes to the sandbox's process 1
         # The kernel.
@@ -275,7 +274,16 @@ def _template():
         gc.enable()
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
 
-    def handle(conn):
+    def fail(conn, e):
+        text = ("error %s\n" % str(e).replace("\n", " ")[:1000]).encode()
+        if phase["kernel"]:
+            os.write(2, b"cellbox: the kernel could not start: " + text)
+        else:
+            conn.sendall(text)
+
+    def check_request(conn):
+        # The request on conn, checked: (request, descriptors, guest's pid). The caller closes
+        # the descriptors.
         conn.settimeout(5)
         creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
         peer, peer_uid, _ = struct.unpack("3i", creds)
@@ -305,55 +313,81 @@ def _template():
                 raise ValueError("environment: %s differs from the template's" % k)
             if fdinfo_pid(fds[0]) != peer:
                 raise ValueError("the first descriptor must be a pidfd of the guest that asks")
-            sys.stdout.flush()
-            sys.stderr.flush()
-            gc.freeze()
-            if os.fork() == 0:
-                try:
-                    become_kernel(conn, fds, req, peer)
-                except BaseException as e:
-                    text = ("error %s\n" % str(e).replace("\n", " ")[:1000]).encode()
-                    try:
-                        if phase["kernel"]:
-                            os.write(2, b"cellbox: the kernel could not start: " + text)
-                        else:
-                            conn.sendall(text)
-                    finally:
-                        os._exit(1)
-                serve()  # the runner's loop: never returns
-                os._exit(0)
-        except (ValueError, OSError) as e:
-            conn.sendall(("error %s\n" % str(e).replace("\n", " ")[:1000]).encode())
-        finally:
+        except BaseException:
             for fd in fds:
                 os.close(fd)
+            raise
+        req = {"cwd": req["cwd"], "env": req["env"], "preimported": req.get("preimport") == cfg.get("preimport")}
+        return req, fds, peer
 
+    def fork_spare():
+        # The next request's process, forked ahead of it so that the request does not wait
+        # for a fork of the template: it accepts one connection, tells the template so
+        # (closing its end of a pipe: the template forks the next spare), checks the
+        # request and becomes the intermediate. It dies with the template until it has a
+        # connection.
+        r, w = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        gc.freeze()
+        pid = os.fork()
+        if pid:
+            os.close(w)
+            return pid, r
+        try:
+            os.close(r)
+            check(libc.prctl(1, signal.SIGKILL, 0, 0, 0), "parent death signal")  # PR_SET_PDEATHSIG
+            if os.getppid() != template_pid:
+                os._exit(0)
+            lsock.setblocking(True)
+            while True:
+                try:
+                    conn, _ = lsock.accept()
+                    break
+                except InterruptedError:
+                    continue
+            check(libc.prctl(1, 0, 0, 0, 0), "parent death signal")
+            os.close(w)
+        except BaseException as e:
+            print("cellbox template: spare:", type(e).__name__, e, file=sys.stderr)
+            os._exit(1)
+        try:
+            req, fds, guest = check_request(conn)
+        except BaseException as e:
+            try:
+                fail(conn, e)
+            finally:
+                os._exit(0)
+        try:
+            become_kernel(conn, fds, req, guest)
+        except BaseException as e:
+            try:
+                fail(conn, e)
+            finally:
+                os._exit(1)
+        serve()  # the kernel: the runner's loop, which never returns
+        os._exit(0)
+
+    template_pid = os.getpid()
     gc.collect()
     gc.freeze()
+    spare_pid, spare_r = fork_spare()
     os.write(1, b"ready\n")
     while True:
-        while True:  # the intermediates, which exit at once
+        while True:  # spares, which exit once their kernel is forked
             try:
                 pid, _ = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
                 break
             if pid == 0:
                 break
-        ready, _, _ = select.select([0, lsock], [], [], 1.0)
+        ready, _, _ = select.select([0, spare_r], [], [], 1.0)
         if 0 in ready and not os.read(0, 64):
             os._exit(0)  # the server is gone
-        if lsock in ready:
-            try:
-                conn, _ = lsock.accept()
-            except BlockingIOError:
-                continue
-            try:
-                conn.setblocking(True)
-                handle(conn)
-            except Exception as e:
-                print("cellbox template: request:", type(e).__name__, e, file=sys.stderr)
-            finally:
-                conn.close()
+        if spare_r in ready:
+            os.read(spare_r, 64)  # EOF: the spare took a connection, or died
+            os.close(spare_r)
+            spare_pid, spare_r = fork_spare()
 
 
 WARM = """
