@@ -2,6 +2,7 @@ package guest
 
 import (
 	"bytes"
+	"maps"
 	"context"
 	"fmt"
 	"io"
@@ -25,12 +26,40 @@ func (s *server) configure(cfg *guestproto.Config) guestproto.Message {
 	s.kmu.Lock()
 	defer s.kmu.Unlock()
 	s.mu.Lock()
+	old, k := s.cfg, s.kernel
 	s.cfg = &c
 	s.mu.Unlock()
+	if s.reconfigure(old, &c, k) {
+		return guestproto.Message{OK: true}
+	}
 	if err := s.restartLocked(true); err != nil {
 		return errFrom(err)
 	}
 	return guestproto.Message{OK: true}
+}
+
+// reconfigure applies c to kernel k, configured with old, without a new kernel where it
+// can: k has run no cell, and c differs from old only in its env (which k then takes) or
+// in what the guest alone uses. A warm sandbox taken by a session with an env is set up so.
+// The caller holds kmu.
+func (s *server) reconfigure(old, c *guestproto.Config, k *kernel) bool {
+	if old == nil || k == nil || k.isDead() || s.count.Load() != 0 || len(s.ctxs) != 0 ||
+		c.Python != old.Python || c.Preimport != old.Preimport {
+		return false
+	}
+	if maps.Equal(c.Env, old.Env) {
+		return true
+	}
+	r := newRun("", true, startTimeout, 0, nil)
+	r.op, r.envList = "env", s.kernelSpec(c).env
+	if err := k.begin(r); err != nil {
+		return false
+	}
+	<-r.done
+	if !r.ok {
+		s.log.Info("the kernel's new environment needs a new kernel", "reason", r.ename)
+	}
+	return r.ok
 }
 
 func (s *server) kernelSpec(cfg *guestproto.Config) kernelSpec {

@@ -45,7 +45,8 @@ const (
 // cellRun is one execution in the kernel. The execute handler creates it, the kernel's pump
 // fills it, and done is closed when it is over.
 type cellRun struct {
-	op       string // "exec", or "drop" (forget context)
+	op       string // "exec", "drop" (forget context), "ping" or "env" (envList)
+	envList  []string
 	code     string
 	context  string            // the execution context ("": the default)
 	env      map[string]string // set in os.environ for this cell only
@@ -109,15 +110,15 @@ func (r *cellRun) take() []api.Output {
 
 // kernel is one Python process running the IPython runner.
 type kernel struct {
-	pid  int
+	pid int
 	// preimported: forked from a template that ran the same pre-imports.
 	preimported bool
-	efd  int // eventfd that wakes the pump
-	out  int // read ends, non-blocking, owned by the pump
-	errp int
-	prR  int
-	wmu  sync.Mutex
-	prW  int // write end toward the runner, non-blocking; guarded by wmu
+	efd         int // eventfd that wakes the pump
+	out         int // read ends, non-blocking, owned by the pump
+	errp        int
+	prR         int
+	wmu         sync.Mutex
+	prW         int // write end toward the runner, non-blocking; guarded by wmu
 
 	mu     sync.Mutex
 	run    *cellRun
@@ -276,13 +277,17 @@ func (k *kernel) begin(r *cellRun) error {
 		r.timer = time.AfterFunc(time.Until(r.deadline), k.wake)
 	}
 	k.mu.Unlock()
+	var env any = r.env
+	if r.op == "env" {
+		env = r.envList
+	}
 	msg, _ := json.Marshal(struct {
-		Op      string            `json:"op"`
-		Code    string            `json:"code,omitempty"`
-		Silent  bool              `json:"silent,omitempty"`
-		Context string            `json:"ctx,omitempty"`
-		Env     map[string]string `json:"env,omitempty"`
-	}{r.op, r.code, r.silent, r.context, r.env})
+		Op      string `json:"op"`
+		Code    string `json:"code,omitempty"`
+		Silent  bool   `json:"silent,omitempty"`
+		Context string `json:"ctx,omitempty"`
+		Env     any    `json:"env,omitempty"`
+	}{r.op, r.code, r.silent, r.context, env})
 	return k.write(append(msg, '\n'))
 }
 

@@ -64,6 +64,13 @@ type Sandbox interface {
 	Detach() error
 }
 
+// Updater is a Sandbox whose memory, CPU and process limits can change while it runs: a
+// warm sandbox takes the limits of the session that takes it. Limits.TmpMB cannot change.
+// errors.ErrUnsupported: this sandbox cannot (the caller starts a new one instead).
+type Updater interface {
+	Update(ctx context.Context, l Limits) error
+}
+
 // Capabilities says what a backend enforces, so tests and operators know what to expect.
 type Capabilities struct {
 	// Isolated: own mount, pid, network, ipc and uts namespaces, non-root, no capabilities.

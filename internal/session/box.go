@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/cellbox/cellbox/api"
@@ -80,7 +82,19 @@ func (m *Manager) startBox(ctx context.Context, id string, spec boxSpec, ws stri
 		stop()
 		return nil, err
 	}
-	err = g.Configure(ctx, guestproto.Config{
+	err = g.Configure(ctx, m.guestConfig(spec))
+	if err != nil {
+		g.Close()
+		stop()
+		return nil, err
+	}
+	m.metrics.sandboxStart.Observe(time.Since(start).Seconds())
+	return &box{boxSpec: spec, id: id, ws: ws, sb: sb, guest: g}, nil
+}
+
+// guestConfig is the guest's configuration for a box of spec.
+func (m *Manager) guestConfig(spec boxSpec) guestproto.Config {
+	return guestproto.Config{
 		Python:          m.cfg.Python,
 		Preimport:       m.cfg.Preimport,
 		Env:             spec.env,
@@ -89,14 +103,33 @@ func (m *Manager) startBox(ctx context.Context, id string, spec boxSpec, ws stri
 		DefaultTimeoutS: m.cfg.ExecTimeout.Seconds(),
 		InterruptGraceS: m.cfg.InterruptGrace.Seconds(),
 		MemoryMB:        spec.limits.MemoryMB,
-	})
-	if err != nil {
-		g.Close()
-		stop()
-		return nil, err
 	}
-	m.metrics.sandboxStart.Observe(time.Since(start).Seconds())
-	return &box{boxSpec: spec, id: id, ws: ws, sb: sb, guest: g}, nil
+}
+
+// adapt makes warm box b fit spec, which it was not started with: the sandbox takes spec's
+// memory, CPU and process limits (sandbox.Updater), and the guest its env, which a kernel
+// that has run no cell takes without a restart. A disk quota other than b's cannot be
+// given: that error, or the backend's, means a new box instead.
+func (m *Manager) adapt(ctx context.Context, b *box, spec boxSpec) error {
+	if spec.image != b.image || spec.limits.DiskMB != b.limits.DiskMB {
+		return fmt.Errorf("another image or disk quota: %w", errors.ErrUnsupported)
+	}
+	if spec.limits != b.limits {
+		u, ok := b.sb.(sandbox.Updater)
+		if !ok {
+			return fmt.Errorf("the backend cannot change limits: %w", errors.ErrUnsupported)
+		}
+		if err := u.Update(ctx, sandbox.Limits{MemoryMB: spec.limits.MemoryMB, CPUs: spec.limits.CPUs, Pids: spec.limits.Pids, TmpMB: m.cfg.TmpMB}); err != nil {
+			return err
+		}
+	}
+	if !maps.Equal(spec.env, b.env) || spec.limits.MemoryMB != b.limits.MemoryMB {
+		if err := b.guest.Configure(ctx, m.guestConfig(spec)); err != nil {
+			return err
+		}
+	}
+	b.boxSpec = spec
+	return nil
 }
 
 // stop ends the sandbox; the workspace stays where it is.

@@ -274,15 +274,18 @@ func (m *Manager) unreserve(tenant string) {
 	m.mu.Unlock()
 }
 
-// obtain returns a ready box: from its image's warm pool when the request asks for nothing
-// special, else a new one.
+// obtain returns a ready box: from its image's warm pool, given the request's limits and
+// env (adapt) when they are not the pool's, else a new one.
 func (m *Manager) obtain(ctx context.Context, spec boxSpec) (*box, error) {
-	if spec.limits == m.defaults() && len(spec.env) == 0 {
-		if p := m.pools[spec.image]; p != nil {
-			if b := p.take(); b != nil {
+	if p := m.pools[spec.image]; p != nil {
+		if b := p.take(); b != nil {
+			err := m.adapt(ctx, b, spec)
+			if err == nil {
 				m.metrics.poolHits.Inc()
 				return b, nil
 			}
+			m.log.Debug("a warm sandbox could not take the request's limits or env: starting a new one", "sandbox_id", b.id, "error", err)
+			go p.discard(b)
 		}
 		m.metrics.poolMisses.Inc()
 	}

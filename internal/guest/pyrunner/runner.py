@@ -10,6 +10,8 @@
 #                        with env set in os.environ for the cell only
 #                   {"op": "drop", "ctx": "name"}   forgets a named context; answered "done"
 #                   {"op": "ping"}          answered "done": the runner reads its commands
+#                   {"op": "env", "env": ["K=V", ...]}   the whole environment, unless a
+#                        variable read at start differs: then "done" with ok false
 #                   {"op": "ack"}           (answer to every message with "a": 1)
 # runner -> guest:  {"t": "started", "n": N}   the cell runs; SIGINT now interrupts it
 #                   {"t": "out", "o": {...}, "a": 1}
@@ -19,6 +21,35 @@
 #                   {"t": "done", "ok": bool, "ename": "...", "n": N}
 import os
 import sys
+
+# Environment variables read when Python or a library starts: a process that started with
+# other values cannot take them later (a template's fork, or a kernel given a session's env).
+SENSITIVE = ("PYTHON", "LD_", "OPENBLAS", "OMP_", "MKL_", "GOTO", "MPL", "MALLOC", "LC_", "LANG", "IPYTHON", "TZDIR")
+
+
+def env_differs(env, handled=()):
+    """The first variable of SENSITIVE (but those in handled) that env ("K=V" strings) sets
+    otherwise than os.environ, or None."""
+    want = {}
+    for kv in env:
+        k, _, v = kv.partition("=")
+        want[k] = v
+    for k in sorted(set(want) | set(os.environ)):
+        if k.startswith(SENSITIVE) and k not in handled and want.get(k) != os.environ.get(k):
+            return k
+    return None
+
+
+def apply_env(env):
+    """Makes env ("K=V" strings) the process's whole environment."""
+    import time
+    os.environ.clear()
+    for kv in env:
+        k, _, v = kv.partition("=")
+        if k:
+            os.environ[k] = v
+    sys.dont_write_bytecode = bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
+    time.tzset()
 
 
 def prepare():
@@ -330,6 +361,14 @@ def prepare():
         elif op == "drop":
             drop(str(msg.get("ctx") or ""))
             send({"t": "done", "ok": True, "ename": "", "n": shell.execution_count})
+        elif op == "env":  # the whole environment, for a kernel that has run no cell
+            env = msg.get("env") or []
+            k = env_differs(env)
+            if k:
+                send({"t": "done", "ok": False, "ename": "environment: " + k, "n": shell.execution_count})
+            else:
+                apply_env(env)
+                send({"t": "done", "ok": True, "ename": "", "n": shell.execution_count})
         elif op == "ping":  # the kernel is ready (one forked from a template that ran the pre-imports)
             send({"t": "done", "ok": True, "ename": "", "n": shell.execution_count})
 

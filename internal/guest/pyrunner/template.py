@@ -54,22 +54,6 @@ def _template():
     if uid <= 0 or gid <= 0:
         raise SystemExit("cellbox template: the user must not be root")
     python = cfg["python"]
-    # Variables read when Python or a library starts: a kernel whose environment differs in
-    # one of these cannot be this process's fork (the guest starts it afresh instead).
-    start_env = dict(os.environ)
-    sensitive = ("PYTHON", "LD_", "OPENBLAS", "OMP_", "MKL_", "GOTO", "MPL", "MALLOC", "LC_", "LANG", "IPYTHON", "TZDIR")
-    handled = ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE")  # applied in the kernel
-
-    def env_differs(env):
-        want = {}
-        for kv in env:
-            k, _, v = kv.partition("=")
-            want[k] = v
-        for k in sorted(set(want) | set(start_env)):
-            if k.startswith(sensitive) and k not in handled and want.get(k) != start_env.get(k):
-                return k
-        return None
-
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
     libc.setns.argtypes = [ctypes.c_int, ctypes.c_int]
@@ -259,15 +243,9 @@ def _template():
             low = fd + 1
         os.umask(umask)
         os.chdir(req["cwd"])
-        os.environ.clear()
-        for kv in req["env"]:
-            k, _, v = kv.partition("=")
-            if k:
-                os.environ[k] = v
-        if "PYTHONPATH" in os.environ:
+        runner["apply_env"](req["env"])
+        if "PYTHONPATH" in os.environ:  # the template had none (else it would differ)
             sys.path[1:1] = [p for p in os.environ["PYTHONPATH"].split(":") if p]
-        sys.dont_write_bytecode = bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
-        time.tzset()
         np = sys.modules.get("numpy")
         if np is not None:
             np.random.seed()  # the legacy global generator; random reseeds itself at fork
@@ -308,7 +286,7 @@ def _template():
                 raise ValueError("malformed request")
             if req.get("python") != python:
                 raise ValueError("this template runs %s, not %s" % (python, req.get("python")))
-            k = env_differs(req["env"])
+            k = runner["env_differs"](req["env"], ("PYTHONPATH",))
             if k:
                 raise ValueError("environment: %s differs from the template's" % k)
             if fdinfo_pid(fds[0]) != peer:

@@ -383,3 +383,17 @@ func engineError(err error) error {
 	}
 	return fmt.Errorf("%w: %w", err, errdefs.ErrUnavailable)
 }
+
+// Update sets the container's memory, CPU and process limits through the engine. Under
+// gVisor it is unsupported: the process limit is also an rlimit inside the sentry.
+func (s *Sandbox) Update(ctx context.Context, l sandbox.Limits) error {
+	if s.b.gvisor || s.cid == "" {
+		return fmt.Errorf("sandbox %s: its limits cannot change: %w", s.id, errors.ErrUnsupported)
+	}
+	r := resources(l, false)
+	r.Ulimits = nil // set at creation; the engine cannot change them
+	if _, err := s.b.cli.ContainerUpdate(ctx, s.cid, client.ContainerUpdateOptions{Resources: &r}); err != nil {
+		return fmt.Errorf("sandbox %s: update its limits: %w", s.id, engineError(err))
+	}
+	return nil
+}
