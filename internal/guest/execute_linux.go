@@ -2,10 +2,10 @@ package guest
 
 import (
 	"bytes"
-	"maps"
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"sync"
 	"time"
