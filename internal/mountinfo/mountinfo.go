@@ -1,4 +1,4 @@
-// Package mountinfo lists the mount points of this process's mount namespace, as
+// Package mountinfo lists the mounts of this process's mount namespace, as
 // /proc/self/mountinfo shows them (real paths, the kernel's escapes undone).
 //
 // Not for: mounting or unmounting (the packages that mount do that themselves).
@@ -13,15 +13,38 @@ import (
 // Parse returns field 5, the mount point, of each line of a mountinfo file.
 func Parse(data []byte) []string {
 	var mps []string
+	for _, m := range ParseMounts(data) {
+		mps = append(mps, m.Point)
+	}
+	return mps
+}
+
+// Mount is one line of a mountinfo file.
+type Mount struct {
+	Root   string   // the folder of the file system mounted here
+	Point  string   // the mount point
+	FSType string   // e.g. "cgroup", "cgroup2", "ext4"
+	Super  []string // the super block's options, e.g. "rw", "memory"
+}
+
+// ParseMounts returns each line of a mountinfo file.
+func ParseMounts(data []byte) []Mount {
+	var ms []Mount
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) >= 5 {
-			mps = append(mps, unescapeOctal(f[4]))
+		pre, post, _ := strings.Cut(sc.Text(), " - ")
+		f, g := strings.Fields(pre), strings.Fields(post)
+		if len(f) < 5 {
+			continue
 		}
+		m := Mount{Root: unescapeOctal(f[3]), Point: unescapeOctal(f[4])}
+		if len(g) >= 3 {
+			m.FSType, m.Super = g[0], strings.Split(g[2], ",")
+		}
+		ms = append(ms, m)
 	}
-	return mps
+	return ms
 }
 
 // unescapeOctal undoes the kernel's \ooo escapes of space, tab, newline and backslash.

@@ -15,3 +15,19 @@ func TestParse(t *testing.T) {
 		t.Fatalf("Parse = %q, want %q", got, want)
 	}
 }
+
+func TestParseMounts(t *testing.T) {
+	data := []byte("34 30 0:31 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n" +
+		"40 30 0:37 /sub /sys/fs/cgroup/uni\\040fied rw,relatime - cgroup2 cgroup2 rw,nsdelegate\n" +
+		"short line\n")
+	got := ParseMounts(data)
+	if len(got) != 2 {
+		t.Fatalf("%d mounts: %+v", len(got), got)
+	}
+	if m := got[0]; m.Root != "/" || m.Point != "/sys/fs/cgroup/memory" || m.FSType != "cgroup" || len(m.Super) != 2 || m.Super[1] != "memory" {
+		t.Errorf("first: %+v", m)
+	}
+	if m := got[1]; m.Root != "/sub" || m.Point != "/sys/fs/cgroup/uni fied" || m.FSType != "cgroup2" {
+		t.Errorf("second: %+v", m)
+	}
+}

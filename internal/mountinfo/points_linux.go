@@ -10,3 +10,12 @@ func Points() ([]string, error) {
 	}
 	return Parse(data), nil
 }
+
+// Mounts lists the mounts of this process's mount namespace.
+func Mounts() ([]Mount, error) {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	return ParseMounts(data), nil
+}

@@ -204,8 +204,13 @@ func TestImagePools(t *testing.T) {
 	if id := create(api.CreateSessionRequest{Image: "ml"}); b.ImageOf(id) != "ml" {
 		t.Errorf("a session on ml runs on %s", b.ImageOf(id))
 	}
-	if id := create(api.CreateSessionRequest{Image: "py", Env: map[string]string{"A": "b"}}); slices.Contains(warmPy, id) || b.ImageOf(id) != "py" {
-		t.Errorf("a session with env took a warm sandbox, or not on py (%s)", b.ImageOf(id))
+	// With an env, a warm sandbox still (it takes the env: adapt_test.go).
+	if id := create(api.CreateSessionRequest{Image: "py", Env: map[string]string{"A": "b"}}); !slices.Contains(warmPy, id) || b.ImageOf(id) != "py" {
+		t.Errorf("a session with env on py did not take a warm py sandbox (%s on %s)", id, b.ImageOf(id))
+	}
+	// Another disk quota: a new sandbox, on py.
+	if id := create(api.CreateSessionRequest{Image: "py", Limits: &api.Limits{DiskMB: 100}}); slices.Contains(warmPy, id) || b.ImageOf(id) != "py" {
+		t.Errorf("a session with another disk quota took a warm sandbox, or not on py (%s)", b.ImageOf(id))
 	}
 }
 

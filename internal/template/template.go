@@ -220,6 +220,9 @@ func (t *Template) Ready() <-chan struct{} { return t.ready }
 // Done is closed when the template has exited.
 func (t *Template) Done() <-chan struct{} { return t.done }
 
+// Pid is the template process's pid.
+func (t *Template) Pid() int { return t.cmd.Process.Pid }
+
 // Dir is the host folder of the socket.
 func (t *Template) Dir() string { return t.cfg.Dir }
 
@@ -259,5 +262,5 @@ func (t *Template) Close() error {
 
 // String names the template for logs.
 func (t *Template) String() string {
-	return "kernel template on " + t.root() + " (pid " + strconv.Itoa(t.cmd.Process.Pid) + ")"
+	return "kernel template on " + t.root() + " (pid " + strconv.Itoa(t.Pid()) + ")"
 }

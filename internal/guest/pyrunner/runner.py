@@ -322,7 +322,10 @@ def prepare():
             try:
                 state["armed"] = True
                 send({"t": "started", "n": n})
-                r = shell.run_cell(code, store_history=not silent, silent=silent)
+                # A silent run (the pre-imports) is not silent to IPython: its events and
+                # display hooks run as a cell's do (the guest drops what it outputs), so a
+                # kernel has written what a user's first cell writes before one comes.
+                r = shell.run_cell(code, store_history=not silent)
             finally:
                 state["armed"] = False
                 state["pending"] = False

@@ -131,8 +131,8 @@ def _template():
     t0 = time.monotonic()
     # The pre-imports as the guest runs them in a kernel: a silent cell (its outputs go to
     # /dev/null, on descriptor 4 for now), which also warms IPython's cell machinery.
-    for code, silent in ((cfg.get("preimport") or "", True), ("pass", True), ("1", False)):
-        r = shell.run_cell(code, store_history=False, silent=silent)
+    for code in (cfg.get("preimport") or "", "pass", "1"):
+        r = shell.run_cell(code, store_history=False)
         err = r.error_before_exec or r.error_in_exec
         if err is not None:
             print("cellbox template: the preimport code failed here:", type(err).__name__, err, file=sys.stderr)
@@ -314,6 +314,7 @@ def _template():
             return pid, r
         try:
             os.close(r)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the template's reaper; this one waits itself
             check(libc.prctl(1, signal.SIGKILL, 0, 0, 0), "parent death signal")  # PR_SET_PDEATHSIG
             if os.getppid() != template_pid:
                 os._exit(0)
@@ -346,26 +347,44 @@ def _template():
         serve()  # the kernel: the runner's loop, which never returns
         os._exit(0)
 
+    # At most this many forks at once (the spare and those handling requests, which take
+    # milliseconds unless a guest is slow to send its request): guests that open
+    # connections and send nothing cannot make the template fork without end.
+    max_children = 16
+    children = set()
     template_pid = os.getpid()
     gc.collect()
     gc.freeze()
     spare_pid, spare_r = fork_spare()
+    children.add(spare_pid)
     os.write(1, b"ready\n")
-    while True:
-        while True:  # spares, which exit once their kernel is forked
+    def reap(*_):
+        # The forks exit as soon as their kernel is forked; reaped at once, as a zombie is
+        # still in the sandbox's cgroups (which could not be removed).
+        while children:
             try:
                 pid, _ = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
+                children.clear()
                 break
             if pid == 0:
                 break
-        ready, _, _ = select.select([0, spare_r], [], [], 1.0)
+            children.discard(pid)
+
+    signal.signal(signal.SIGCHLD, reap)
+    while True:
+        reap()
+        if spare_r is None and len(children) < max_children:
+            spare_pid, spare_r = fork_spare()
+            children.add(spare_pid)
+        watch = [0] if spare_r is None else [0, spare_r]
+        ready, _, _ = select.select(watch, [], [], 0.1 if spare_r is None else 1.0)
         if 0 in ready and not os.read(0, 64):
             os._exit(0)  # the server is gone
-        if spare_r in ready:
+        if spare_r is not None and spare_r in ready:
             os.read(spare_r, 64)  # EOF: the spare took a connection, or died
             os.close(spare_r)
-            spare_pid, spare_r = fork_spare()
+            spare_r = None
 
 
 WARM = """

@@ -1,7 +1,6 @@
 package runc
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/cellbox/cellbox/internal/mountinfo"
 	"github.com/cellbox/cellbox/internal/sandbox"
 )
 
@@ -141,29 +141,23 @@ func writeCgroup(dir, file, value string) error {
 // cgroup v2's), from /proc/<pid>/cgroup and the mounts of this process.
 func cgroupDirs(pid int) (map[string]string, error) {
 	type mount struct{ root, point string }
-	mounts := map[string]mount{}
-	f, err := os.Open("/proc/self/mountinfo")
+	all, err := mountinfo.Mounts()
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		pre, post, ok := strings.Cut(sc.Text(), " - ")
-		a, b := strings.Fields(pre), strings.Fields(post)
-		if !ok || len(a) < 5 || len(b) < 3 {
+	mounts := map[string]mount{}
+	for _, m := range all {
+		keys := []string{""}
+		switch m.FSType {
+		case "cgroup2":
+		case "cgroup":
+			keys = m.Super
+		default:
 			continue
 		}
-		switch b[0] {
-		case "cgroup2":
-			if _, ok := mounts[""]; !ok {
-				mounts[""] = mount{a[3], a[4]}
-			}
-		case "cgroup":
-			for _, o := range strings.Split(b[2], ",") {
-				if _, ok := mounts[o]; !ok {
-					mounts[o] = mount{a[3], a[4]}
-				}
+		for _, k := range keys {
+			if _, ok := mounts[k]; !ok {
+				mounts[k] = mount{m.Root, m.Point}
 			}
 		}
 	}

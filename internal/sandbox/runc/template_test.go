@@ -1,0 +1,254 @@
+package runc
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cellbox/cellbox/internal/guest/pyrunner"
+	"github.com/cellbox/cellbox/internal/sandbox"
+	"github.com/cellbox/cellbox/internal/sandbox/sandboxtest"
+	"github.com/cellbox/cellbox/internal/template"
+	"github.com/cellbox/cellbox/internal/testbin"
+)
+
+// kernelPid is the host pid of the sandbox's kernel: the guest's one child.
+func kernelPid(t *testing.T, sb *Sandbox) int {
+	t.Helper()
+	guest, err := sb.readPid()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", guest, guest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(data))
+	if len(f) != 1 {
+		t.Fatalf("the guest's children: %q, want the kernel alone", f)
+	}
+	pid, _ := strconv.Atoi(f[0])
+	return pid
+}
+
+// A kernel forked from the template is in the sandbox as a kernel started by the guest is:
+// its uid, no capability in any set, no_new_privs, the seccomp filter, the sandbox's
+// cgroups and namespaces, its own session, the guest as its parent, and no descriptor but
+// its five and /dev/null.
+func TestForkedKernel(t *testing.T) {
+	needRuntime(t, "runc")
+	b := newBackend(t, "runc", testbin.Cellbox(t))
+	sb, c := realGuest(t, b)
+	k := kernelPid(t, sb)
+	cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", k))
+	if !strings.Contains(string(cmdline), pyrunner.TemplateScriptEnv) {
+		t.Fatalf("the kernel was not forked from the template: %q", cmdline)
+	}
+	// From the host: its namespaces are the guest's, and so are its cgroups.
+	guest, _ := sb.readPid()
+	for _, ns := range []string{"mnt", "pid", "net", "ipc", "uts", "cgroup", "user"} {
+		a, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", guest, ns))
+		b, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", k, ns))
+		if a == "" || a != b {
+			t.Errorf("namespace %s: guest %s, kernel %s", ns, a, b)
+		}
+	}
+	gc, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", guest))
+	kc, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", k))
+	if string(gc) != string(kc) || len(gc) == 0 {
+		t.Errorf("cgroups: guest\n%s\nkernel\n%s", gc, kc)
+	}
+	// From inside.
+	out := runCode(t, c, `import os
+status = dict(l.split(":", 1) for l in open("/proc/self/status").read().splitlines())
+fds = {}
+for n in os.listdir("/proc/self/fd"):
+    try:
+        fds[int(n)] = os.readlink("/proc/self/fd/" + n)
+    except OSError:
+        pass
+print({k: status[k].split() for k in ("Uid", "Gid", "Groups", "CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs", "Seccomp")},
+      os.getppid(), os.getsid(0) == os.getpid(), os.getpgrp() == os.getpid(), sorted(fds.items()), sep="\n")`)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 5 {
+		t.Fatalf("got %q", out)
+	}
+	uid := strconv.Itoa(int(b.uid))
+	for _, want := range []string{"'Uid': ['" + uid + "', '" + uid + "', '" + uid + "', '" + uid + "']", "'Groups': []",
+		"'CapInh': ['0000000000000000']", "'CapPrm': ['0000000000000000']", "'CapEff': ['0000000000000000']",
+		"'CapBnd': ['0000000000000000']", "'CapAmb': ['0000000000000000']", "'NoNewPrivs': ['1']", "'Seccomp': ['2']"} {
+		if !strings.Contains(lines[0], want) {
+			t.Errorf("status lacks %s: %s", want, lines[0])
+		}
+	}
+	if lines[1] != "1" || lines[2] != "True" || lines[3] != "True" {
+		t.Errorf("parent %s (want the guest, 1), own session %s, own group %s", lines[1], lines[2], lines[3])
+	}
+	// Descriptors: 0 /dev/null, 1-4 pipes, and above them /dev/null only (IPython's).
+	var fds [][2]any
+	if err := json.Unmarshal([]byte(strings.NewReplacer("(", "[", ")", "]", "'", `"`).Replace(lines[4])), &fds); err != nil {
+		t.Fatalf("descriptors %s: %v", lines[4], err)
+	}
+	for _, fd := range fds {
+		n, target := int(fd[0].(float64)), fd[1].(string)
+		switch {
+		case n == 0 && target == "/dev/null", n >= 1 && n <= 4 && strings.HasPrefix(target, "pipe:"):
+		case n > 4 && target == "/dev/null":
+		case strings.HasPrefix(target, "/proc/"): // the listing's own
+		default:
+			t.Errorf("descriptor %d → %s in a forked kernel", n, target)
+		}
+	}
+	// Signals to everything it may signal reach neither the guest nor the template.
+	runCode(t, c, "import os, signal\ntry:\n    os.kill(-1, signal.SIGTERM)\nexcept OSError:\n    pass")
+	if out := runCode(t, c, "print(1 + 1)"); strings.TrimSpace(out) != "2" {
+		t.Errorf("after kill(-1): %q", out)
+	}
+	if !templateAlive(t, b) {
+		t.Error("the template died of the kernel's kill(-1)")
+	}
+}
+
+// templateAlive reports whether the host root's template answers: a connection from the
+// test (root, on the host) is refused with an error, as its pidfd is not its own.
+func templateAlive(t *testing.T, b *Backend) bool {
+	t.Helper()
+	ans, err := askTemplate(filepath.Join(b.templates.dir, "host", template.Socket), `{"python":"x","cwd":"/","env":[]}`+"\n", 6, true)
+	return err == nil && strings.HasPrefix(ans, "error ")
+}
+
+// askTemplate sends the template a request with n descriptors (the first a pidfd of this
+// process when ownPidfd, else of process 1) and returns its answer.
+func askTemplate(path, req string, n int, ownPidfd bool) (string, error) {
+	d := net.Dialer{Timeout: 5 * time.Second}
+	c, err := d.Dial("unix", path)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	conn := c.(*net.UnixConn)
+	conn.SetDeadline(time.Now().Add(20 * time.Second))
+	target := os.Getpid()
+	if !ownPidfd {
+		target = 1
+	}
+	pidfd, err := unix.PidfdOpen(target, 0)
+	if err != nil {
+		return "", err
+	}
+	defer unix.Close(pidfd)
+	fds := []int{pidfd}
+	for len(fds) < n {
+		fds = append(fds, pidfd)
+	}
+	if _, _, err := conn.WriteMsgUnix([]byte(req), unix.UnixRights(fds...), nil); err != nil {
+		return "", err
+	}
+	conn.CloseWrite()
+	var ans strings.Builder
+	buf := make([]byte, 4096)
+	for {
+		n, err := conn.Read(buf)
+		ans.Write(buf[:n])
+		if err != nil {
+			break
+		}
+	}
+	return ans.String(), nil
+}
+
+// Attacks on the template's socket (what a compromised guest could send): a pidfd of
+// another process, too few descriptors, garbage, another interpreter, an environment that
+// differs where Python reads it at start. Each is refused with an error and no kernel; the
+// template goes on serving sandboxes.
+func TestAttackTemplateRequests(t *testing.T) {
+	needRuntime(t, "runc")
+	b := newBackend(t, "runc", testbin.Cellbox(t))
+	sock := filepath.Join(b.templates.dir, "host", template.Socket)
+	// The template's own environment, as a guest's kernel has it.
+	base := sandbox.GuestEnv(nil)
+	for k, v := range pyrunner.KernelEnv(pyrunner.KernelTmp) {
+		base = append(base, k+"="+v)
+	}
+	valid := func(python string, env ...string) string {
+		r, _ := json.Marshal(map[string]any{"python": python, "cwd": "/", "env": append(slices.Clone(base), env...)})
+		return string(r) + "\n"
+	}
+	for _, c := range []struct {
+		name, req string
+		fds       int
+		own       bool
+		says      string
+	}{
+		{"a pidfd of another process", valid(sandboxtest.Python), 6, false, "pidfd of the guest that asks"},
+		{"five descriptors", valid(sandboxtest.Python), 5, true, "want 6 descriptors"},
+		{"no newline, then EOF", `{"python":`, 6, true, "cut short"},
+		{"not JSON", "hello\n", 6, true, "error"},
+		{"no env", `{"python":"` + sandboxtest.Python + `","cwd":"/"}` + "\n", 6, true, "malformed"},
+		{"another interpreter", valid("/usr/bin/python2"), 6, true, "not /usr/bin/python2"},
+		{"LD_PRELOAD", valid(sandboxtest.Python, "LD_PRELOAD=/tmp/x.so"), 6, true, "environment: LD_PRELOAD"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ans, err := askTemplate(sock, c.req, c.fds, c.own)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.HasPrefix(ans, "error ") || !strings.Contains(ans, c.says) || strings.Contains(ans, "pid ") {
+				t.Errorf("answer %q, want an error saying %q", ans, c.says)
+			}
+		})
+	}
+	// A process that is not root (user code's uid) is refused whatever it sends.
+	t.Run("not root", func(t *testing.T) {
+		cmd := exec.Command(sandboxtest.Python, "-c", `import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+s.sendall(b'{}\n')
+s.shutdown(socket.SHUT_WR)
+print(s.recv(4096).decode())`, sock)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: b.uid, Gid: b.gid}}
+		out, _ := cmd.CombinedOutput()
+		if !strings.Contains(string(out), "Permission denied") && !strings.Contains(string(out), "only the guest") {
+			t.Errorf("a process of uid %d got %q", b.uid, out)
+		}
+	})
+	// Connections that send nothing: each ties up one fork for 5 s, and at most 16 exist.
+	var idle []net.Conn
+	for range 40 {
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		idle = append(idle, c)
+	}
+	b.templates.mu.Lock()
+	tpid := b.templates.byDir[filepath.Join(b.templates.dir, "host")].t.Pid()
+	b.templates.mu.Unlock()
+	most := 0
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		kids, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", tpid, tpid))
+		most = max(most, len(strings.Fields(string(kids))))
+	}
+	if most > 16 || most == 0 {
+		t.Errorf("the template had up to %d children with 40 idle connections, want 1 to 16", most)
+	}
+	for _, c := range idle {
+		c.Close()
+	}
+	// Still serving.
+	_, c := realGuest(t, b)
+	if out := runCode(t, c, "print(40 + 2)"); strings.TrimSpace(out) != "42" {
+		t.Errorf("a sandbox after the attacks: %q", out)
+	}
+}
