@@ -64,7 +64,10 @@ type Config struct {
 	Dir string
 	// Binary is the cellbox binary that runs `template-init`; default the running one.
 	Binary string
-	Logger *slog.Logger
+	// Replace: a template serves on Dir, and this one takes over its socket once ready
+	// (until then the running one answers); else at once.
+	Replace bool
+	Logger  *slog.Logger
 }
 
 // Template is a running template process.
@@ -109,11 +112,18 @@ func Start(cfg Config) (*Template, error) {
 	if err := os.Chmod(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("kernel template: %w", err)
 	}
-	lf, err := listen(filepath.Join(cfg.Dir, Socket))
+	sock := filepath.Join(cfg.Dir, Socket)
+	lf, err := listen(sock)
 	if err != nil {
 		return nil, fmt.Errorf("kernel template: %w", err)
 	}
 	defer lf.Close()
+	takeOver := func() error { return os.Rename(sock+".new", sock) }
+	if !cfg.Replace {
+		if err := takeOver(); err != nil {
+			return nil, fmt.Errorf("kernel template: %w", err)
+		}
+	}
 
 	conf, err := json.Marshal(map[string]any{
 		"python": cfg.Python, "uid": cfg.UID, "gid": cfg.GID, "preimport": cfg.Preimport,
@@ -168,6 +178,11 @@ func Start(cfg Config) (*Template, error) {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
 			if sc.Text() == "ready" {
+				if cfg.Replace {
+					if err := takeOver(); err != nil {
+						log.Warn("kernel template: take over the socket", "error", err)
+					}
+				}
 				log.Info("kernel template ready", "after", time.Since(t.start).Round(time.Millisecond))
 				close(t.ready)
 				break
@@ -197,22 +212,28 @@ func Start(cfg Config) (*Template, error) {
 	return t, nil
 }
 
-// listen makes the listening socket at path (replacing a stale one) and returns it as a file.
+// listen makes the listening socket at path+".new" and returns it as a file: Start
+// renames it over path, so that a template that replaces another (a stale socket, or a
+// running template being renewed) leaves no moment without one.
 func listen(path string) (*os.File, error) {
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+	tmp := path + ".new"
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, err
 	}
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: tmp, Net: "unix"})
 	if err != nil {
 		return nil, err
 	}
 	l.SetUnlinkOnClose(false) // the socket stays for the template
 	defer l.Close()
-	if err := os.Chmod(path, 0o600); err != nil {
+	if err := os.Chmod(tmp, 0o600); err != nil {
 		return nil, err
 	}
 	return l.File()
 }
+
+// Started is when the template was started.
+func (t *Template) Started() time.Time { return t.start }
 
 // Ready is closed when the template takes requests.
 func (t *Template) Ready() <-chan struct{} { return t.ready }

@@ -32,8 +32,12 @@ type templateRun struct {
 	started time.Time
 }
 
-// restartAfter spaces the starts of a root's template that keeps ending.
+// restartAfter spaces the starts of a root's template that keeps ending. renewAfter is
+// how long a template serves before a new one replaces it: between forks it writes some of
+// its memory (each request's work), which its kernels then no longer share with it.
 const restartAfter = 10 * time.Second
+
+var renewAfter = time.Hour // a variable for tests
 
 // forRoot returns the host folder to bind for a sandbox on rootfs (an image's root, named
 // img, whose font cache is in it when imgMPL; or the backend's host-mode root, with the
@@ -57,16 +61,35 @@ func (ts *templates) get(key, root, mpl string) string {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	r := ts.byDir[dir]
-	if ts.closed || (r != nil && (r.t != nil && !done(r.t) || time.Since(r.started) < restartAfter)) {
+	renew := r != nil && r.t != nil && !done(r.t) && time.Since(r.started) > renewAfter
+	if ts.closed || (r != nil && !renew && (r.t != nil && !done(r.t) || time.Since(r.started) < restartAfter)) {
 		return dir
 	}
-	if r != nil && r.t != nil {
+	switch {
+	case renew:
+		ts.log.Info("renewing the kernel template", "template", dir, "served", time.Since(r.started).Round(time.Second))
+	case r != nil && r.t != nil:
 		ts.log.Warn("kernel template ended: starting it again", "template", dir)
 	}
 	t, err := template.Start(template.Config{Python: ts.cfg.Python, Preimport: ts.cfg.Preimport, UID: ts.uid, GID: ts.gid,
-		Root: root, MPLCache: mpl, Dir: dir, Binary: ts.binary, Logger: ts.log})
-	if err != nil {
+		Root: root, MPLCache: mpl, Dir: dir, Binary: ts.binary, Replace: renew, Logger: ts.log})
+	switch {
+	case err != nil && renew:
+		ts.log.Warn("kernel template did not start: the one running serves on", "template", dir, "error", err)
+		r.started = time.Now()
+		return dir
+	case err != nil:
 		ts.log.Warn("kernel template did not start: kernels start afresh", "template", dir, "error", err)
+	case renew:
+		// The new one takes the socket over once ready (renamed over it); then the old
+		// one ends, once it has no request, and its kernels run on.
+		go func(old, new *template.Template) {
+			select {
+			case <-new.Ready():
+			case <-new.Done():
+			}
+			old.Close()
+		}(r.t, t)
 	}
 	ts.byDir[dir] = &templateRun{t: t, started: time.Now()}
 	return dir

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cellbox/cellbox/internal/guest/pyrunner"
+	"github.com/cellbox/cellbox/internal/guestproto"
 	"github.com/cellbox/cellbox/internal/sandbox"
 	"github.com/cellbox/cellbox/internal/sandbox/sandboxtest"
 	"github.com/cellbox/cellbox/internal/template"
@@ -250,5 +251,56 @@ print(s.recv(4096).decode())`, sock)
 	_, c := realGuest(t, b)
 	if out := runCode(t, c, "print(40 + 2)"); strings.TrimSpace(out) != "42" {
 		t.Errorf("a sandbox after the attacks: %q", out)
+	}
+}
+
+// A template past its age is replaced: the next sandbox makes a new one, which takes over
+// the socket once ready; the old one ends, and kernels forked from either work.
+func TestTemplateRenewed(t *testing.T) {
+	needRuntime(t, "runc")
+	b := newBackend(t, "runc", testbin.Cellbox(t))
+	_, c1 := realGuest(t, b)
+	dir := filepath.Join(b.templates.dir, "host")
+	b.templates.mu.Lock()
+	old := b.templates.byDir[dir].t
+	b.templates.mu.Unlock()
+	setRenew := func(d time.Duration) { // read under the lock
+		b.templates.mu.Lock()
+		renewAfter = d
+		b.templates.mu.Unlock()
+	}
+	setRenew(0)
+	t.Cleanup(func() { setRenew(time.Hour) })
+	sb2, c2 := realGuest(t, b)
+	setRenew(time.Hour)
+	b.templates.mu.Lock()
+	renewed := b.templates.byDir[dir].t
+	b.templates.mu.Unlock()
+	if renewed == old {
+		t.Fatal("the template was not renewed")
+	}
+	select {
+	case <-old.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the old template still runs")
+	}
+	for i, c := range []*guestproto.Client{c1, c2} {
+		if out := runCode(t, c, "import pandas\nprint(6 * 7)"); strings.TrimSpace(out) != "42" {
+			t.Errorf("sandbox %d: %q", i+1, out)
+		}
+	}
+	// sb2's kernel came from one of them (the new one once it was ready, else the old one
+	// still serving): forked either way, never started afresh.
+	cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", kernelPid(t, sb2)))
+	if !strings.Contains(string(cmdline), pyrunner.TemplateScriptEnv) {
+		t.Errorf("the kernel during the renewal was not forked: %q", cmdline)
+	}
+	// And the next sandbox gets its kernel from the new one.
+	<-renewed.Ready()
+	sb3, _ := realGuest(t, b)
+	k := kernelPid(t, sb3)
+	status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", k))
+	if !strings.Contains(string(status), "Seccomp:\t2") {
+		t.Errorf("the kernel after the renewal: %s", status)
 	}
 }
