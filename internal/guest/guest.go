@@ -116,6 +116,7 @@ func Main(args []string) int {
 		return 2
 	}
 	tuneMemory()
+	reserveThreads(8)
 	// The log may be a file the sandbox keeps for its whole life: cap it.
 	log := slog.New(slog.NewTextHandler(&cappedWriter{w: os.Stderr, left: maxLog}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	protect(log)
@@ -231,4 +232,27 @@ func tuneMemory() {
 		debug.SetGCPercent(25)
 	}
 	debug.FreeOSMemory()
+}
+
+// reserveThreads makes the Go runtime start n threads now, which it then keeps idle for
+// when it needs one: each goroutine here holds a thread of its own until all have one. In
+// a sandbox whose process limit user code has used up (threads count), the guest could not
+// start a thread when a call blocks, and the runtime dies of that.
+func reserveThreads(n int) {
+	var locked, done sync.WaitGroup
+	release := make(chan struct{})
+	locked.Add(n)
+	done.Add(n)
+	for range n {
+		go func() {
+			defer done.Done()
+			runtime.LockOSThread()
+			locked.Done()
+			<-release
+			runtime.UnlockOSThread()
+		}()
+	}
+	locked.Wait()
+	close(release)
+	done.Wait()
 }
