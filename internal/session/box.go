@@ -110,26 +110,28 @@ func (m *Manager) guestConfig(spec boxSpec) guestproto.Config {
 // memory, CPU and process limits (sandbox.Updater), and the guest its env, which a kernel
 // that has run no cell takes without a restart. A disk quota other than b's cannot be
 // given: that error, or the backend's, means a new box instead.
-func (m *Manager) adapt(ctx context.Context, b *box, spec boxSpec) error {
+// When it fails, changed says whether b was changed already (else it may go back to its
+// pool).
+func (m *Manager) adapt(ctx context.Context, b *box, spec boxSpec) (changed bool, err error) {
 	if spec.image != b.image || spec.limits.DiskMB != b.limits.DiskMB {
-		return fmt.Errorf("another image or disk quota: %w", errors.ErrUnsupported)
+		return false, fmt.Errorf("another image or disk quota: %w", errors.ErrUnsupported)
 	}
 	if spec.limits != b.limits {
 		u, ok := b.sb.(sandbox.Updater)
 		if !ok {
-			return fmt.Errorf("the backend cannot change limits: %w", errors.ErrUnsupported)
+			return false, fmt.Errorf("the backend cannot change limits: %w", errors.ErrUnsupported)
 		}
 		if err := u.Update(ctx, sandbox.Limits{MemoryMB: spec.limits.MemoryMB, CPUs: spec.limits.CPUs, Pids: spec.limits.Pids, TmpMB: m.cfg.TmpMB}); err != nil {
-			return err
+			return !errors.Is(err, errors.ErrUnsupported), err
 		}
 	}
 	if !maps.Equal(spec.env, b.env) || spec.limits.MemoryMB != b.limits.MemoryMB {
 		if err := b.guest.Configure(ctx, m.guestConfig(spec)); err != nil {
-			return err
+			return true, err
 		}
 	}
 	b.boxSpec = spec
-	return nil
+	return false, nil
 }
 
 // stop ends the sandbox; the workspace stays where it is.

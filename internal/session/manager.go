@@ -277,15 +277,18 @@ func (m *Manager) unreserve(tenant string) {
 // obtain returns a ready box: from its image's warm pool, given the request's limits and
 // env (adapt) when they are not the pool's, else a new one.
 func (m *Manager) obtain(ctx context.Context, spec boxSpec) (*box, error) {
-	if p := m.pools[spec.image]; p != nil {
+	// A warm sandbox has the default disk quota, which cannot change.
+	if p := m.pools[spec.image]; p != nil && spec.limits.DiskMB == m.defaults().DiskMB {
 		if b := p.take(); b != nil {
-			err := m.adapt(ctx, b, spec)
+			changed, err := m.adapt(ctx, b, spec)
 			if err == nil {
 				m.metrics.poolHits.Inc()
 				return b, nil
 			}
 			m.log.Debug("a warm sandbox could not take the request's limits or env: starting a new one", "sandbox_id", b.id, "error", err)
-			go p.discard(b)
+			if changed || !p.put(b) { // unchanged, it waits for the next request
+				go p.discard(b)
+			}
 		}
 		m.metrics.poolMisses.Inc()
 	}

@@ -160,7 +160,7 @@ def _template():
     # closing them would leave those objects on numbers the kernel reuses. Only /dev/null may
     # stay (a file's offset would be shared by every kernel); anything else is closed, and
     # said here.
-    keep = []
+    held = []
     for name in os.listdir("/proc/self/fd"):
         fd = int(name)
         if fd <= 4 or fd == lfd:
@@ -169,11 +169,9 @@ def _template():
             st = os.fstat(fd)
         except OSError:
             continue  # the listing's own descriptor
-        if stat.S_ISCHR(st.st_mode) and st.st_rdev == os.makedev(1, 3):
-            keep.append(fd)
-        else:
-            print("cellbox template: descriptor %d (%s) will be closed in kernels" % (fd, os.readlink("/proc/self/fd/%d" % fd)), file=sys.stderr)
-    keep.sort()
+        held.append(fd)
+        if not (stat.S_ISCHR(st.st_mode) and st.st_rdev == os.makedev(1, 3)):
+            print("cellbox template: descriptor %d (%s) will be /dev/null in kernels" % (fd, os.readlink("/proc/self/fd/%d" % fd)), file=sys.stderr)
     print("cellbox template: ready in %.2fs" % (time.monotonic() - t0), file=sys.stderr)
 
     lsock = socket.socket(fileno=lfd)
@@ -202,7 +200,12 @@ def _template():
         if m:
             # The intermediate reaps the child in the sandbox's pid namespace, which would
             # otherwise be a zombie there that nobody reaps (the namespace could not end).
+            # That child is root in the sandbox's namespace, where the guest may stop it:
+            # it gets 5 s, then is killed, so that no guest can hold a fork of the template.
             os.close(conn.fileno())
+            pfd = os.pidfd_open(m)
+            if not select.select([pfd], [], [], 5)[0]:
+                os.kill(m, signal.SIGKILL)
             os.waitpid(m, 0)
             os._exit(0)  # the template reaps the intermediate
         k = os.fork()
@@ -218,6 +221,20 @@ def _template():
         for target, fd in enumerate(high):
             os.dup2(fd, target)
         phase["kernel"] = True  # errors go to the kernel's stderr now: conn's number is reused
+        # Every other descriptor goes while still root, before anything of the user's can
+        # reach this process: those the prepared objects hold become the sandbox's own
+        # /dev/null (a number they use must stay valid, and must not be the template's or
+        # shared with other kernels), the rest are closed.
+        conn.detach()  # the socket objects must not close numbers reused below
+        lsock.detach()
+        null = os.open("/dev/null", os.O_RDWR | os.O_CLOEXEC)
+        for fd in held:
+            os.dup2(null, fd, inheritable=False)
+        low = 5
+        for fd in sorted(held + [null]) + [1 << 20]:
+            os.closerange(low, fd)
+            low = fd + 1
+        os.close(null)
         for n in range(last_cap + 1):
             check(libc.prctl(24, n, 0, 0, 0), "drop capability %d from the bounding set" % n)  # PR_CAPBSET_DROP
         check(libc.prctl(47, 4, 0, 0, 0), "clear the ambient capabilities")  # PR_CAP_AMBIENT, CLEAR_ALL
@@ -232,15 +249,11 @@ def _template():
             for line in f:
                 if line.startswith("Cap") and int(line.split()[1], 16) != 0:
                     raise OSError("capabilities left: " + line.strip())
-        check(libc.prctl(4, 1, 0, 0, 0), "dumpable")  # PR_SET_DUMPABLE: as an exec'd kernel is
         check(libc.prctl(38, 1, 0, 0, 0), "no_new_privs")  # PR_SET_NO_NEW_PRIVS
         check(libc.prctl(22, 2, ctypes.addressof(fprog), 0, 0), "seccomp")  # PR_SET_SECCOMP, FILTER
-        conn.detach()  # the socket objects must not close numbers reused below
-        lsock.detach()
-        low = 5
-        for fd in keep + [1 << 20]:
-            os.closerange(low, fd)
-            low = fd + 1
+        # Dumpable, as an exec'd kernel is (its /proc/self is the user's): only now, with the
+        # filter on and nothing of the template's left.
+        check(libc.prctl(4, 1, 0, 0, 0), "dumpable")  # PR_SET_DUMPABLE
         os.umask(umask)
         os.chdir(req["cwd"])
         runner["apply_env"](req["env"])
@@ -277,7 +290,7 @@ def _template():
             if len(fds) != 6:
                 raise ValueError("want 6 descriptors, got %d" % len(fds))
             while not msg.endswith(b"\n"):
-                if len(msg) > 1 << 20:
+                if len(msg) > 256 << 10:  # parsed before the sandbox's cgroups are joined
                     raise ValueError("request too large")
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -322,6 +335,7 @@ def _template():
         try:
             os.close(r)
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the template's reaper; this one waits itself
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
             check(libc.prctl(1, signal.SIGKILL, 0, 0, 0), "parent death signal")  # PR_SET_PDEATHSIG
             if os.getppid() != template_pid:
                 os._exit(0)
@@ -382,8 +396,13 @@ def _template():
     while True:
         reap()
         if spare_r is None and len(children) < max_children:
-            spare_pid, spare_r = fork_spare()
-            children.add(spare_pid)
+            # The reaper must not see this child before it is in the set.
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+            try:
+                spare_pid, spare_r = fork_spare()
+                children.add(spare_pid)
+            finally:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
         watch = [0] if spare_r is None else [0, spare_r]
         ready, _, _ = select.select(watch, [], [], 0.1 if spare_r is None else 1.0)
         if 0 in ready and not os.read(0, 64):
