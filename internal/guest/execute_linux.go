@@ -65,11 +65,8 @@ func (s *server) reconfigure(old, c *guestproto.Config, k *kernel) bool {
 func (s *server) kernelSpec(cfg *guestproto.Config) kernelSpec {
 	env := mergeEnv(os.Environ(), pyrunner.KernelEnv(s.tmp), cfg.Env)
 	maxLine := min(cfg.MaxRichBytes+cfg.MaxOutputBytes+1<<20, guestproto.MaxMessageSize)
-	k := kernelSpec{user: s.user, python: cfg.Python, env: env, dir: s.opts.Workspace, maxLine: maxLine, preimport: cfg.Preimport, log: s.log}
-	if s.opts.Init {
-		k.template = s.opts.Template
-	}
-	return k
+	return kernelSpec{user: s.user, python: cfg.Python, env: env, dir: s.opts.Workspace, maxLine: maxLine,
+		template: s.opts.Template, preimport: cfg.Preimport, log: s.log}
 }
 
 // restartLocked replaces the kernel with a fresh one and runs the preimport code in it.

@@ -98,6 +98,9 @@ func newServer(opts Options) (*server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open workspace %s: %w", opts.Workspace, err)
 	}
+	if !opts.Init {
+		opts.Template = "" // a forked kernel becomes the guest's child only when it is process 1
+	}
 	tmpDir := "" // a new folder in the temporary folder, which may be the host's
 	if opts.Template != "" {
 		// A sandbox's guest, whose /tmp is its own: the path a template's kernels have.

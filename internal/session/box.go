@@ -108,14 +108,12 @@ func (m *Manager) guestConfig(spec boxSpec) guestproto.Config {
 
 // adapt makes warm box b fit spec, which it was not started with: the sandbox takes spec's
 // memory, CPU and process limits (sandbox.Updater), and the guest its env, which a kernel
-// that has run no cell takes without a restart. A disk quota other than b's cannot be
-// given: that error, or the backend's, means a new box instead.
+// that has run no cell takes without a restart. spec has b's image and disk quota (the
+// caller takes b from that image's pool only for the default quota, which cannot change).
+// An error means a new box instead.
 // When it fails, changed says whether b was changed already (else it may go back to its
 // pool).
 func (m *Manager) adapt(ctx context.Context, b *box, spec boxSpec) (changed bool, err error) {
-	if spec.image != b.image || spec.limits.DiskMB != b.limits.DiskMB {
-		return false, fmt.Errorf("another image or disk quota: %w", errors.ErrUnsupported)
-	}
 	if spec.limits != b.limits {
 		u, ok := b.sb.(sandbox.Updater)
 		if !ok {

@@ -19,7 +19,6 @@ package template
 
 import (
 	"bufio"
-	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -30,7 +29,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"time"
 
@@ -72,13 +70,11 @@ type Config struct {
 
 // Template is a running template process.
 type Template struct {
-	cfg   Config
 	cmd   *exec.Cmd
 	stdin io.WriteCloser
 	ready chan struct{} // closed when the template takes requests
 	done  chan struct{} // closed when the process has exited
 	start time.Time
-	err   error // why it ended, once done is closed
 
 	closeOnce sync.Once
 }
@@ -166,7 +162,7 @@ func Start(cfg Config) (*Template, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &Template{cfg: cfg, cmd: cmd, stdin: stdin, ready: make(chan struct{}), done: make(chan struct{}), start: time.Now()}
+	t := &Template{cmd: cmd, stdin: stdin, ready: make(chan struct{}), done: make(chan struct{}), start: time.Now()}
 	log := cfg.Logger.With("template", cfg.Dir)
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("kernel template: start %s: %w", cfg.Binary, err)
@@ -205,7 +201,6 @@ func Start(cfg Config) (*Template, error) {
 		if err == nil {
 			err = errors.New("exited")
 		}
-		t.err = err
 		log.Info("kernel template ended", "error", err)
 		close(t.done)
 	}()
@@ -232,9 +227,6 @@ func listen(path string) (*os.File, error) {
 	return l.File()
 }
 
-// Started is when the template was started.
-func (t *Template) Started() time.Time { return t.start }
-
 // Ready is closed when the template takes requests.
 func (t *Template) Ready() <-chan struct{} { return t.ready }
 
@@ -243,28 +235,6 @@ func (t *Template) Done() <-chan struct{} { return t.done }
 
 // Pid is the template process's pid.
 func (t *Template) Pid() int { return t.cmd.Process.Pid }
-
-// Dir is the host folder of the socket.
-func (t *Template) Dir() string { return t.cfg.Dir }
-
-// Wait waits until the template is ready, has ended, or ctx is done.
-func (t *Template) Wait(ctx context.Context) error {
-	select {
-	case <-t.ready:
-		return nil
-	case <-t.done:
-		return fmt.Errorf("kernel template on %s: %v: %w", t.root(), t.err, errdefs.ErrUnavailable)
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-func (t *Template) root() string {
-	if t.cfg.Root == "" {
-		return "the host's root"
-	}
-	return t.cfg.Root
-}
 
 // Close ends the template (kernels forked from it run on: they are the sandboxes' now) and
 // waits for it to exit.
@@ -279,9 +249,4 @@ func (t *Template) Close() error {
 		}
 	})
 	return nil
-}
-
-// String names the template for logs.
-func (t *Template) String() string {
-	return "kernel template on " + t.root() + " (pid " + strconv.Itoa(t.Pid()) + ")"
 }

@@ -129,8 +129,9 @@ def _template():
     exec(compile(runner_src, "<cellbox-runner>", "exec"), runner)
     shell, serve = runner["prepare"]()
     t0 = time.monotonic()
-    # The pre-imports as the guest runs them in a kernel: a silent cell (its outputs go to
-    # /dev/null, on descriptor 4 for now), which also warms IPython's cell machinery.
+    # The pre-imports as the guest runs them in a kernel (a cell without history: its
+    # outputs go to /dev/null, on descriptor 4 for now), which also warms IPython's cell
+    # machinery and display hooks.
     for code in (cfg.get("preimport") or "", "pass", "1"):
         r = shell.run_cell(code, store_history=False)
         err = r.error_before_exec or r.error_in_exec
@@ -156,10 +157,10 @@ def _template():
         fm._get_font.cache_clear()
     gc.collect()
 
-    # Descriptors the prepared objects hold (IPython's /dev/null) stay open in kernels:
-    # closing them would leave those objects on numbers the kernel reuses. Only /dev/null may
-    # stay (a file's offset would be shared by every kernel); anything else is closed, and
-    # said here.
+    # Descriptors the prepared objects hold (IPython's /dev/null): in a kernel each of these
+    # numbers becomes the sandbox's own /dev/null (closing them would leave those objects on
+    # numbers the kernel reuses; keeping them would share the template's files with every
+    # kernel). One that is not /dev/null here is said here.
     held = []
     for name in os.listdir("/proc/self/fd"):
         fd = int(name)
@@ -376,8 +377,8 @@ def _template():
     template_pid = os.getpid()
     gc.collect()
     gc.freeze()
-    spare_pid, spare_r = fork_spare()
-    children.add(spare_pid)
+    spare, spare_r = fork_spare()
+    children.add(spare)
     os.write(1, b"ready\n")
     def reap(*_):
         # The forks exit as soon as their kernel is forked; reaped at once, as a zombie is
@@ -399,8 +400,8 @@ def _template():
             # The reaper must not see this child before it is in the set.
             signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
             try:
-                spare_pid, spare_r = fork_spare()
-                children.add(spare_pid)
+                spare, spare_r = fork_spare()
+                children.add(spare)
             finally:
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
         watch = [0] if spare_r is None else [0, spare_r]

@@ -43,7 +43,8 @@ func (s *Sandbox) Update(ctx context.Context, l sandbox.Limits) error {
 	if r.CPU != nil {
 		quota = strconv.FormatInt(*r.CPU.Quota, 10)
 	}
-	if v2, ok := dirs[""]; ok && len(dirs) == 1 || cgroupV2() {
+	if cgroupV2() {
+		v2, ok := dirs[""]
 		if !ok {
 			return fmt.Errorf("sandbox %s: no cgroup v2 folder", s.id)
 		}
