@@ -99,6 +99,9 @@ type Capabilities struct {
 	HostProcesses bool
 	// Reattach: sandboxes outlive the server process, and Attach finds them again.
 	Reattach bool
+	// LimitsChange: its sandboxes are Updaters whose memory, CPU and process limits change
+	// while they run. Without it Update, where there is one, is errors.ErrUnsupported.
+	LimitsChange bool
 }
 
 // GuestCapabilities are the guest's capabilities, and all the sandbox has (the bounding set): to

@@ -4,13 +4,16 @@ package testbin
 
 import (
 	"bytes"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 )
 
@@ -27,7 +30,8 @@ func Cellbox(t testing.TB) string {
 	once.Do(func() {
 		_, file, _, _ := runtime.Caller(0)
 		root := filepath.Join(filepath.Dir(file), "..", "..")
-		dir, derr := os.MkdirTemp("", "cellbox-testbin-")
+		sweep()
+		dir, derr := os.MkdirTemp("", fmt.Sprintf("%s%d-", dirPrefix, os.Getpid()))
 		if derr != nil {
 			err = derr
 			return
@@ -42,6 +46,23 @@ func Cellbox(t testing.TB) string {
 		t.Fatalf("build cellbox: %v\n%s", err, out)
 	}
 	return path
+}
+
+// dirPrefix starts the name of each test process's build folder, followed by its pid.
+const dirPrefix = "cellbox-testbin-"
+
+// sweep removes the build folders of test processes that have ended: a test process has no
+// hook at its exit, and a binary each (60 MB) would fill the disk over a few hundred runs.
+func sweep() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), dirPrefix+"*"))
+	for _, d := range dirs {
+		rest := strings.TrimPrefix(filepath.Base(d), dirPrefix)
+		pid, err := strconv.Atoi(rest[:max(strings.IndexByte(rest, '-'), 0)])
+		if err == nil && pid > 0 && syscall.Kill(pid, 0) != syscall.ESRCH {
+			continue // its process may still run
+		}
+		os.RemoveAll(d)
+	}
 }
 
 // Missing skips a test that needs a component this machine lacks (root, runc, IPython,

@@ -1,6 +1,10 @@
 package testbin
 
 import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"runtime"
 	"testing"
 )
@@ -41,5 +45,32 @@ func TestMissingSkipsOutsideCI(t *testing.T) {
 	call(func() { Missing(r, "needs %s", "x") })
 	if r.skip == "" || r.fatal != "" {
 		t.Errorf("without CI: fatal %q, skip %q; want a skip", r.fatal, r.skip)
+	}
+}
+
+func TestSweepRemovesEndedProcessesFolders(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	ended := exec.Command("true")
+	if err := ended.Run(); err != nil {
+		t.Fatal(err)
+	}
+	mk := func(name string) string {
+		d := filepath.Join(tmp, name)
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	live := mk(fmt.Sprintf("%s%d-1", dirPrefix, os.Getpid()))
+	dead := mk(fmt.Sprintf("%s%d-2", dirPrefix, ended.Process.Pid))
+	old := mk(dirPrefix + "123456") // the names before the pid was in them
+	other := mk("cellbox-other-1")
+	sweep()
+	for d, keep := range map[string]bool{live: true, dead: false, old: false, other: true} {
+		_, err := os.Stat(d)
+		if kept := err == nil; kept != keep {
+			t.Errorf("%s: kept %v, want %v", filepath.Base(d), kept, keep)
+		}
 	}
 }

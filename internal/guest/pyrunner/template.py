@@ -182,20 +182,30 @@ def _template():
     phase = {"kernel": False}
 
     def become_kernel(conn, fds, req, guest):
-        # The intermediate: into the sandbox, then two forks.
-        for path in cgroup_files(guest):
+        # The intermediate: into the sandbox, then two forks. What is read through the
+        # guest's pid (its cgroups, limits, umask) is read first, then the pidfd must show
+        # the guest still alive: its pid named no other process meanwhile.
+        paths = cgroup_files(guest)
+        limits = []
+        for r in RLIMITS:
+            try:
+                limits.append((r, resource.prlimit(guest, r)))
+            except (OSError, ValueError):
+                pass
+        with open("/proc/%d/status" % guest) as f:
+            umask = next((int(l.split()[1], 8) for l in f if l.startswith("Umask:")), 0o022)
+        signal.pidfd_send_signal(fds[0], 0)
+        for path in paths:
             fd = os.open(path, os.O_WRONLY)
             try:
                 os.write(fd, b"0")
             finally:
                 os.close(fd)
-        for r in RLIMITS:
+        for r, v in limits:
             try:
-                resource.setrlimit(r, resource.prlimit(guest, r))
+                resource.setrlimit(r, v)
             except (OSError, ValueError):
                 pass
-        with open("/proc/%d/status" % guest) as f:
-            umask = next((int(l.split()[1], 8) for l in f if l.startswith("Umask:")), 0o022)
         check(libc.setns(fds[0], NS_FLAGS), "setns")
         m = os.fork()
         if m:

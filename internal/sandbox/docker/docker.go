@@ -239,7 +239,7 @@ func (b *Backend) Name() string { return "docker" }
 func (b *Backend) Capabilities() sandbox.Capabilities {
 	c := sandbox.Capabilities{Isolated: true, Limits: true, NoNetwork: true, GuestProtected: true, Reattach: true}
 	if !b.gvisor {
-		c.GuestProcPrivate, c.OOMReported, c.CPUClock, c.HostProcesses = true, true, true, true
+		c.GuestProcPrivate, c.OOMReported, c.CPUClock, c.HostProcesses, c.LimitsChange = true, true, true, true, true
 	}
 	return c
 }

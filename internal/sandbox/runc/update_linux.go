@@ -1,6 +1,7 @@
 package runc
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/cellbox/cellbox/internal/mountinfo"
 	"github.com/cellbox/cellbox/internal/sandbox"
@@ -24,9 +27,30 @@ func (s *Sandbox) Update(ctx context.Context, l sandbox.Limits) error {
 	if err != nil {
 		return fmt.Errorf("sandbox %s: %w", s.id, err)
 	}
+	// The pid names the guest only while it lives: a pidfd taken before the lookup, still
+	// alive after it, says the folders read were the guest's, and each one written must be
+	// this sandbox's own cgroup (runc's CgroupsPath, see spec.go).
+	pidfd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return fmt.Errorf("sandbox %s: the guest (pid %d): %w", s.id, pid, err)
+	}
+	defer unix.Close(pidfd)
 	dirs, err := cgroupDirs(pid)
 	if err != nil {
 		return fmt.Errorf("sandbox %s: %w", s.id, err)
+	}
+	if err := unix.PidfdSendSignal(pidfd, 0, nil, 0); err != nil {
+		return fmt.Errorf("sandbox %s: the guest (pid %d) is gone: %w", s.id, pid, err)
+	}
+	dir := func(ctrl string) (string, error) {
+		d, ok := dirs[ctrl]
+		switch {
+		case !ok:
+			return "", fmt.Errorf("sandbox %s: no %s cgroup", s.id, cmp.Or(ctrl, "v2"))
+		case filepath.Base(d) != s.id || filepath.Base(filepath.Dir(d)) != cgroupParent:
+			return "", fmt.Errorf("sandbox %s: the guest's %s cgroup is %s, not the sandbox's", s.id, cmp.Or(ctrl, "v2"), d)
+		}
+		return d, nil
 	}
 	r := resources(l, s.b.limitSwap, false)
 	memory, swap, pids := "max", "max", "max"
@@ -44,9 +68,9 @@ func (s *Sandbox) Update(ctx context.Context, l sandbox.Limits) error {
 		quota = strconv.FormatInt(*r.CPU.Quota, 10)
 	}
 	if cgroupV2() {
-		v2, ok := dirs[""]
-		if !ok {
-			return fmt.Errorf("sandbox %s: no cgroup v2 folder", s.id)
+		v2, err := dir("")
+		if err != nil {
+			return err
 		}
 		w := []struct{ file, value string }{
 			{"memory.max", memory}, {"pids.max", pids}, {"cpu.max", quota + " " + strconv.Itoa(cpuPeriod)},
@@ -61,14 +85,7 @@ func (s *Sandbox) Update(ctx context.Context, l sandbox.Limits) error {
 		}
 		return nil
 	}
-	v1 := func(ctrl string) (string, error) {
-		d, ok := dirs[ctrl]
-		if !ok {
-			return "", fmt.Errorf("sandbox %s: no %s cgroup", s.id, ctrl)
-		}
-		return d, nil
-	}
-	mem, err := v1("memory")
+	mem, err := dir("memory")
 	if err != nil {
 		return err
 	}
@@ -98,14 +115,14 @@ func (s *Sandbox) Update(ctx context.Context, l sandbox.Limits) error {
 			return fmt.Errorf("sandbox %s: %w", s.id, err)
 		}
 	}
-	pd, err := v1("pids")
+	pd, err := dir("pids")
 	if err != nil {
 		return err
 	}
 	if err := writeCgroup(pd, "pids.max", pids); err != nil {
 		return fmt.Errorf("sandbox %s: %w", s.id, err)
 	}
-	cpu, err := v1("cpu")
+	cpu, err := dir("cpu")
 	if err != nil {
 		return err
 	}

@@ -66,6 +66,7 @@ func Run(t *testing.T, b sandbox.Backend) {
 			t.Run("memory", func(t *testing.T) { testMemory(t, b) })
 			t.Run("pids", func(t *testing.T) { testPids(t, b) })
 			t.Run("cpu", func(t *testing.T) { testCPU(t, b) })
+			t.Run("change", func(t *testing.T) { testLimitsChange(t, b) })
 		})
 	}
 }
@@ -662,6 +663,9 @@ for p in ps:
 	}
 }
 
+// cpuShareCode is busy for 1.5 s of wall time and prints the share of a core it got.
+const cpuShareCode = "import time\nw, c = time.monotonic(), time.process_time()\nwhile time.monotonic() - w < 1.5: pass\nprint(round((time.process_time() - c) / (time.monotonic() - w), 2), end='')"
+
 func testCPU(t *testing.T, b sandbox.Backend) {
 	l := limits
 	l.CPUs = 0.25
@@ -671,8 +675,7 @@ func testCPU(t *testing.T, b sandbox.Backend) {
 	}
 	x := start(t, b, l)
 	// Busy for 1.5 s of wall time; at a quarter core that is about 0.4 s of CPU.
-	code := "import time\nw, c = time.monotonic(), time.process_time()\nwhile time.monotonic() - w < 1.5: pass\nprint(round((time.process_time() - c) / (time.monotonic() - w), 2), end='')"
-	got := x.run(t, code)
+	got := x.run(t, cpuShareCode)
 	var share float64
 	fmt.Sscan(got, &share)
 	t.Logf("CPU share at a 0.25 limit: %s", got)
@@ -698,6 +701,81 @@ func testCPUWork(t *testing.T, b sandbox.Backend, l sandbox.Limits) {
 	t.Logf("busy loop: %.0f iterations under a %.2f CPU limit, %.0f without", limited, cpus, free)
 	if free == 0 || limited/free > 0.6 {
 		t.Errorf("a busy loop did %.0f iterations under a %.2f CPU limit and %.0f without", limited, cpus, free)
+	}
+}
+
+// testLimitsChange gives a running sandbox lower limits, then higher ones (sandbox.Updater),
+// and checks each from inside; a backend without Capabilities.LimitsChange must refuse.
+func testLimitsChange(t *testing.T, b sandbox.Backend) {
+	x := start(t, b, limits)
+	up, ok := x.sb.(sandbox.Updater)
+	if !b.Capabilities().LimitsChange {
+		if ok {
+			if err := up.Update(ctxT(t, 30*time.Second), limits); !errors.Is(err, errors.ErrUnsupported) {
+				t.Errorf("Update of a backend without LimitsChange: %v, want ErrUnsupported", err)
+			}
+		}
+		if got := x.run(t, "print(1 + 1, end='')"); got != "2" {
+			t.Errorf("after the refused update the kernel printed %q", got)
+		}
+		return
+	}
+	if !ok {
+		t.Fatalf("a backend with LimitsChange has sandboxes (%T) that are not Updaters", x.sb)
+	}
+	update := func(l sandbox.Limits) {
+		t.Helper()
+		if err := up.Update(ctxT(t, 30*time.Second), l); err != nil {
+			t.Fatalf("Update(%+v): %v", l, err)
+		}
+	}
+	popen := func(n int) int {
+		t.Helper()
+		code := fmt.Sprintf(`import subprocess
+ps = []
+try:
+    for i in range(%d):
+        ps.append(subprocess.Popen(['sleep', '60']))
+except OSError:
+    pass
+print(len(ps), end='')
+for p in ps:
+    p.kill()
+    p.wait()`, n)
+		var got int
+		fmt.Sscan(x.run(t, code), &got)
+		return got
+	}
+	// 300 MiB in 16 MiB steps, then let go.
+	alloc := "a = []\nfor i in range(19):\n    a.append(b'\\x01' * (16 << 20))\ndel a\nprint('ok', end='')"
+
+	low := limits
+	low.MemoryMB, low.Pids, low.CPUs = 160, 48, 0.25
+	update(low)
+	if n := popen(100); n == 0 || n >= low.Pids {
+		t.Errorf("started %d processes after the pids limit was lowered to %d", n, low.Pids)
+	}
+	if r := x.exec(t, alloc, 60); r.Status != api.StatusOOM {
+		t.Errorf("300 MiB after the memory limit was lowered to %d MiB: status %s (%s), want oom", low.MemoryMB, r.Status, r.Message)
+	}
+	if b.Capabilities().CPUClock {
+		var share float64
+		fmt.Sscan(x.run(t, cpuShareCode), &share)
+		if share > 0.6 {
+			t.Errorf("a busy loop got %.2f of a core after the CPU limit was lowered to %.2f", share, low.CPUs)
+		}
+	}
+
+	// Raised again: the memory limit grows past what the lower one allowed (on cgroup v1
+	// with swap limited, memsw must be raised first).
+	high := limits
+	high.Pids = 128
+	update(high)
+	if n := popen(80); n != 80 {
+		t.Errorf("started %d of 80 processes after the pids limit was raised to %d", n, high.Pids)
+	}
+	if r := x.exec(t, alloc, 60); r.Status != api.StatusOK || stdout(r) != "ok" {
+		t.Errorf("300 MiB after the memory limit was raised to %d MiB: status %s (%s) %q", high.MemoryMB, r.Status, r.Message, stdout(r))
 	}
 }
 
