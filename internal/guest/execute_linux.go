@@ -72,8 +72,8 @@ func (s *server) kernelSpec(cfg *guestproto.Config) kernelSpec {
 // restartLocked replaces the kernel with a fresh one and runs the preimport code in it.
 // A kernel forked from a template that ran the same pre-imports has them already: it only
 // answers a ping, unless warm, where nobody waits for it (a new sandbox's first kernel):
-// running the pre-imports once more writes, while nobody waits, most of the memory its
-// first cells would copy from the template. The caller holds kmu.
+// running the pre-imports once more, and showing a value, writes while nobody waits most
+// of the memory its first cells would copy from the template. The caller holds kmu.
 func (s *server) restartLocked(warm bool) error {
 	s.mu.Lock()
 	old, cfg, closing := s.kernel, s.cfg, s.closing
@@ -137,6 +137,16 @@ func (s *server) restartLocked(warm bool) error {
 			why = r.errOut.EName + ": " + r.errOut.EValue
 		}
 		return fail(fmt.Errorf("the preimport code failed: %s: %w", why, errdefs.ErrInvalidArgument))
+	}
+	if warm {
+		// And a value shown, as most first cells show one: IPython's display machinery
+		// writes ~190 pages of the template's (~3 ms on a VM here) the first time it runs.
+		r := newRun("1", true, startTimeout, 0, nil)
+		k.begin(r)
+		<-r.done
+		if r.died {
+			return fail(fmt.Errorf("the Python kernel died after its start: %s: %w", exitText(r.ws), errdefs.ErrUnavailable))
+		}
 	}
 	return nil
 }

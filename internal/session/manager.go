@@ -58,6 +58,7 @@ type Manager struct {
 	stopBg   context.CancelFunc
 	bg       sync.WaitGroup
 	running  sync.WaitGroup // runs: executions and commands, one-shots included
+	saves    sync.WaitGroup // saveSoon's writers
 	discards sync.WaitGroup // one-shot sandboxes being stopped
 }
 
@@ -82,6 +83,8 @@ type Session struct {
 	busy       bool
 	execCount  int
 	closed     bool
+	dirty      bool   // activity not yet in the record (saveSoon)
+	saving     bool   // saveSoon's writer runs
 	notice     string // told on the next execution: what happened to the session meanwhile
 	spawns     int    // programs Spawn runs beside the turn (spawn.go)
 }
@@ -561,14 +564,14 @@ func (m *Manager) acquire(ctx context.Context, s *Session) (_ *box, _ context.Co
 	s.lastActive = time.Now()
 	b := s.box
 	s.mu.Unlock()
-	m.save(s)
+	m.saveSoon(s)
 	return b, rctx, func() {
 		s.mu.Lock()
 		s.busy = false
 		s.run = nil
 		s.lastActive = time.Now()
 		s.mu.Unlock()
-		m.save(s)
+		m.saveSoon(s)
 		end()
 		<-s.turn
 	}, nil
@@ -582,7 +585,7 @@ func (m *Manager) current(s *Session) *box {
 	stale := s.lastActive.Sub(s.saved) > saveEvery
 	s.mu.Unlock()
 	if stale {
-		m.save(s)
+		m.saveSoon(s)
 	}
 	return b
 }
@@ -858,6 +861,7 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 	ended := make(chan struct{})
 	go func() {
 		m.running.Wait()
+		m.saves.Wait()
 		close(ended)
 	}()
 	select {
