@@ -20,6 +20,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/cellbox/cellbox/internal/errdefs"
 )
@@ -44,16 +45,22 @@ const (
 	maxPackages  = 2000
 )
 
+// The patterns are compiled at their first use: the guest, the same binary, has no use for
+// them, and every sandbox's guest would hold them (~80 KB).
 var (
-	namePattern  = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
-	debPattern   = regexp.MustCompile(`^[a-z0-9][a-z0-9+.-]+$`)                   // Debian policy 5.6.1
-	suitePattern = regexp.MustCompile(`^[a-z][a-z0-9-]{1,30}$`)                   // bookworm, trixie, ...
-	pipPattern   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._\-\[\],<>=!~ ]*$`) // name[extras] and version specifiers; no URLs, options or paths
+	namePattern  = lazyRegexp(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+	debPattern   = lazyRegexp(`^[a-z0-9][a-z0-9+.-]+$`)                   // Debian policy 5.6.1
+	suitePattern = lazyRegexp(`^[a-z][a-z0-9-]{1,30}$`)                   // bookworm, trixie, ...
+	pipPattern   = lazyRegexp(`^[A-Za-z0-9][A-Za-z0-9._\-\[\],<>=!~ ]*$`) // name[extras] and version specifiers; no URLs, options or paths
 )
+
+func lazyRegexp(expr string) func() *regexp.Regexp {
+	return sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(expr) })
+}
 
 // CheckName says why name cannot name an image, or nil.
 func CheckName(name string) error {
-	if !namePattern.MatchString(name) {
+	if !namePattern().MatchString(name) {
 		return fmt.Errorf("image name %q: use 1 to 63 of a-z 0-9 . _ -, starting with a letter or digit: %w", name, errdefs.ErrInvalidArgument)
 	}
 	return nil
@@ -101,7 +108,7 @@ func Parse(name string, r io.Reader) (*Spec, error) {
 			if s.Suite != "" {
 				return nil, bad(n, "a second suite line")
 			}
-			if !suitePattern.MatchString(rest) {
+			if !suitePattern().MatchString(rest) {
 				return nil, bad(n, "suite %q is not a Debian release name (e.g. bookworm)", rest)
 			}
 			s.Suite = rest
@@ -111,13 +118,13 @@ func Parse(name string, r io.Reader) (*Spec, error) {
 				return nil, bad(n, "debian names no package")
 			}
 			for _, p := range fields {
-				if !debPattern.MatchString(p) {
+				if !debPattern().MatchString(p) {
 					return nil, bad(n, "%q is not a Debian package name", p)
 				}
 				debs[p] = true
 			}
 		case "pip":
-			if !pipPattern.MatchString(rest) || strings.HasPrefix(rest, "-") {
+			if !pipPattern().MatchString(rest) || strings.HasPrefix(rest, "-") {
 				return nil, bad(n, "%q is not a requirement (a name, extras and versions; no options, paths or URLs)", rest)
 			}
 			s.Pip = append(s.Pip, rest)

@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"path"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -54,9 +55,11 @@ type handler struct {
 // Handler serves GET / (static/index.html) and GET /assets/<file> (a file of static/).
 // Anything else, directories included, is a plain 404. Every response carries a strict
 // Content-Security-Policy; files are revalidated on each load (no-cache) by their ETag.
-func Handler() http.Handler { return theHandler }
+func Handler() http.Handler { return theHandler() }
 
-var theHandler = newHandler(static)
+// theHandler is made at the first call: the guest, the same binary, never serves the UI and
+// should not hold a copy of its files (~300 KB in every sandbox).
+var theHandler = sync.OnceValue(func() *handler { return newHandler(static) })
 
 func newHandler(embedded fs.FS) *handler {
 	root, err := fs.Sub(embedded, "static")
