@@ -163,6 +163,26 @@ func (x *box) command(t *testing.T, cmd ...string) *api.CommandResult {
 	return r
 }
 
+// popen starts up to n processes in the sandbox's kernel, says how many started before one
+// was refused, and ends them.
+func (x *box) popen(t *testing.T, n int) int {
+	t.Helper()
+	code := fmt.Sprintf(`import subprocess
+ps = []
+try:
+    for i in range(%d):
+        ps.append(subprocess.Popen(['sleep', '60']))
+except OSError:
+    pass
+print(len(ps), end='')
+for p in ps:
+    p.kill()
+    p.wait()`, n)
+	var got int
+	fmt.Sscan(x.run(t, code), &got)
+	return got
+}
+
 func stdout(r *api.ExecuteResult) string {
 	var sb strings.Builder
 	for _, o := range r.Outputs {
@@ -627,20 +647,7 @@ func testPids(t *testing.T, b sandbox.Backend) {
 	l.Pids = 64
 	x := start(t, b, l)
 	// Processes past the limit are refused.
-	code := `import subprocess
-ps = []
-try:
-    for i in range(200):
-        ps.append(subprocess.Popen(['sleep', '60']))
-except OSError:
-    pass
-print(len(ps), end='')
-for p in ps:
-    p.kill()
-    p.wait()`
-	var n int
-	fmt.Sscan(x.run(t, code), &n)
-	if n >= 64 || n == 0 {
+	if n := x.popen(t, 200); n >= 64 || n == 0 {
 		t.Errorf("started %d processes under a limit of 64", n)
 	}
 	// A fork bomb that runs for a while does not take the sandbox down.
@@ -729,30 +736,13 @@ func testLimitsChange(t *testing.T, b sandbox.Backend) {
 			t.Fatalf("Update(%+v): %v", l, err)
 		}
 	}
-	popen := func(n int) int {
-		t.Helper()
-		code := fmt.Sprintf(`import subprocess
-ps = []
-try:
-    for i in range(%d):
-        ps.append(subprocess.Popen(['sleep', '60']))
-except OSError:
-    pass
-print(len(ps), end='')
-for p in ps:
-    p.kill()
-    p.wait()`, n)
-		var got int
-		fmt.Sscan(x.run(t, code), &got)
-		return got
-	}
 	// 300 MiB in 16 MiB steps, then let go.
 	alloc := "a = []\nfor i in range(19):\n    a.append(b'\\x01' * (16 << 20))\ndel a\nprint('ok', end='')"
 
 	low := limits
 	low.MemoryMB, low.Pids, low.CPUs = 160, 48, 0.25
 	update(low)
-	if n := popen(100); n == 0 || n >= low.Pids {
+	if n := x.popen(t, 100); n == 0 || n >= low.Pids {
 		t.Errorf("started %d processes after the pids limit was lowered to %d", n, low.Pids)
 	}
 	if r := x.exec(t, alloc, 60); r.Status != api.StatusOOM {
@@ -771,7 +761,7 @@ for p in ps:
 	high := limits
 	high.Pids = 128
 	update(high)
-	if n := popen(80); n != 80 {
+	if n := x.popen(t, 80); n != 80 {
 		t.Errorf("started %d of 80 processes after the pids limit was raised to %d", n, high.Pids)
 	}
 	if r := x.exec(t, alloc, 60); r.Status != api.StatusOK || stdout(r) != "ok" {
