@@ -59,12 +59,7 @@ func (m *Manager) startBox(ctx context.Context, id string, spec boxSpec, ws stri
 		ID:        id,
 		Workspace: ws,
 		Image:     spec.image,
-		Limits: sandbox.Limits{
-			MemoryMB: spec.limits.MemoryMB,
-			CPUs:     spec.limits.CPUs,
-			Pids:     spec.limits.Pids,
-			TmpMB:    m.cfg.TmpMB,
-		},
+		Limits:    m.sandboxLimits(spec),
 		// No session outlives its idle timeout, so a sandbox unattached for the longest one
 		// has no session left: its server is gone for good.
 		OrphanExit: m.cfg.MaxIdleTimeout,
@@ -92,6 +87,11 @@ func (m *Manager) startBox(ctx context.Context, id string, spec boxSpec, ws stri
 	return &box{boxSpec: spec, id: id, ws: ws, sb: sb, guest: g}, nil
 }
 
+// sandboxLimits are the sandbox's limits for a box of spec.
+func (m *Manager) sandboxLimits(spec boxSpec) sandbox.Limits {
+	return sandbox.Limits{MemoryMB: spec.limits.MemoryMB, CPUs: spec.limits.CPUs, Pids: spec.limits.Pids, TmpMB: m.cfg.TmpMB}
+}
+
 // guestConfig is the guest's configuration for a box of spec.
 func (m *Manager) guestConfig(spec boxSpec) guestproto.Config {
 	return guestproto.Config{
@@ -110,16 +110,15 @@ func (m *Manager) guestConfig(spec boxSpec) guestproto.Config {
 // memory, CPU and process limits (sandbox.Updater), and the guest its env, which a kernel
 // that has run no cell takes without a restart. spec has b's image and disk quota (the
 // caller takes b from that image's pool only for the default quota, which cannot change).
-// An error means a new box instead.
-// When it fails, changed says whether b was changed already (else it may go back to its
-// pool).
+// An error means a new box instead; changed then says whether b was changed already (else
+// it may go back to its pool).
 func (m *Manager) adapt(ctx context.Context, b *box, spec boxSpec) (changed bool, err error) {
 	if spec.limits != b.limits {
 		u, ok := b.sb.(sandbox.Updater)
 		if !ok {
 			return false, fmt.Errorf("the backend cannot change limits: %w", errors.ErrUnsupported)
 		}
-		if err := u.Update(ctx, sandbox.Limits{MemoryMB: spec.limits.MemoryMB, CPUs: spec.limits.CPUs, Pids: spec.limits.Pids, TmpMB: m.cfg.TmpMB}); err != nil {
+		if err := u.Update(ctx, m.sandboxLimits(spec)); err != nil {
 			return !errors.Is(err, errors.ErrUnsupported), err
 		}
 	}
