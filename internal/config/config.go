@@ -6,6 +6,8 @@
 package config
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -93,6 +95,16 @@ type Config struct {
 	Provider string // --provider: openai | anthropic; "": whichever has an API key set
 	Model    string // --model: "": the provider's default
 	BaseURL  string // --base-url: the provider's API; "": its *_BASE_URL variable, else its own
+
+	// Cluster: with "kubernetes", this server is one node of a cellbox cluster (package
+	// cluster): it registers itself through the API server, and any node answers any
+	// request, forwarding those of other nodes' sessions.
+	Cluster              string        // --cluster: "" | kubernetes
+	ClusterNode          string        // --cluster-node: this node's name ("": the host name)
+	ClusterNamespace     string        // --cluster-namespace: where the nodes' Leases are ("": the pod's namespace, else default)
+	ClusterURL           string        // --cluster-url: where the other nodes reach this one ("": the listen address, if not a wildcard)
+	Kubeconfig           string        // --kubeconfig: "": in-cluster (the pod's service account)
+	ClusterLeaseDuration time.Duration // --cluster-lease-duration: a node not heard from for this long is unavailable
 }
 
 // Default returns the defaults of DESIGN.md.
@@ -130,6 +142,8 @@ func Default() Config {
 		MaxBodyBytes:   8 << 20,
 		Quota:          "auto",
 		LogLevel:       "info",
+
+		ClusterLeaseDuration: 15 * time.Second,
 	}
 }
 
@@ -193,6 +207,12 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug | info | warn | error")
 	fs.StringVar(&c.Provider, "provider", c.Provider, "model API of the agent loop: openai (Chat Completions: OpenAI, Ollama, vLLM, ...) | anthropic (default: whichever has an API key set)")
 	fs.StringVar(&c.Model, "model", c.Model, "model name (default: the provider's default)")
+	fs.StringVar(&c.Cluster, "cluster", c.Cluster, "kubernetes: run as one node of a cellbox cluster, registered through the Kubernetes API server (see docs/kubernetes.md); \"\": a single server")
+	fs.StringVar(&c.ClusterNode, "cluster-node", c.ClusterNode, "this node's name in the cluster, stable across restarts (default: the host name; in a DaemonSet, the Kubernetes node's name)")
+	fs.StringVar(&c.ClusterNamespace, "cluster-namespace", c.ClusterNamespace, "the namespace of the nodes' Leases (default: the pod's namespace, else default)")
+	fs.StringVar(&c.ClusterURL, "cluster-url", c.ClusterURL, "the URL the other nodes reach this one at, e.g. http://10.0.0.7:8080 (default: the listen address, when it is not a wildcard)")
+	fs.StringVar(&c.Kubeconfig, "kubeconfig", c.Kubeconfig, "kubeconfig file of the API server (default: in-cluster, the pod's service account)")
+	fs.DurationVar(&c.ClusterLeaseDuration, "cluster-lease-duration", c.ClusterLeaseDuration, "a node that has not renewed its Lease for this long is unavailable; it renews every third of it")
 	fs.StringVar(&c.BaseURL, "base-url", c.BaseURL, "base URL of the model API (default: $OPENAI_BASE_URL or $ANTHROPIC_BASE_URL, else the provider's)")
 }
 
@@ -308,6 +328,18 @@ func (c *Config) Validate() error {
 	if c.MaxSessions < 1 {
 		bad("--max-sessions %d: must be at least 1", c.MaxSessions)
 	}
+	switch c.Cluster {
+	case "":
+	case "kubernetes":
+		if c.ClusterNode != "" && !validNodeName(c.ClusterNode) {
+			bad("--cluster-node %.100q: use a Kubernetes node name (lowercase letters, digits, '-' and '.', at most 200)", c.ClusterNode)
+		}
+		if c.ClusterLeaseDuration < time.Second {
+			bad("--cluster-lease-duration %v: must be at least 1s", c.ClusterLeaseDuration)
+		}
+	default:
+		bad("--cluster %q: choose kubernetes, or leave it empty for a single server", c.Cluster)
+	}
 	if c.TenantMaxSessions < 0 || c.TenantMaxExecutions < 0 {
 		bad("--tenant-max-sessions and --tenant-max-executions must not be negative (0: no cap)")
 	}
@@ -347,6 +379,38 @@ func (c *Config) Validate() error {
 }
 
 // Images is the folder of built images: --images-dir, else <state-dir>/images.
+// validNodeName: a DNS subdomain short enough that "cellbox-" and it make a Lease name. (Not
+// a regexp: one with {0,198} costs every process, the guests too, 140 KB at start.)
+func validNodeName(s string) bool {
+	if len(s) == 0 || len(s) > 200 {
+		return false
+	}
+	alnum := func(c byte) bool { return c >= 'a' && c <= 'z' || c >= '0' && c <= '9' }
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !alnum(c) && ((c != '-' && c != '.') || i == 0 || i == len(s)-1) {
+			return false
+		}
+	}
+	return true
+}
+
+// SessionIDPrefix is what every session id of this server starts with: "" for a single
+// server; in a cluster, the node's tag (NodeTag), so that any node can tell a session's node
+// from its id.
+func (c Config) SessionIDPrefix() string {
+	if c.Cluster == "" {
+		return ""
+	}
+	return NodeTag(c.ClusterNode)
+}
+
+// NodeTag is the 8 hex digits of a cluster node's session ids: a hash of its name, so
+// that it stays the same when the node's server restarts, or its state dir is lost.
+func NodeTag(node string) string {
+	sum := sha256.Sum256([]byte("cellbox node " + node))
+	return hex.EncodeToString(sum[:4])
+}
+
 func (c Config) Images() string {
 	if c.ImagesDir != "" {
 		return c.ImagesDir

@@ -119,6 +119,11 @@ func TestValidate(t *testing.T) {
 		{"pools of the default", func(c *Config) { c.RootFS, c.ImagePools = "image", "default=3" }, "--pool-size is its count"},
 		{"pools on the host's root", func(c *Config) { c.ImagePools = "ml=1" }, "--rootfs image (runc) or --backend docker"},
 		{"pools on local-unsafe", func(c *Config) { c.Backend, c.RootFS, c.ImagePools = "local-unsafe", "image", "ml=1" }, "host's root"},
+		{"cluster kind", func(c *Config) { c.Cluster = "nomad" }, "--cluster \"nomad\""},
+		{"cluster node name", func(c *Config) { c.Cluster, c.ClusterNode = "kubernetes", "Node_A" }, "--cluster-node"},
+		{"cluster node path", func(c *Config) { c.Cluster, c.ClusterNode = "kubernetes", "../a" }, "--cluster-node"},
+		{"cluster node too long", func(c *Config) { c.Cluster, c.ClusterNode = "kubernetes", strings.Repeat("a", 201) }, "--cluster-node"},
+		{"cluster lease", func(c *Config) { c.Cluster, c.ClusterLeaseDuration = "kubernetes", time.Millisecond }, "--cluster-lease-duration"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -132,6 +137,26 @@ func TestValidate(t *testing.T) {
 	c := Default()
 	if err := c.Validate(); err != nil {
 		t.Errorf("defaults invalid: %v", err)
+	}
+}
+
+// In a cluster, session ids start with the node's tag: 8 hex digits, the same for a name
+// every time, different between names; a single server's ids have no prefix.
+func TestSessionIDPrefix(t *testing.T) {
+	c := Default()
+	if p := c.SessionIDPrefix(); p != "" {
+		t.Errorf("single server: prefix %q, want none", p)
+	}
+	c.Cluster, c.ClusterNode = "kubernetes", "node-a"
+	a := c.SessionIDPrefix()
+	if len(a) != 8 || strings.Trim(a, "0123456789abcdef") != "" || a != NodeTag("node-a") {
+		t.Errorf("node-a: prefix %q, want its 8 hex digit tag %q", a, NodeTag("node-a"))
+	}
+	if NodeTag("node-b") == a {
+		t.Errorf("node-a and node-b have the same tag %q", a)
+	}
+	if err := c.Validate(); err != nil {
+		t.Errorf("a cluster node's settings: %v", err)
 	}
 }
 

@@ -30,6 +30,12 @@ type box struct {
 	guest *guestproto.Client
 }
 
+// newSessionID is a new session's id: in a cluster, the node's tag and then random hex (see
+// config.SessionIDPrefix), so any node can tell where a session is from its id alone.
+func (m *Manager) newSessionID() string {
+	return m.cfg.SessionIDPrefix() + newID()
+}
+
 func newID() string {
 	var b [12]byte
 	if _, err := rand.Read(b[:]); err != nil {

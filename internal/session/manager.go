@@ -125,7 +125,7 @@ func New(ctx context.Context, cfg config.Config, backend sandbox.Backend, store 
 		if size > 0 {
 			spec := boxSpec{image: name, limits: m.defaults()}
 			m.pools[name] = newPool(size, func(ctx context.Context) (*box, error) {
-				return m.startBox(ctx, newID(), spec, "")
+				return m.startBox(ctx, m.newSessionID(), spec, "")
 			}, func(b *box) { m.discard(context.Background(), b, false) }, log.With("image", name))
 		}
 	}
@@ -295,7 +295,7 @@ func (m *Manager) obtain(ctx context.Context, spec boxSpec) (*box, error) {
 		}
 		m.metrics.poolMisses.Inc()
 	}
-	return m.startBox(ctx, newID(), spec, "")
+	return m.startBox(ctx, m.newSessionID(), spec, "")
 }
 
 // resolveImage returns the image a request's sandbox runs on: the one it names, or the

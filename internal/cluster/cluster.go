@@ -1,0 +1,398 @@
+// Package cluster makes a cellbox server one node of a cluster on Kubernetes. Each node
+// keeps a Lease in the API server (coordination.k8s.io/v1, one per node, named
+// "cellbox-<node>") that says where it answers, how many sessions it has and how many more it
+// takes; every node watches all the Leases with a client-go informer. From them a node
+// knows, for any session id, which node has it (the id starts with that node's tag, see
+// config.NodeTag) and whether that node is up, and where a new session has the most room.
+//
+// There is no membership protocol of our own: a node that stops renewing its Lease is down,
+// one that is stopping says so in its Lease before it goes.
+//
+// Not for: HTTP (package httpapi forwards requests with what this package says), or running
+// sessions (package session).
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	coordv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/cellbox/cellbox/internal/config"
+	"github.com/cellbox/cellbox/internal/errdefs"
+)
+
+// The Lease's label and annotations. The label selects cellbox's Leases among others in the
+// namespace; the annotations are the node's record.
+const (
+	labelApp      = "app.kubernetes.io/name"
+	appName       = "cellbox"
+	annURL        = "cellbox.dev/url"
+	annTag        = "cellbox.dev/node-tag"
+	annSessions   = "cellbox.dev/sessions"
+	annRoom       = "cellbox.dev/room"
+	annState      = "cellbox.dev/state"
+	stateServing  = "serving"
+	stateStopping = "stopping"
+	leasePrefix   = "cellbox-"
+)
+
+// Config says how a node registers and what it publishes.
+type Config struct {
+	Kube      *rest.Config // the API server (Kubeconfig or InCluster)
+	Namespace string       // of the Leases
+	Node      string       // this node's name
+	URL       *url.URL     // where the other nodes reach this one
+	// LeaseDuration: a node whose Lease was not renewed for this long is down. Renewed
+	// every third of it.
+	LeaseDuration time.Duration
+	// Load reports this node's sessions and how many more it takes (--max-sessions minus
+	// the sessions it has).
+	Load   func() (sessions, room int)
+	Logger *slog.Logger
+}
+
+// Member is one node as its Lease describes it.
+type Member struct {
+	Name     string
+	Tag      string   // the prefix of its session ids
+	URL      *url.URL // nil when the Lease has none that parses
+	Sessions int
+	Room     int       // how many more sessions it takes
+	Renewed  time.Time // when it last renewed its Lease
+	Duration time.Duration
+	Stopping bool // it said it is stopping (a restart, a rolling update)
+	Here     bool // this node
+}
+
+// Live reports whether m answers: it renewed its Lease within its duration and is not
+// stopping.
+func (m Member) Live(now time.Time) bool {
+	return !m.Stopping && m.URL != nil && now.Sub(m.Renewed) < m.Duration
+}
+
+// Cluster is this node's view of the cluster, and its own Lease kept renewed.
+type Cluster struct {
+	cfg    Config
+	tag    string
+	client *rest.RESTClient
+	params runtime.ParameterCodec
+	store  cache.Store
+	log    *slog.Logger
+
+	stopped atomic.Bool
+	cancel  context.CancelFunc
+	done    chan struct{}
+
+	mu     sync.Mutex
+	placed map[string]placed // sessions sent to a node since its Lease last changed
+}
+
+type placed struct {
+	version string // of the member's Lease when counting began
+	n       int
+}
+
+// Start registers this node (creating or taking over its Lease), starts watching the other
+// nodes' Leases, and returns once the first list is in. It renews the Lease until Stop.
+func Start(ctx context.Context, cfg Config) (*Cluster, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	scheme := runtime.NewScheme()
+	if err := coordv1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	kc := rest.CopyConfig(cfg.Kube)
+	kc.GroupVersion = &coordv1.SchemeGroupVersion
+	kc.APIPath = "/apis"
+	kc.NegotiatedSerializer = serializer.NewCodecFactory(scheme).WithoutConversion()
+	if kc.UserAgent == "" {
+		kc.UserAgent = "cellbox/" + cfg.Node
+	}
+	client, err := rest.RESTClientFor(kc)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	c := &Cluster{cfg: cfg, tag: config.NodeTag(cfg.Node), client: client, params: runtime.NewParameterCodec(scheme),
+		log: cfg.Logger, placed: map[string]placed{}, done: make(chan struct{})}
+	if err := c.renew(ctx, stateServing); err != nil {
+		return nil, fmt.Errorf("register node %s: Lease %s/%s%s: %w", cfg.Node, cfg.Namespace, leasePrefix, cfg.Node, err)
+	}
+	selector := labelApp + "=" + appName
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			opts.LabelSelector = selector
+			var list coordv1.LeaseList
+			err := c.leases().VersionedParams(&opts, c.params).Do(ctx).Into(&list)
+			return &list, err
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			opts.LabelSelector = selector
+			opts.Watch = true
+			return c.leases().VersionedParams(&opts, c.params).Watch(ctx)
+		},
+	}
+	store, informer := cache.NewInformerWithOptions(cache.InformerOptions{
+		ListerWatcher: lw,
+		ObjectType:    &coordv1.Lease{},
+		Handler:       cache.ResourceEventHandlerFuncs{},
+	})
+	c.store = store
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	c.cancel = cancel
+	go informer.RunWithContext(runCtx)
+	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+		cancel()
+		return nil, fmt.Errorf("list the nodes' Leases in %s: %w", cfg.Namespace, context.Cause(ctx))
+	}
+	go c.renewLoop(runCtx)
+	return c, nil
+}
+
+// Stop says in this node's Lease that it is stopping (the other nodes then answer its
+// sessions "unavailable, restarting" and send it no new ones), and stops watching.
+func (c *Cluster) Stop(ctx context.Context) error {
+	c.stopped.Store(true)
+	c.cancel()
+	<-c.done
+	return c.renew(ctx, stateStopping)
+}
+
+// Tag is this node's session id prefix.
+func (c *Cluster) Tag() string { return c.tag }
+
+// Name is this node's name.
+func (c *Cluster) Name() string { return c.cfg.Node }
+
+func (c *Cluster) leases() *rest.Request {
+	return c.client.Get().Namespace(c.cfg.Namespace).Resource("leases")
+}
+
+func (c *Cluster) renewLoop(ctx context.Context) {
+	defer close(c.done)
+	t := time.NewTicker(c.cfg.LeaseDuration / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		rctx, cancel := context.WithTimeout(ctx, c.cfg.LeaseDuration/3)
+		err := c.renew(rctx, stateServing)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			c.log.Warn("renew this node's Lease; the other nodes take it for down once it expires", "node", c.cfg.Node, "err", err)
+		}
+	}
+}
+
+// renew writes this node's Lease: created if missing, else updated (a conflict, another
+// writer in between, is retried once with the fresh Lease).
+func (c *Cluster) renew(ctx context.Context, state string) error {
+	name := leasePrefix + c.cfg.Node
+	for attempt := 0; ; attempt++ {
+		var cur coordv1.Lease
+		err := c.client.Get().Namespace(c.cfg.Namespace).Resource("leases").Name(name).Do(ctx).Into(&cur)
+		notFound := apierrors.IsNotFound(err)
+		if err != nil && !notFound {
+			return err
+		}
+		l := c.record(&cur, state)
+		if notFound {
+			l.Name = name
+			l.Namespace = c.cfg.Namespace
+			err = c.client.Post().Namespace(c.cfg.Namespace).Resource("leases").Body(l).Do(ctx).Error()
+		} else {
+			err = c.client.Put().Namespace(c.cfg.Namespace).Resource("leases").Name(name).Body(l).Do(ctx).Error()
+		}
+		if (apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err)) && attempt == 0 {
+			continue
+		}
+		return err
+	}
+}
+
+// record fills l (the Lease as read, or empty) with this node's state.
+func (c *Cluster) record(l *coordv1.Lease, state string) *coordv1.Lease {
+	sessions, room := c.cfg.Load()
+	if l.Labels == nil {
+		l.Labels = map[string]string{}
+	}
+	l.Labels[labelApp] = appName
+	if l.Annotations == nil {
+		l.Annotations = map[string]string{}
+	}
+	l.Annotations[annURL] = c.cfg.URL.String()
+	l.Annotations[annTag] = c.tag
+	l.Annotations[annSessions] = strconv.Itoa(sessions)
+	l.Annotations[annRoom] = strconv.Itoa(room)
+	l.Annotations[annState] = state
+	now := metav1.NewMicroTime(time.Now())
+	holder := holderIdentity(c.cfg.Node)
+	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != holder {
+		l.Spec.HolderIdentity = &holder
+		l.Spec.AcquireTime = &now
+	}
+	secs := int32((c.cfg.LeaseDuration + time.Second - 1) / time.Second)
+	l.Spec.LeaseDurationSeconds = &secs
+	l.Spec.RenewTime = &now
+	return l
+}
+
+// holderIdentity names this process: the pod (POD_NAME, set by the manifests), else the
+// node and the process id.
+func holderIdentity(node string) string {
+	if p := os.Getenv("POD_NAME"); p != "" {
+		return p
+	}
+	return node + "/" + strconv.Itoa(os.Getpid())
+}
+
+// Members lists the nodes of the cluster, this one included, by name.
+func (c *Cluster) Members() []Member {
+	var ms []Member
+	for _, o := range c.store.List() {
+		l, ok := o.(*coordv1.Lease)
+		if !ok || !strings.HasPrefix(l.Name, leasePrefix) {
+			continue
+		}
+		ms = append(ms, c.member(l))
+	}
+	sort.Slice(ms, func(i, j int) bool { return ms[i].Name < ms[j].Name })
+	return ms
+}
+
+func (c *Cluster) member(l *coordv1.Lease) Member {
+	m := Member{Name: strings.TrimPrefix(l.Name, leasePrefix), Tag: l.Annotations[annTag],
+		Stopping: l.Annotations[annState] == stateStopping}
+	m.Here = m.Name == c.cfg.Node
+	if u, err := url.Parse(l.Annotations[annURL]); err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" {
+		m.URL = u
+	}
+	m.Sessions, _ = strconv.Atoi(l.Annotations[annSessions])
+	m.Room, _ = strconv.Atoi(l.Annotations[annRoom])
+	if l.Spec.RenewTime != nil {
+		m.Renewed = l.Spec.RenewTime.Time
+	}
+	if l.Spec.LeaseDurationSeconds != nil {
+		m.Duration = time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
+	}
+	if m.Here { // what this node knows of itself is fresher than its Lease
+		m.Sessions, m.Room = c.cfg.Load()
+		m.URL, m.Renewed, m.Duration = c.cfg.URL, time.Now(), c.cfg.LeaseDuration
+		m.Stopping = c.stopped.Load()
+	}
+	return m
+}
+
+// Route says which node has session id: here (nil member, nil error) for this node's ids
+// and for ids of no known node (they are not found here either); the node, when it is
+// live; an error matching errdefs.ErrUnavailable, saying why, when it is not.
+func (c *Cluster) Route(id string) (*Member, error) {
+	tag, ok := tagOf(id)
+	if !ok || tag == c.tag {
+		return nil, nil
+	}
+	for _, m := range c.Members() {
+		if m.Tag != tag {
+			continue
+		}
+		now := time.Now()
+		switch {
+		case m.Live(now):
+			return &m, nil
+		case m.URL == nil:
+			return nil, fmt.Errorf("session %s is on cluster node %s, whose Lease has no address other nodes can reach: %w", id, m.Name, errdefs.ErrUnavailable)
+		case m.Stopping:
+			return nil, fmt.Errorf("session %s is on cluster node %s, which is restarting: its sessions come back when it is up again; retry in a few seconds: %w", id, m.Name, errdefs.ErrUnavailable)
+		default:
+			return nil, fmt.Errorf("session %s is on cluster node %s, which has not been heard from for %s: it is down or cut off, and its sessions are unavailable until it is back: %w",
+				id, m.Name, now.Sub(m.Renewed).Round(time.Second), errdefs.ErrUnavailable)
+		}
+	}
+	return nil, nil
+}
+
+// tagOf is the node tag a session id starts with: cluster ids are the tag's 8 hex digits and
+// 24 more.
+func tagOf(id string) (string, bool) {
+	if len(id) != 32 {
+		return "", false
+	}
+	return id[:8], true
+}
+
+// Place lists the live nodes that take new sessions, the one with the most room first
+// (room less the sessions this node sent it since its Lease last said). Report the node
+// that took one with Placed.
+func (c *Cluster) Place() []Member {
+	now := time.Now()
+	var ms []Member
+	c.mu.Lock()
+	for _, o := range c.store.List() {
+		l, ok := o.(*coordv1.Lease)
+		if !ok || !strings.HasPrefix(l.Name, leasePrefix) {
+			continue
+		}
+		m := c.member(l)
+		if !m.Live(now) {
+			continue
+		}
+		if p, ok := c.placed[m.Name]; ok && !m.Here {
+			if p.version == l.ResourceVersion {
+				m.Room -= p.n
+			} else {
+				delete(c.placed, m.Name)
+			}
+		}
+		if m.Room > 0 {
+			ms = append(ms, m)
+		}
+	}
+	c.mu.Unlock()
+	sort.Slice(ms, func(i, j int) bool {
+		if ms[i].Room != ms[j].Room {
+			return ms[i].Room > ms[j].Room
+		}
+		return ms[i].Name < ms[j].Name
+	})
+	return ms
+}
+
+// Placed counts a session that node took, until its Lease next says how many it has.
+func (c *Cluster) Placed(node string) {
+	if node == c.cfg.Node {
+		return
+	}
+	o, ok, err := c.store.GetByKey(c.cfg.Namespace + "/" + leasePrefix + node)
+	if err != nil || !ok {
+		return
+	}
+	version := o.(*coordv1.Lease).ResourceVersion
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.placed[node]
+	if p.version != version {
+		p = placed{version: version}
+	}
+	p.n++
+	c.placed[node] = p
+}
