@@ -93,6 +93,25 @@ type Session struct {
 // SessionList is the body of GET /v1/sessions.
 type SessionList struct {
 	Sessions []Session `json:"sessions"`
+	// UnavailableNodes, in a cluster, names the nodes that are down or did not answer: their
+	// sessions are missing from Sessions.
+	UnavailableNodes []string `json:"unavailable_nodes,omitempty"`
+}
+
+// ClusterView is the body of GET /v1/cluster: the nodes of the cluster a server is one of.
+type ClusterView struct {
+	Node  string        `json:"node"`  // the node that answered
+	Nodes []ClusterNode `json:"nodes"` // every node with a Lease, by name
+}
+
+// ClusterNode is one node of a cluster, as its Lease says.
+type ClusterNode struct {
+	Name      string    `json:"name"`
+	Live      bool      `json:"live"`               // it serves its sessions
+	Stopping  bool      `json:"stopping,omitempty"` // it said it is stopping (a restart)
+	Sessions  int       `json:"sessions"`           // all tenants'
+	Room      int       `json:"room"`               // how many more sessions it takes
+	RenewedAt time.Time `json:"renewed_at"`         // its Lease's last renewal
 }
 
 // ExecuteRequest is the body of POST /v1/sessions/{id}/execute.

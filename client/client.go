@@ -85,6 +85,18 @@ func (c *Client) ListSessions(ctx context.Context) ([]api.Session, error) {
 	return l.Sessions, nil
 }
 
+// SessionList is ListSessions with what a cluster adds: the nodes that did not answer, whose
+// sessions are missing.
+func (c *Client) SessionList(ctx context.Context) (*api.SessionList, error) {
+	return call[api.SessionList](ctx, c, http.MethodGet, "/v1/sessions", nil)
+}
+
+// Cluster describes the nodes of the cluster the server is one of (not found on a single
+// server).
+func (c *Client) Cluster(ctx context.Context) (*api.ClusterView, error) {
+	return call[api.ClusterView](ctx, c, http.MethodGet, "/v1/cluster", nil)
+}
+
 // GetSession describes one session.
 func (c *Client) GetSession(ctx context.Context, id string) (*api.Session, error) {
 	return call[api.Session](ctx, c, http.MethodGet, sessionPath(id, ""), nil)

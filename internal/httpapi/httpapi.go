@@ -60,6 +60,10 @@ type Options struct {
 	// Web is the browser page, served at GET / and GET /assets/ without an API key; nil:
 	// none.
 	Web http.Handler
+	// Cluster, when this server is a node of one, sends each request on a session to the
+	// session's node, new sessions to the node with the most room, and gathers the session
+	// list from every node (forward.go); nil: a single server.
+	Cluster Cluster
 }
 
 // FrontDoor is another API on the same address: it claims its own requests (and says
@@ -75,11 +79,15 @@ type server struct {
 	m    *session.Manager
 	opts Options
 	log  *slog.Logger
+	fwd  *http.Transport // to the other nodes of the cluster
 }
 
 // New returns the API's handler.
 func New(m *session.Manager, opts Options) http.Handler {
 	s := &server{m: m, opts: opts, log: opts.Logger}
+	if opts.Cluster != nil {
+		s.fwd = newForwarder()
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/sessions", s.createSession)
 	mux.HandleFunc("GET /v1/sessions", s.listSessions)
@@ -99,6 +107,7 @@ func New(m *session.Manager, opts Options) http.Handler {
 	mux.HandleFunc("GET /v1/tools", s.tools)
 	mux.HandleFunc("POST /v1/agent", s.agent)
 	mux.HandleFunc("GET /v1/providers", s.providers)
+	mux.HandleFunc("GET /v1/cluster", s.clusterView)
 	mux.HandleFunc("POST /v1/conversations", s.conversations(s.createConversation))
 	mux.HandleFunc("GET /v1/conversations", s.conversations(s.listConversations))
 	mux.HandleFunc("GET /v1/conversations/{id}", s.conversations(s.getConversation))
@@ -165,7 +174,7 @@ func (s *server) wrap(mux *http.ServeMux) http.Handler {
 				}
 			}
 			writeJSON(rw, code, api.ErrorBody{Error: api.ErrorDetail{Code: codeForStatus(code), Message: msg}})
-		} else {
+		} else if !s.routeInCluster(rw, r, pattern) {
 			mux.ServeHTTP(rw, r)
 		}
 	})

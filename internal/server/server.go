@@ -13,9 +13,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,6 +26,7 @@ import (
 	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/internal/agent"
 	"github.com/cellbox/cellbox/internal/auth"
+	"github.com/cellbox/cellbox/internal/cluster"
 	"github.com/cellbox/cellbox/internal/config"
 	"github.com/cellbox/cellbox/internal/conversation"
 	"github.com/cellbox/cellbox/internal/e2b"
@@ -49,9 +52,10 @@ type Server struct {
 	// MCP serves the tools over MCP: at /mcp, and on stdio for cellbox mcp.
 	MCP *mcpserver.Server
 	// URL is where the REST API listens, e.g. http://127.0.0.1:8080; "" with NoListen.
-	URL    string
-	http   *http.Server // nil with NoListen
-	unlock func()       // of the state dir
+	URL     string
+	http    *http.Server     // nil with NoListen
+	cluster *cluster.Cluster // nil unless --cluster
+	unlock  func()           // of the state dir
 }
 
 // Options are what the config does not say.
@@ -184,6 +188,14 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (_ *Server, err
 			"Set CELLBOX_API_KEYS=KEY[,KEY...] or give --api-keys FILE (make a key with: cellbox keygen), or listen on 127.0.0.1, "+
 			"or, only if something in front of cellbox authenticates, pass --insecure-no-auth", cfg.Addr)
 	}
+	if cfg.Cluster != "" && cfg.ClusterNode == "" {
+		// Before the manager: the node's name is in every session id.
+		h, err := os.Hostname()
+		if err != nil {
+			return nil, fmt.Errorf("--cluster-node not given, and no host name: %w", err)
+		}
+		cfg.ClusterNode = strings.ToLower(h)
+	}
 	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
 		return nil, fmt.Errorf("state dir: %w", err)
 	}
@@ -264,6 +276,17 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (_ *Server, err
 		m.Shutdown(ctx)
 		return nil, err
 	}
+	if cfg.Cluster != "" {
+		if s.cluster, err = joinCluster(ctx, cfg, ln.Addr(), m, log); err != nil {
+			ln.Close()
+			m.Shutdown(ctx)
+			return nil, err
+		}
+	}
+	var routes httpapi.Cluster
+	if s.cluster != nil {
+		routes = s.cluster
+	}
 	h := httpapi.New(m, httpapi.Options{
 		MaxBodyBytes:   cfg.MaxBodyBytes,
 		MaxUploadBytes: cfg.MaxUploadBytes,
@@ -279,6 +302,7 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (_ *Server, err
 		Providers:      func() []api.Provider { return providerList(cfg) },
 		Conversations:  convs,
 		Web:            webPage(cfg),
+		Cluster:        routes,
 	})
 	s.http = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	s.URL = "http://" + ln.Addr().String()
@@ -288,6 +312,54 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (_ *Server, err
 		}
 	}()
 	return s, nil
+}
+
+// joinCluster registers this server as a node of the cluster on Kubernetes (package
+// cluster) and watches the others.
+func joinCluster(ctx context.Context, cfg config.Config, addr net.Addr, m *session.Manager, log *slog.Logger) (*cluster.Cluster, error) {
+	kube, err := cluster.KubeConfig(cfg.Kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	ns := cfg.ClusterNamespace
+	if ns == "" {
+		ns = cluster.Namespace()
+	}
+	u, err := clusterURL(cfg.ClusterURL, addr)
+	if err != nil {
+		return nil, err
+	}
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	c, err := cluster.Start(sctx, cluster.Config{Kube: kube, Namespace: ns, Node: cfg.ClusterNode, URL: u,
+		LeaseDuration: cfg.ClusterLeaseDuration, Logger: log,
+		Load: func() (int, int) {
+			n, _ := m.Stats()
+			return n, max(cfg.MaxSessions-n, 0)
+		}})
+	if err != nil {
+		return nil, fmt.Errorf("join the cluster: %w", err)
+	}
+	log.Info("cluster node registered", "node", cfg.ClusterNode, "namespace", ns, "url", u.String(), "session_id_prefix", c.Tag())
+	return c, nil
+}
+
+// clusterURL is where the other nodes reach this one: --cluster-url, else the address
+// listened on, unless that is a wildcard (0.0.0.0 says nothing of where to connect).
+func clusterURL(flag string, addr net.Addr) (*url.URL, error) {
+	if flag != "" {
+		u, err := url.Parse(flag)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") {
+			return nil, fmt.Errorf("--cluster-url %.200q: give the base URL the other nodes reach this one at, e.g. http://10.0.0.7:8080", flag)
+		}
+		u.Path = ""
+		return u, nil
+	}
+	ta, ok := addr.(*net.TCPAddr)
+	if !ok || ta.IP.IsUnspecified() {
+		return nil, fmt.Errorf("listening on %s, a wildcard address: give --cluster-url, the URL the other nodes reach this one at (in a pod: http://$(POD_IP):PORT)", addr)
+	}
+	return &url.URL{Scheme: "http", Host: ta.String()}, nil
 }
 
 // loopbackAddr reports whether a listen address is on loopback only. An address that does
@@ -350,6 +422,12 @@ func providerList(cfg config.Config) []api.Provider {
 // workspaces are kept.
 func (s *Server) Shutdown(ctx context.Context) error {
 	defer s.unlock()
+	var errs []error
+	if s.cluster != nil {
+		// First, so the other nodes send nothing new here and answer this node's sessions
+		// "restarting" while it is away.
+		errs = append(errs, s.cluster.Stop(ctx))
+	}
 	// Stop taking requests, but let running ones end: the manager interrupts their cells.
 	s.MCP.Close()
 	done := make(chan error, 1)
@@ -360,9 +438,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 		done <- s.http.Shutdown(ctx)
 	}()
-	err := s.Manager.Shutdown(ctx)
+	errs = append(errs, s.Manager.Shutdown(ctx))
 	if c, ok := s.Backend.(io.Closer); ok {
-		err = errors.Join(err, c.Close())
+		errs = append(errs, c.Close())
 	}
-	return errors.Join(err, <-done)
+	return errors.Join(append(errs, <-done)...)
 }

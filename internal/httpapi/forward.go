@@ -1,0 +1,236 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cellbox/cellbox/api"
+	"github.com/cellbox/cellbox/internal/cluster"
+	"github.com/cellbox/cellbox/internal/errdefs"
+)
+
+// Cluster is what the API needs of the cluster this server is a node of (package cluster):
+// which node has a session, which take new ones, and every node, for lists.
+type Cluster interface {
+	Name() string
+	Route(sessionID string) (*cluster.Member, error)
+	Place() []cluster.Member
+	Placed(node string)
+	Members() []cluster.Member
+}
+
+// ForwardedHeader marks a request one node forwards to another, with the sender's name. A
+// node serves such a request itself, whatever it is: a request is forwarded at most once.
+const ForwardedHeader = "Cellbox-Forwarded-By"
+
+// newForwarder is the transport requests to other nodes go over: connections are kept, and
+// a node that does not accept one within 5 s is taken for down. No response deadline: an
+// execution may run for --max-exec-timeout.
+func newForwarder() *http.Transport {
+	return &http.Transport{
+		Proxy:               nil,
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConnsPerHost: 64,
+		IdleConnTimeout:     90 * time.Second,
+		TLSHandshakeTimeout: 5 * time.Second,
+	}
+}
+
+// routeInCluster serves r on the node it belongs to, when that is another node, and
+// reports whether it did (false: serve it here). Requests on a session go to the session's
+// node; new sessions and one-shot executions to the node with the most room; the session
+// list is gathered from every node.
+func (s *server) routeInCluster(w http.ResponseWriter, r *http.Request, pattern string) bool {
+	c := s.opts.Cluster
+	if c == nil || r.Header.Get(ForwardedHeader) != "" {
+		return false
+	}
+	switch {
+	case pattern == "POST /v1/sessions" || pattern == "POST /v1/execute":
+		return s.place(w, r)
+	case pattern == "GET /v1/sessions":
+		s.listCluster(w, r)
+		return true
+	case strings.Contains(pattern, " /v1/sessions/{id}"):
+		rest, _ := strings.CutPrefix(r.URL.Path, "/v1/sessions/")
+		id, _, _ := strings.Cut(rest, "/")
+		m, err := c.Route(id)
+		if err != nil {
+			s.writeError(w, r, err)
+			return true
+		}
+		if m == nil {
+			return false
+		}
+		s.forward(w, r, *m, nil)
+		return true
+	}
+	return false
+}
+
+// place sends a request that starts new work to the node with the most room, trying the
+// next when one does not answer (the body, at most MaxBodyBytes, is kept for that).
+func (s *server) place(w http.ResponseWriter, r *http.Request) bool {
+	c := s.opts.Cluster
+	nodes := c.Place()
+	if len(nodes) == 0 || nodes[0].Here {
+		return false // here has the most room, or no node says it has any: here says why
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
+	if err != nil {
+		s.writeError(w, r, err)
+		return true
+	}
+	var errs []error
+	for _, m := range nodes {
+		if m.Here {
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			return false
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		err := s.forward(w, r, m, func(status int) {
+			if status < 300 {
+				c.Placed(m.Name)
+			}
+		})
+		if err == nil {
+			return true
+		}
+		errs = append(errs, err)
+	}
+	s.writeError(w, r, fmt.Errorf("no cluster node with room answered: %w: %w", errors.Join(errs...), errdefs.ErrUnavailable))
+	return true
+}
+
+// forward proxies r to node m, streaming both ways (uploads, downloads and SSE are not
+// buffered). With onStatus (placing new work), a node that does not answer is an error
+// returned before anything is written, so the caller can try another; without, that is
+// answered here as unavailable.
+func (s *server) forward(w http.ResponseWriter, r *http.Request, m cluster.Member, onStatus func(int)) error {
+	var failed error
+	p := &httputil.ReverseProxy{
+		Transport:     s.fwd,
+		FlushInterval: -1,
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(m.URL)
+			pr.Out.Header.Set(ForwardedHeader, s.opts.Cluster.Name())
+			pr.SetXForwarded()
+		},
+		ModifyResponse: func(res *http.Response) error {
+			if onStatus != nil {
+				onStatus(res.StatusCode)
+			}
+			return nil
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+				return // the client went away
+			}
+			failed = fmt.Errorf("cluster node %s did not answer: %v", m.Name, err)
+			if onStatus == nil {
+				s.writeError(w, r, fmt.Errorf("%w: %w", failed, errdefs.ErrUnavailable))
+			}
+		},
+		ErrorLog: nil,
+	}
+	p.ServeHTTP(w, r)
+	return failed
+}
+
+// listCluster answers GET /v1/sessions with the caller's sessions on every node, oldest
+// first. Nodes that are down or do not answer are named in unavailable_nodes; their
+// sessions are missing from the list.
+func (s *server) listCluster(w http.ResponseWriter, r *http.Request) {
+	var (
+		mu   sync.Mutex
+		list = api.SessionList{Sessions: []api.Session{}}
+		wg   sync.WaitGroup
+	)
+	now := time.Now()
+	for _, m := range s.opts.Cluster.Members() {
+		if m.Here {
+			mine := s.m.List(r.Context())
+			mu.Lock()
+			list.Sessions = append(list.Sessions, mine...)
+			mu.Unlock()
+			continue
+		}
+		if !m.Live(now) {
+			list.UnavailableNodes = append(list.UnavailableNodes, m.Name)
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			theirs, err := s.listOn(r, m)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				s.log.Warn("list sessions on another cluster node", "node", m.Name, "err", err)
+				list.UnavailableNodes = append(list.UnavailableNodes, m.Name)
+				return
+			}
+			list.Sessions = append(list.Sessions, theirs...)
+		}()
+	}
+	wg.Wait()
+	sort.Slice(list.Sessions, func(i, j int) bool { return list.Sessions[i].CreatedAt.Before(list.Sessions[j].CreatedAt) })
+	sort.Strings(list.UnavailableNodes)
+	writeJSON(w, http.StatusOK, list)
+}
+
+// listOn asks node m for the caller's sessions, with the caller's key.
+func (s *server) listOn(r *http.Request, m cluster.Member) ([]api.Session, error) {
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, m.URL.JoinPath("/v1/sessions").String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	for _, h := range []string{"Authorization", "X-Api-Key"} {
+		if v := r.Header.Get(h); v != "" {
+			req.Header.Set(h, v)
+		}
+	}
+	req.Header.Set(ForwardedHeader, s.opts.Cluster.Name())
+	res, err := (&http.Client{Transport: s.fwd}).Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("HTTP %d", res.StatusCode)
+	}
+	var list api.SessionList
+	if err := json.NewDecoder(io.LimitReader(res.Body, 64<<20)).Decode(&list); err != nil {
+		return nil, fmt.Errorf("decode its list: %w", err)
+	}
+	return list.Sessions, nil
+}
+
+// clusterView answers GET /v1/cluster: every node, as this one sees them.
+func (s *server) clusterView(w http.ResponseWriter, r *http.Request) {
+	c := s.opts.Cluster
+	if c == nil {
+		s.writeError(w, r, fmt.Errorf("this server is not a cluster node (see --cluster): %w", errdefs.ErrNotFound))
+		return
+	}
+	view := api.ClusterView{Node: c.Name(), Nodes: []api.ClusterNode{}}
+	now := time.Now()
+	for _, m := range c.Members() {
+		view.Nodes = append(view.Nodes, api.ClusterNode{Name: m.Name, Live: m.Live(now), Stopping: m.Stopping,
+			Sessions: m.Sessions, Room: m.Room, RenewedAt: m.Renewed.UTC()})
+	}
+	writeJSON(w, http.StatusOK, view)
+}
