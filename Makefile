@@ -46,11 +46,12 @@ run: deps build ## run the server on 127.0.0.1:8080 with the runc backend, state
 # server): kept between runs, so a machine builds it once per package list.
 TEST_STATE ?= /var/lib/cellbox
 
-test: ## install test needs, build the default image, start dockerd, run every test with the race detector (as root)
+test: ## install test needs, build the default image and a Kubernetes control plane, start dockerd, run every test with the race detector (as root)
 	scripts/install-deps.sh --test
 	$(MAKE) --no-print-directory $(TSCLIENT)/node_modules/.package-lock.json $(E2BCLIENT)/node_modules/.package-lock.json $(BROWSER)/node_modules/.package-lock.json lint build
 	./bin/cellbox image build --state-dir $(TEST_STATE) >/dev/null
-	CELLBOX_TEST_IMAGES=$(TEST_STATE)/images scripts/with-dockerd.sh $(MAKE) --no-print-directory test-suites
+	@# etcd, kube-apiserver and kubectl for the cluster tests, built once from the Go module proxy.
+	tools=$$(scripts/kube-tools.sh) && CELLBOX_KUBE_TOOLS=$$tools CELLBOX_TEST_IMAGES=$(TEST_STATE)/images scripts/with-dockerd.sh $(MAKE) --no-print-directory test-suites
 
 # The suites, with the default image built and a Docker engine answering (make test).
 test-suites:

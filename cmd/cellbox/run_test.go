@@ -36,7 +36,7 @@ func TestMain(m *testing.M) {
 
 // needRunc skips when this machine cannot run the runc backend. `make test` runs as root
 // with runc and IPython installed, so in CI nothing is skipped.
-func needRunc(t *testing.T) {
+func needRunc(t testing.TB) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("starts sandboxes; not in -short mode")

@@ -35,7 +35,7 @@ type served struct {
 // serve starts `cellbox serve` on a free port and the state dir and waits until it answers
 // /healthz. A server still running when the test ends gets SIGTERM, then SIGKILL. It ends
 // its sessions on exit unless args say --end-sessions-on-exit=false.
-func serve(t *testing.T, state string, args ...string) *served {
+func serve(t testing.TB, state string, args ...string) *served {
 	t.Helper()
 	needRunc(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -79,7 +79,7 @@ func serve(t *testing.T, state string, args ...string) *served {
 		select {
 		case <-s.exited:
 			t.Fatalf("cellbox serve exited: %v\n%s", s.err, s.output())
-		case <-time.After(100 * time.Millisecond):
+		case <-time.After(10 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("cellbox serve does not answer /healthz: %v\n%s", err, s.output())

@@ -1,0 +1,441 @@
+package main
+
+// A cellbox cluster on a real Kubernetes API server: three `cellbox serve --cluster
+// kubernetes` nodes on loopback, each with its own state dir, registered through the API
+// server with the service account and RBAC of deploy/kubernetes.
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cellbox/cellbox/api"
+	"github.com/cellbox/cellbox/client"
+	"github.com/cellbox/cellbox/internal/cluster/clustertest"
+	"github.com/cellbox/cellbox/internal/config"
+	"github.com/cellbox/cellbox/internal/testbin"
+)
+
+// TestCluster: sessions spread over the nodes and every call on one reaches its node
+// through any node (SSE streams and a 64 MiB upload included); a node that crashes answers
+// unavailable while the others carry on and new sessions avoid it; restarted nodes (after a
+// crash, and after a graceful stop) have their sessions back, state and all.
+func TestCluster(t *testing.T) {
+	tc := newTestCluster(t, "node-a", "node-b", "node-c")
+	names, clients, nodes, start := tc.names, tc.clients, tc.nodes, func(n string) { tc.start(t, n) }
+	ctx := t.Context()
+
+	nodeOf := func(id string) string { return tc.nodeOf(t, id) }
+
+	// 60 sessions through the three nodes in turn: they spread.
+	var ids []string
+	count := map[string]int{}
+	for i := range 60 {
+		s, err := clients[names[i%3]].CreateSession(ctx, api.CreateSessionRequest{})
+		if err != nil {
+			t.Fatalf("create session %d: %v", i, err)
+		}
+		ids = append(ids, s.ID)
+		count[nodeOf(s.ID)]++
+	}
+	t.Logf("60 sessions created through the three nodes in turn went to %v", count)
+	for _, n := range names {
+		if count[n] < 10 {
+			t.Errorf("%s got %d of 60 sessions (%v): they should spread", n, count[n], count)
+		}
+	}
+
+	// Every session, through the two nodes that are not its own: state set on one call is
+	// there on the next.
+	other := func(id string, k int) *client.Client { // the k-th node (1 or 2) after id's own
+		for i, n := range names {
+			if n == nodeOf(id) {
+				return clients[names[(i+k)%3]]
+			}
+		}
+		panic("unreachable")
+	}
+	for i, id := range ids {
+		mustRun(t, other(id, 1), id, fmt.Sprintf("x = %d", i), "")
+		mustRun(t, other(id, 2), id, "print(x)", fmt.Sprintf("%d\n", i))
+	}
+	list, err := clients["node-b"].SessionList(ctx)
+	if err != nil || len(list.Sessions) != 60 || len(list.UnavailableNodes) != 0 {
+		t.Fatalf("list through node-b: %d sessions, unavailable %v, %v; want all 60", len(list.Sessions), list.UnavailableNodes, err)
+	}
+
+	// SSE through another node arrives as it is written: the cell waits for a file the test
+	// uploads only once the first line has come through.
+	id := ids[0]
+	got := make(chan error, 1)
+	res, err := other(id, 1).ExecuteStream(ctx, id, api.ExecuteRequest{TimeoutS: 60, Code: `import os, time
+print("first", flush=True)
+while not os.path.exists("/mnt/data/go"):
+    time.sleep(0.02)
+print("second")`}, func(o api.Output) {
+		if strings.Contains(o.Text, "first") {
+			go func() {
+				_, err := other(id, 2).UploadFile(ctx, id, "go", strings.NewReader("go"))
+				got <- err
+			}()
+		}
+	})
+	if err != nil || res.Status != api.StatusOK || !strings.Contains(joinText(res), "second") {
+		t.Fatalf("streamed cell through another node: %+v, %v", res, err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("upload while the cell waits: %v", err)
+	}
+
+	// 64 MiB up through one node, down through the other, and checked inside.
+	big := randBytes(t, 64<<20)
+	sum := sha256.Sum256(big)
+	if _, err := other(id, 1).UploadFile(ctx, id, "big.bin", bytes.NewReader(big)); err != nil {
+		t.Fatalf("upload 64 MiB through another node: %v", err)
+	}
+	var down bytes.Buffer
+	if n, err := other(id, 2).DownloadFileTo(ctx, id, "big.bin", &down); err != nil || n != int64(len(big)) || sha256.Sum256(down.Bytes()) != sum {
+		t.Fatalf("download through another node: %d bytes, %v; want the 64 MiB uploaded", n, err)
+	}
+	mustRun(t, other(id, 1), id, "import hashlib; print(hashlib.sha256(open('big.bin','rb').read()).hexdigest())", hex.EncodeToString(sum[:])+"\n")
+
+	// node-c crashes: its sessions answer unavailable once its Lease runs out; the others'
+	// sessions carry on; new sessions go elsewhere; the list says what is missing.
+	crash(t, nodes["node-c"])
+	var onC []string
+	for _, id := range ids {
+		if nodeOf(id) == "node-c" {
+			onC = append(onC, id)
+		}
+	}
+	waitFor(t, "node-c's sessions answer unavailable", func() error {
+		_, err := clients["node-a"].GetSession(ctx, onC[0])
+		if !client.IsUnavailable(err) {
+			return fmt.Errorf("GetSession through node-a: %v", err)
+		}
+		if !strings.Contains(err.Error(), "node-c") {
+			t.Errorf("the error does not name the node: %v", err)
+		}
+		return nil
+	})
+	for i, id := range ids {
+		if nodeOf(id) != "node-c" {
+			mustRun(t, clients[names[i%2]], id, "print(x)", fmt.Sprintf("%d\n", i))
+		}
+	}
+	for i := range 9 {
+		s, err := clients[names[i%2]].CreateSession(ctx, api.CreateSessionRequest{})
+		if err != nil {
+			t.Fatalf("create a session with node-c down: %v", err)
+		}
+		if nodeOf(s.ID) == "node-c" {
+			t.Fatalf("a new session went to node-c, which is down")
+		}
+		ids = append(ids, s.ID)
+	}
+	list, err = clients["node-a"].SessionList(ctx)
+	if err != nil || len(list.Sessions) != len(ids)-len(onC) || strings.Join(list.UnavailableNodes, ",") != "node-c" {
+		t.Fatalf("list with node-c down: %d sessions (want %d), unavailable %v (want node-c), %v", len(list.Sessions), len(ids)-len(onC), list.UnavailableNodes, err)
+	}
+
+	// node-b stops gracefully: the others say at once that it is restarting.
+	nodes["node-b"].cmd.Process.Signal(syscall.SIGTERM)
+	<-nodes["node-b"].exited
+	var onB string
+	for _, id := range ids {
+		if nodeOf(id) == "node-b" {
+			onB = id
+			break
+		}
+	}
+	waitFor(t, "node-b's sessions answer restarting", func() error {
+		_, err := clients["node-a"].GetSession(ctx, onB)
+		if !client.IsUnavailable(err) || !strings.Contains(err.Error(), "restarting") {
+			return fmt.Errorf("GetSession through node-a: %v; want unavailable, restarting", err)
+		}
+		return nil
+	})
+
+	// Both come back on their state dirs: every session is there, with its variables.
+	start("node-c")
+	start("node-b")
+	tc.waitLive(t, names...)
+	for i, id := range ids[:60] {
+		mustRun(t, clients[names[(i+1)%3]], id, "print(x)", fmt.Sprintf("%d\n", i))
+	}
+	list, err = clients["node-c"].SessionList(ctx)
+	if err != nil || len(list.Sessions) != len(ids) || len(list.UnavailableNodes) != 0 {
+		t.Fatalf("list after the restarts: %d sessions (want %d), unavailable %v, %v", len(list.Sessions), len(ids), list.UnavailableNodes, err)
+	}
+}
+
+// testCluster is a control plane, the manifests' namespace and RBAC applied, and cellbox
+// nodes registered with the manifests' service account, sharing one API key.
+type testCluster struct {
+	cp         *clustertest.ControlPlane
+	kubeconfig string // the nodes' (the service account's token)
+	key        string
+	names      []string
+	states     map[string]string // node → its state dir
+	nodes      map[string]*served
+	clients    map[string]*client.Client
+}
+
+// newTestCluster starts the control plane and the named nodes, and waits until each sees
+// all of them live.
+func newTestCluster(t testing.TB, names ...string) *testCluster {
+	t.Helper()
+	needRunc(t)
+	tc := &testCluster{cp: clustertest.Start(t), states: map[string]string{}, nodes: map[string]*served{}, clients: map[string]*client.Client{}}
+	// The manifests, as the real API server takes them (namespaced objects need their
+	// namespace: docs/kubernetes.md creates it first, for the Secret); then the service
+	// account and RBAC the nodes register with.
+	tc.cp.Kubectl(t, "create", "namespace", "cellbox")
+	for _, dir := range []string{"../../deploy/kubernetes/base", "../../deploy/kubernetes/gvisor"} {
+		tc.cp.Kubectl(t, "apply", "--dry-run=server", "-k", dir)
+	}
+	tc.cp.Kubectl(t, "apply", "-k", "../../deploy/kubernetes/base")
+	token := strings.TrimSpace(tc.cp.Kubectl(t, "-n", "cellbox", "create", "token", "cellbox"))
+	tc.kubeconfig = tc.cp.WriteKubeconfig(t, "cellbox-node", token)
+	// The service account may not touch anything but Leases.
+	if out, err := exec.Command(tc.cp.Tools+"/kubectl", "--kubeconfig", tc.kubeconfig, "-n", "cellbox", "get", "secrets").CombinedOutput(); err == nil {
+		t.Fatalf("the nodes' service account can read secrets:\n%s", out)
+	}
+	tc.key = "cbk_" + hex.EncodeToString(randBytes(t, 16))
+	t.Setenv("CELLBOX_API_KEYS", tc.key)
+	t.Cleanup(func() { // sessions live on when a node stops: end them
+		for _, n := range tc.names {
+			endSessions(t, tc.states[n])
+		}
+	})
+	for _, n := range names {
+		tc.start(t, n)
+	}
+	tc.waitLive(t, tc.names...)
+	return tc
+}
+
+// start starts node name, on its state dir if it had one.
+func (tc *testCluster) start(t testing.TB, name string) {
+	t.Helper()
+	if tc.states[name] == "" {
+		tc.states[name] = t.TempDir()
+		tc.names = append(tc.names, name)
+	}
+	tc.nodes[name] = serve(t, tc.states[name], "--end-sessions-on-exit=false", "--pool-size", "2",
+		"--cluster", "kubernetes", "--kubeconfig", tc.kubeconfig, "--cluster-node", name,
+		"--cluster-namespace", "cellbox", "--cluster-lease-duration", "3s")
+	tc.clients[name] = client.New(tc.nodes[name].url, client.WithAPIKey(tc.key))
+}
+
+// nodeOf is the node a session id names.
+func (tc *testCluster) nodeOf(t testing.TB, id string) string {
+	t.Helper()
+	for _, n := range tc.names {
+		if len(id) == 32 && id[:8] == config.NodeTag(n) {
+			return n
+		}
+	}
+	t.Fatalf("session id %q carries no node's tag", id)
+	return ""
+}
+
+// waitLive waits until every node sees the nodes want live.
+func (tc *testCluster) waitLive(t testing.TB, want ...string) {
+	t.Helper()
+	for _, n := range tc.names {
+		if tc.nodes[n].cmd.ProcessState != nil {
+			continue
+		}
+		waitFor(t, n+" sees every node live", func() error {
+			v, err := tc.clients[n].Cluster(t.Context())
+			if err != nil {
+				return err
+			}
+			live := map[string]bool{}
+			for _, m := range v.Nodes {
+				live[m.Name] = m.Live
+			}
+			for _, w := range want {
+				if !live[w] {
+					return fmt.Errorf("%s not live in %+v", w, v.Nodes)
+				}
+			}
+			return nil
+		})
+	}
+}
+
+// waitFor polls cond until it holds, for at most a minute.
+func waitFor(t testing.TB, what string, cond func() error) {
+	t.Helper()
+	var err error
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if err = cond(); err == nil {
+			return
+		}
+	}
+	t.Fatalf("%s: not within a minute: %v", what, err)
+}
+
+func mustRun(t testing.TB, c *client.Client, id, code, want string) {
+	t.Helper()
+	res, err := c.Execute(t.Context(), id, api.ExecuteRequest{Code: code})
+	if err != nil || res.Status != api.StatusOK || (want != "" && joinText(res) != want) {
+		t.Fatalf("session %s: %q: %+v, %v; want output %q", id, code, res, err, want)
+	}
+}
+
+func joinText(res *api.ExecuteResult) string {
+	var b strings.Builder
+	for _, o := range res.Outputs {
+		b.WriteString(o.Text)
+	}
+	return b.String()
+}
+
+func crash(t testing.TB, s *served) {
+	t.Helper()
+	s.cmd.Process.Kill()
+	<-s.exited
+}
+
+func randBytes(t testing.TB, n int) []byte {
+	b := make([]byte, n)
+	if _, err := io.ReadFull(rand.Reader, b); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// endSessions ends the sessions a stopped node left on its state dir: a server started with
+// --end-sessions-on-exit ends them at start, then stops.
+func endSessions(t testing.TB, state string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, testbin.Cellbox(t), "serve", "--addr", "127.0.0.1:0", "--state-dir", state, "--end-sessions-on-exit", "--pool-size", "0", "--no-web")
+	var out bytes.Buffer
+	pr, pw := io.Pipe()
+	cmd.Stderr, cmd.Stdout = io.MultiWriter(&out, pw), &out
+	cmd.Env = os.Environ()
+	if err := cmd.Start(); err != nil {
+		t.Errorf("end the sessions on %s: %v", state, err)
+		return
+	}
+	serving := make(chan struct{})
+	go func() {
+		buf := make([]byte, 4096)
+		var seen strings.Builder
+		for {
+			n, err := pr.Read(buf)
+			seen.Write(buf[:n])
+			if strings.Contains(seen.String(), "cellbox serving") {
+				close(serving)
+				io.Copy(io.Discard, pr)
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	select {
+	case <-serving:
+		cmd.Process.Signal(syscall.SIGTERM)
+	case <-ctx.Done():
+	}
+	err := cmd.Wait()
+	pw.Close()
+	if err != nil {
+		t.Errorf("end the sessions on %s: %v\n%s", state, err, out.String())
+	}
+}
+
+// BenchmarkClusterForward: a trivial cell through the session's own node, and through
+// another node, which forwards it (docs/benchmarks.md, "Cluster").
+//
+//	CELLBOX_KUBE_TOOLS=$(scripts/kube-tools.sh) go test -run '^$' -bench BenchmarkCluster -benchtime 500x ./cmd/cellbox
+func BenchmarkClusterForward(b *testing.B) {
+	tc := newTestCluster(b, "node-a", "node-b")
+	s, err := tc.clients["node-a"].CreateSession(b.Context(), api.CreateSessionRequest{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	own := tc.nodeOf(b, s.ID)
+	other := "node-a"
+	if own == other {
+		other = "node-b"
+	}
+	for _, via := range []struct{ name, node string }{{"owner", own}, {"forwarded", other}} {
+		b.Run(via.name, func(b *testing.B) {
+			c := tc.clients[via.node]
+			mustRun(b, c, s.ID, "1", "") // a warm connection
+			var times []time.Duration
+			for b.Loop() {
+				t0 := time.Now()
+				mustRun(b, c, s.ID, "1", "")
+				times = append(times, time.Since(t0))
+			}
+			reportPercentiles(b, times)
+		})
+	}
+}
+
+// BenchmarkClusterJoin: from a new node's start, and from its first answer on /healthz, to
+// the first new session another node places on it.
+func BenchmarkClusterJoin(b *testing.B) {
+	tc := newTestCluster(b, "node-a")
+	if _, err := tc.clients["node-a"].CreateSession(b.Context(), api.CreateSessionRequest{}); err != nil {
+		b.Fatal(err) // node-a has less room than a new node from here on
+	}
+	var fromStart, fromReady []time.Duration
+	i := 0
+	for b.Loop() {
+		i++
+		name := fmt.Sprintf("node-new%d", i)
+		t0 := time.Now()
+		tc.start(b, name)
+		ready := time.Now()
+		for {
+			s, err := tc.clients["node-a"].CreateSession(b.Context(), api.CreateSessionRequest{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if tc.nodeOf(b, s.ID) == name {
+				break
+			}
+			tc.clients["node-a"].DeleteSession(b.Context(), s.ID)
+		}
+		fromStart, fromReady = append(fromStart, time.Since(t0)), append(fromReady, time.Since(ready))
+		tc.nodes[name].cmd.Process.Signal(syscall.SIGTERM)
+		<-tc.nodes[name].exited
+	}
+	b.ReportMetric(percentile(fromStart, 50).Seconds()*1000, "ms-from-start-p50")
+	b.ReportMetric(percentile(fromReady, 50).Seconds()*1000, "ms-from-ready-p50")
+	b.ReportMetric(percentile(fromReady, 100).Seconds()*1000, "ms-from-ready-max")
+}
+
+func reportPercentiles(b *testing.B, times []time.Duration) {
+	b.ReportMetric(percentile(times, 50).Seconds()*1000, "ms-p50")
+	b.ReportMetric(percentile(times, 99).Seconds()*1000, "ms-p99")
+}
+
+func percentile(times []time.Duration, p int) time.Duration {
+	if len(times) == 0 {
+		return 0
+	}
+	s := slices.Clone(times)
+	slices.Sort(s)
+	return s[min(len(s)-1, len(s)*p/100)]
+}
