@@ -111,6 +111,7 @@ type ClusterNode struct {
 	Stopping  bool      `json:"stopping,omitempty"` // it said it is stopping (a restart)
 	Sessions  int       `json:"sessions"`           // all tenants'
 	Room      int       `json:"room"`               // how many more sessions it takes
+	Warm      int       `json:"warm"`               // warm sandboxes: a new session there takes milliseconds
 	RenewedAt time.Time `json:"renewed_at"`         // its Lease's last renewal
 }
 

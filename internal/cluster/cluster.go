@@ -47,6 +47,7 @@ const (
 	annTag        = "cellbox.dev/node-tag"
 	annSessions   = "cellbox.dev/sessions"
 	annRoom       = "cellbox.dev/room"
+	annWarm       = "cellbox.dev/warm"
 	annState      = "cellbox.dev/state"
 	stateServing  = "serving"
 	stateStopping = "stopping"
@@ -60,12 +61,17 @@ type Config struct {
 	Node      string       // this node's name
 	URL       *url.URL     // where the other nodes reach this one
 	// LeaseDuration: a node whose Lease was not renewed for this long is down. Renewed
-	// every third of it.
+	// every third of it, and at once when the node's warm sandboxes run out or come back.
 	LeaseDuration time.Duration
-	// Load reports this node's sessions and how many more it takes (--max-sessions minus
-	// the sessions it has).
-	Load   func() (sessions, room int)
+	// Load reports this node's sessions, how many more it takes (--max-sessions minus the
+	// sessions it has), and its warm sandboxes (a new session there takes milliseconds).
+	Load   func() Load
 	Logger *slog.Logger
+}
+
+// Load is what a node publishes of itself.
+type Load struct {
+	Sessions, Room, Warm int
 }
 
 // Member is one node as its Lease describes it.
@@ -75,6 +81,7 @@ type Member struct {
 	URL      *url.URL // nil when the Lease has none that parses
 	Sessions int
 	Room     int       // how many more sessions it takes
+	Warm     int       // its warm sandboxes
 	Renewed  time.Time // when it last renewed its Lease
 	Duration time.Duration
 	Stopping bool // it said it is stopping (a restart, a rolling update)
@@ -96,7 +103,8 @@ type Cluster struct {
 	store  cache.Store
 	log    *slog.Logger
 
-	stopped atomic.Bool
+	stopped       atomic.Bool
+	publishedWarm atomic.Bool // what the Lease last said: warm sandboxes or none
 	cancel  context.CancelFunc
 	done    chan struct{}
 
@@ -185,19 +193,29 @@ func (c *Cluster) leases() *rest.Request {
 	return c.client.Get().Namespace(c.cfg.Namespace).Resource("leases")
 }
 
+// renewLoop renews the Lease every third of its duration, and at once (at most four times a
+// second) when the node's warm sandboxes run out or come back, which decides where new
+// sessions go: a new node becomes a choice when its first warm sandbox is ready.
 func (c *Cluster) renewLoop(ctx context.Context) {
 	defer close(c.done)
-	t := time.NewTicker(c.cfg.LeaseDuration / 3)
+	period := c.cfg.LeaseDuration / 3
+	t := time.NewTicker(min(250*time.Millisecond, period))
 	defer t.Stop()
+	last := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		rctx, cancel := context.WithTimeout(ctx, c.cfg.LeaseDuration/3)
+		warm := c.cfg.Load().Warm > 0
+		if time.Since(last) < period && warm == c.publishedWarm.Load() {
+			continue
+		}
+		rctx, cancel := context.WithTimeout(ctx, period)
 		err := c.renew(rctx, stateServing)
 		cancel()
+		last = time.Now()
 		if err != nil && ctx.Err() == nil {
 			c.log.Warn("renew this node's Lease; the other nodes take it for down once it expires", "node", c.cfg.Node, "err", err)
 		}
@@ -232,7 +250,8 @@ func (c *Cluster) renew(ctx context.Context, state string) error {
 
 // record fills l (the Lease as read, or empty) with this node's state.
 func (c *Cluster) record(l *coordv1.Lease, state string) *coordv1.Lease {
-	sessions, room := c.cfg.Load()
+	load := c.cfg.Load()
+	c.publishedWarm.Store(load.Warm > 0)
 	if l.Labels == nil {
 		l.Labels = map[string]string{}
 	}
@@ -242,8 +261,9 @@ func (c *Cluster) record(l *coordv1.Lease, state string) *coordv1.Lease {
 	}
 	l.Annotations[annURL] = c.cfg.URL.String()
 	l.Annotations[annTag] = c.tag
-	l.Annotations[annSessions] = strconv.Itoa(sessions)
-	l.Annotations[annRoom] = strconv.Itoa(room)
+	l.Annotations[annSessions] = strconv.Itoa(load.Sessions)
+	l.Annotations[annRoom] = strconv.Itoa(load.Room)
+	l.Annotations[annWarm] = strconv.Itoa(load.Warm)
 	l.Annotations[annState] = state
 	now := metav1.NewMicroTime(time.Now())
 	holder := holderIdentity(c.cfg.Node)
@@ -289,6 +309,7 @@ func (c *Cluster) member(l *coordv1.Lease) Member {
 	}
 	m.Sessions, _ = strconv.Atoi(l.Annotations[annSessions])
 	m.Room, _ = strconv.Atoi(l.Annotations[annRoom])
+	m.Warm, _ = strconv.Atoi(l.Annotations[annWarm])
 	if l.Spec.RenewTime != nil {
 		m.Renewed = l.Spec.RenewTime.Time
 	}
@@ -296,7 +317,8 @@ func (c *Cluster) member(l *coordv1.Lease) Member {
 		m.Duration = time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
 	}
 	if m.Here { // what this node knows of itself is fresher than its Lease
-		m.Sessions, m.Room = c.cfg.Load()
+		load := c.cfg.Load()
+		m.Sessions, m.Room, m.Warm = load.Sessions, load.Room, load.Warm
 		m.URL, m.Renewed, m.Duration = c.cfg.URL, time.Now(), c.cfg.LeaseDuration
 		m.Stopping = c.stopped.Load()
 	}
@@ -340,9 +362,10 @@ func tagOf(id string) (string, bool) {
 	return id[:8], true
 }
 
-// Place lists the live nodes that take new sessions, the one with the most room first
-// (room less the sessions this node sent it since its Lease last said). Report the node
-// that took one with Placed.
+// Place lists the live nodes that take new sessions, best first: those with a warm
+// sandbox before those without (a session there starts in milliseconds, not a second), then
+// the most room. Both less the sessions this node sent each since its Lease last said.
+// Report the node that took one with Placed.
 func (c *Cluster) Place() []Member {
 	now := time.Now()
 	var ms []Member
@@ -359,6 +382,7 @@ func (c *Cluster) Place() []Member {
 		if p, ok := c.placed[m.Name]; ok && !m.Here {
 			if p.version == l.ResourceVersion {
 				m.Room -= p.n
+				m.Warm = max(m.Warm-p.n, 0)
 			} else {
 				delete(c.placed, m.Name)
 			}
@@ -369,6 +393,9 @@ func (c *Cluster) Place() []Member {
 	}
 	c.mu.Unlock()
 	sort.Slice(ms, func(i, j int) bool {
+		if wi, wj := ms[i].Warm > 0, ms[j].Warm > 0; wi != wj {
+			return wi
+		}
 		if ms[i].Room != ms[j].Room {
 			return ms[i].Room > ms[j].Room
 		}

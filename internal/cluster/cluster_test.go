@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,25 +23,28 @@ func TestNodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	node := func(name string, sessions, room int) *Cluster {
+	node := func(name string, sessions, room, warm int) *Cluster {
 		u, _ := url.Parse("http://127.0.0.1:1/" + name)
 		u.Path = ""
 		c, err := Start(t.Context(), Config{Kube: kube, Namespace: "default", Node: name, URL: u, LeaseDuration: 3 * time.Second,
-			Load: func() (int, int) { return sessions, room }})
+			Load: func() Load { return Load{Sessions: sessions, Room: room, Warm: warm} }})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { c.Stop(t.Context()) })
 		return c
 	}
-	a, b := node("a", 5, 5), node("b", 0, 10)
+	a, b := node("a", 5, 5, 2), node("b", 0, 10, 3)
+	node("c", 0, 50, 0) // the most room, but no warm sandbox yet
 	id := func(node string) string { return config.NodeTag(node) + strings.Repeat("0", 24) }
-	waitFor(t, "a sees b", func() error {
-		if m, err := a.Route(id("b")); err != nil || m == nil || m.Name != "b" {
-			return fmt.Errorf("Route(b's id) = %+v, %v", m, err)
-		}
-		return nil
-	})
+	for _, n := range []string{"b", "c"} {
+		waitFor(t, "a sees "+n, func() error {
+			if m, err := a.Route(id(n)); err != nil || m == nil || m.Name != n {
+				return fmt.Errorf("Route(%s's id) = %+v, %v", n, m, err)
+			}
+			return nil
+		})
+	}
 	for _, tt := range []string{id("a"), "short", strings.Repeat("f", 32)} {
 		if m, err := a.Route(tt); m != nil || err != nil {
 			t.Errorf("Route(%q) = %+v, %v; want here", tt, m, err)
@@ -53,14 +57,14 @@ func TestNodes(t *testing.T) {
 		}
 		return strings.Join(s, " ")
 	}
-	if got := names(a.Place()); got != "b:10 a:5" {
-		t.Errorf("Place() = %s, want b:10 a:5 (most room first)", got)
+	if got := names(a.Place()); got != "b:10 a:5 c:50" {
+		t.Errorf("Place() = %s, want b:10 a:5 c:50 (those with warm sandboxes first, then the most room)", got)
 	}
 	for range 6 {
 		a.Placed("b")
 	}
-	if got := names(a.Place()); got != "a:5 b:4" {
-		t.Errorf("after 6 sessions sent to b: Place() = %s, want a:5 b:4", got)
+	if got := names(a.Place()); got != "a:5 c:50 b:4" {
+		t.Errorf("after 6 sessions sent to b (its 3 warm sandboxes taken): Place() = %s, want a:5 c:50 b:4", got)
 	}
 
 	// A node gone silent (its Lease is a minute old), and a Lease whose url is no URL of a
@@ -88,8 +92,8 @@ spec: {holderIdentity: x, leaseDurationSeconds: 3, renewTime: %q}
 			return nil
 		})
 	}
-	if got := names(a.Place()); got != "a:5 b:4" {
-		t.Errorf("with d silent and e unreachable: Place() = %s, want a:5 b:4", got)
+	if got := names(a.Place()); got != "a:5 c:50 b:4" {
+		t.Errorf("with d silent and e unreachable: Place() = %s, want a:5 c:50 b:4", got)
 	}
 
 	// b stops: it says so, and gets nothing new.
@@ -103,8 +107,55 @@ spec: {holderIdentity: x, leaseDurationSeconds: 3, renewTime: %q}
 		}
 		return nil
 	})
-	if got := names(a.Place()); got != "a:5" {
-		t.Errorf("with b stopping: Place() = %s, want a:5 only", got)
+	if got := names(a.Place()); got != "a:5 c:50" {
+		t.Errorf("with b stopping: Place() = %s, want a:5 c:50", got)
+	}
+}
+
+// A node publishes at once that its warm sandboxes came back (or ran out), not at its next
+// renewal: a new node is a choice for new sessions as soon as its first one is ready.
+func TestWarmIsPublishedAtOnce(t *testing.T) {
+	cp := clustertest.Start(t)
+	kube, err := KubeConfig(cp.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var warm atomic.Int64
+	u, _ := url.Parse("http://127.0.0.1:1")
+	start := func(name string, load func() Load) *Cluster {
+		// Renewals 200 s apart: only the change itself can publish within the wait.
+		c, err := Start(t.Context(), Config{Kube: kube, Namespace: "default", Node: name, URL: u, LeaseDuration: 10 * time.Minute, Load: load})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Stop(t.Context()) })
+		return c
+	}
+	start("new", func() Load { return Load{Room: 10, Warm: int(warm.Load())} })
+	old := start("old", func() Load { return Load{Room: 5, Warm: 1} })
+	warmOf := func() (int, error) {
+		for _, m := range old.Members() {
+			if m.Name == "new" {
+				return m.Warm, nil
+			}
+		}
+		return 0, fmt.Errorf("old does not see new")
+	}
+	waitFor(t, "old sees new, not warm", func() error {
+		if w, err := warmOf(); err != nil || w != 0 {
+			return fmt.Errorf("warm %d, %v", w, err)
+		}
+		return nil
+	})
+	warm.Store(2)
+	waitFor(t, "old sees new warm", func() error {
+		if w, err := warmOf(); err != nil || w != 2 {
+			return fmt.Errorf("warm %d, %v", w, err)
+		}
+		return nil
+	})
+	if p := old.Place(); len(p) != 2 || p[0].Name != "new" {
+		t.Errorf("Place() = %+v, want new (warm, most room) first", p)
 	}
 }
 

@@ -230,7 +230,7 @@ func (s *server) clusterView(w http.ResponseWriter, r *http.Request) {
 	now := time.Now()
 	for _, m := range c.Members() {
 		view.Nodes = append(view.Nodes, api.ClusterNode{Name: m.Name, Live: m.Live(now), Stopping: m.Stopping,
-			Sessions: m.Sessions, Room: m.Room, RenewedAt: m.Renewed.UTC()})
+			Sessions: m.Sessions, Room: m.Room, Warm: m.Warm, RenewedAt: m.Renewed.UTC()})
 	}
 	writeJSON(w, http.StatusOK, view)
 }

@@ -333,9 +333,9 @@ func joinCluster(ctx context.Context, cfg config.Config, addr net.Addr, m *sessi
 	defer cancel()
 	c, err := cluster.Start(sctx, cluster.Config{Kube: kube, Namespace: ns, Node: cfg.ClusterNode, URL: u,
 		LeaseDuration: cfg.ClusterLeaseDuration, Logger: log,
-		Load: func() (int, int) {
-			n, _ := m.Stats()
-			return n, max(cfg.MaxSessions-n, 0)
+		Load: func() cluster.Load {
+			n, warm := m.Stats()
+			return cluster.Load{Sessions: n, Room: max(cfg.MaxSessions-n, 0), Warm: warm}
 		}})
 	if err != nil {
 		return nil, fmt.Errorf("join the cluster: %w", err)
