@@ -105,8 +105,8 @@ type Cluster struct {
 
 	stopped       atomic.Bool
 	publishedWarm atomic.Bool // what the Lease last said: warm sandboxes or none
-	cancel  context.CancelFunc
-	done    chan struct{}
+	cancel        context.CancelFunc
+	done          chan struct{}
 
 	mu     sync.Mutex
 	placed map[string]placed // sessions sent to a node since its Lease last changed
