@@ -38,18 +38,18 @@ func TestCluster(t *testing.T) {
 
 	nodeOf := func(id string) string { return tc.nodeOf(t, id) }
 
-	// 60 sessions through the three nodes in turn: they spread.
+	// 60 sessions, all through node-a: they spread.
 	var ids []string
 	count := map[string]int{}
 	for i := range 60 {
-		s, err := clients[names[i%3]].CreateSession(ctx, api.CreateSessionRequest{})
+		s, err := clients["node-a"].CreateSession(ctx, api.CreateSessionRequest{})
 		if err != nil {
 			t.Fatalf("create session %d: %v", i, err)
 		}
 		ids = append(ids, s.ID)
 		count[nodeOf(s.ID)]++
 	}
-	t.Logf("60 sessions created through the three nodes in turn went to %v", count)
+	t.Logf("60 sessions created through node-a went to %v", count)
 	for _, n := range names {
 		if count[n] < 10 {
 			t.Errorf("%s got %d of 60 sessions (%v): they should spread", n, count[n], count)
@@ -73,6 +73,25 @@ func TestCluster(t *testing.T) {
 	list, err := clients["node-b"].SessionList(ctx)
 	if err != nil || len(list.Sessions) != 60 || len(list.UnavailableNodes) != 0 {
 		t.Fatalf("list through node-b: %d sessions, unavailable %v, %v; want all 60", len(list.Sessions), list.UnavailableNodes, err)
+	}
+	// Another tenant, through a node that forwards: none of it is there.
+	for _, n := range names {
+		c := client.New(tc.nodes[n].url, client.WithAPIKey(tc.otherKey))
+		if l, err := c.SessionList(ctx); err != nil || len(l.Sessions) != 0 {
+			t.Errorf("the other tenant lists through %s: %+v, %v; want none", n, l, err)
+		}
+		for _, id := range ids {
+			if nodeOf(id) == n {
+				continue
+			}
+			if _, err := c.Execute(ctx, id, api.ExecuteRequest{Code: "print(x)"}); !client.IsNotFound(err) {
+				t.Fatalf("the other tenant runs code in session %s through %s: %v; want not found", id, n, err)
+			}
+			break
+		}
+	}
+	if _, err := client.New(tc.nodes["node-a"].url, client.WithAPIKey("cbk_wrong")).GetSession(ctx, ids[0]); !client.IsUnauthenticated(err) {
+		t.Errorf("a wrong key through node-a: %v; want unauthenticated", err)
 	}
 
 	// SSE through another node arrives as it is written: the cell waits for a file the test
@@ -186,6 +205,7 @@ type testCluster struct {
 	cp         *clustertest.ControlPlane
 	kubeconfig string // the nodes' (the service account's token)
 	key        string
+	otherKey   string // another tenant's
 	names      []string
 	states     map[string]string // node → its state dir
 	nodes      map[string]*served
@@ -213,7 +233,8 @@ func newTestCluster(t testing.TB, names ...string) *testCluster {
 		t.Fatalf("the nodes' service account can read secrets:\n%s", out)
 	}
 	tc.key = "cbk_" + hex.EncodeToString(randBytes(t, 16))
-	t.Setenv("CELLBOX_API_KEYS", tc.key)
+	tc.otherKey = "cbk_" + hex.EncodeToString(randBytes(t, 16))
+	t.Setenv("CELLBOX_API_KEYS", tc.key+","+tc.otherKey)
 	t.Cleanup(func() { // sessions live on when a node stops: end them
 		for _, n := range tc.names {
 			endSessions(t, tc.states[n])

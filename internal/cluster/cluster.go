@@ -86,12 +86,11 @@ type Member struct {
 	Duration time.Duration
 	Stopping bool // it said it is stopping (a restart, a rolling update)
 	Here     bool // this node
-}
-
-// Live reports whether m answers: it renewed its Lease within its duration and is not
-// stopping.
-func (m Member) Live(now time.Time) bool {
-	return !m.Stopping && m.URL != nil && now.Sub(m.Renewed) < m.Duration
+	// Live: it serves its sessions, as far as this node can tell. It renewed its Lease
+	// within its duration and is not stopping. While this node itself cannot renew its
+	// own Lease (the API server is down or cut off), a silent Lease says nothing of its
+	// node: those with an address count as live, and a request finds out by trying.
+	Live bool
 }
 
 // Cluster is this node's view of the cluster, and its own Lease kept renewed.
@@ -105,8 +104,10 @@ type Cluster struct {
 
 	stopped       atomic.Bool
 	publishedWarm atomic.Bool // what the Lease last said: warm sandboxes or none
-	cancel        context.CancelFunc
-	done          chan struct{}
+	stopRenew     context.CancelFunc
+	stopWatch     context.CancelFunc
+	done          chan struct{} // closed when renewLoop has returned
+	renewedAt     atomic.Int64  // unix nanoseconds of this node's last renewal that worked
 
 	mu     sync.Mutex
 	placed map[string]placed // sessions sent to a node since its Lease last changed
@@ -163,25 +164,36 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		Handler:       cache.ResourceEventHandlerFuncs{},
 	})
 	c.store = store
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	c.cancel = cancel
-	go informer.RunWithContext(runCtx)
+	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
+	c.stopWatch = stopWatch
+	go informer.RunWithContext(watchCtx)
 	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
-		cancel()
+		stopWatch()
 		return nil, fmt.Errorf("list the nodes' Leases in %s: %w", cfg.Namespace, context.Cause(ctx))
 	}
-	go c.renewLoop(runCtx)
+	renewCtx, stopRenew := context.WithCancel(context.WithoutCancel(ctx))
+	c.stopRenew = stopRenew
+	go c.renewLoop(renewCtx)
 	return c, nil
 }
 
-// Stop says in this node's Lease that it is stopping (the other nodes then answer its
-// sessions "unavailable, restarting" and send it no new ones), and stops watching.
-func (c *Cluster) Stop(ctx context.Context) error {
-	c.stopped.Store(true)
-	c.cancel()
+// Leave says in this node's Lease that it is stopping (the other nodes then answer its
+// sessions "unavailable, restarting" and send it no new ones) and renews it no more. It
+// gives the API server 3 s at most: a shutdown must not wait on it. This node still watches
+// the others (it may forward requests while it drains) until Close.
+func (c *Cluster) Leave(ctx context.Context) error {
+	if c.stopped.Swap(true) {
+		return nil
+	}
+	c.stopRenew()
 	<-c.done
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
 	return c.renew(ctx, stateStopping)
 }
+
+// Close stops watching the other nodes.
+func (c *Cluster) Close() { c.stopWatch() }
 
 // Tag is this node's session id prefix.
 func (c *Cluster) Tag() string { return c.tag }
@@ -244,6 +256,9 @@ func (c *Cluster) renew(ctx context.Context, state string) error {
 		if (apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err)) && attempt == 0 {
 			continue
 		}
+		if err == nil {
+			c.renewedAt.Store(time.Now().UnixNano())
+		}
 		return err
 	}
 }
@@ -289,20 +304,35 @@ func holderIdentity(node string) string {
 // Members lists the nodes of the cluster, this one included, by name.
 func (c *Cluster) Members() []Member {
 	var ms []Member
+	now := time.Now()
 	for _, o := range c.store.List() {
-		l, ok := o.(*coordv1.Lease)
-		if !ok || !strings.HasPrefix(l.Name, leasePrefix) {
-			continue
+		if m, ok := c.member(o, now); ok {
+			ms = append(ms, m)
 		}
-		ms = append(ms, c.member(l))
 	}
 	sort.Slice(ms, func(i, j int) bool { return ms[i].Name < ms[j].Name })
 	return ms
 }
 
-func (c *Cluster) member(l *coordv1.Lease) Member {
+// inTouch reports whether this node renewed its own Lease within the Lease's duration:
+// whether it can tell a silent node from its own trouble reaching the API server.
+func (c *Cluster) inTouch(now time.Time) bool {
+	return now.Sub(time.Unix(0, c.renewedAt.Load())) < c.cfg.LeaseDuration
+}
+
+// member reads a node's Lease. Not a node's: a Lease of another kind, or one whose tag is
+// not its node name's (the tag is what session ids are routed by: a Lease cannot claim
+// another node's sessions).
+func (c *Cluster) member(o any, now time.Time) (Member, bool) {
+	l, ok := o.(*coordv1.Lease)
+	if !ok || !strings.HasPrefix(l.Name, leasePrefix) {
+		return Member{}, false
+	}
 	m := Member{Name: strings.TrimPrefix(l.Name, leasePrefix), Tag: l.Annotations[annTag],
 		Stopping: l.Annotations[annState] == stateStopping}
+	if m.Tag != config.NodeTag(m.Name) {
+		return Member{}, false
+	}
 	m.Here = m.Name == c.cfg.Node
 	if u, err := url.Parse(l.Annotations[annURL]); err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" {
 		m.URL = u
@@ -319,10 +349,14 @@ func (c *Cluster) member(l *coordv1.Lease) Member {
 	if m.Here { // what this node knows of itself is fresher than its Lease
 		load := c.cfg.Load()
 		m.Sessions, m.Room, m.Warm = load.Sessions, load.Room, load.Warm
-		m.URL, m.Renewed, m.Duration = c.cfg.URL, time.Now(), c.cfg.LeaseDuration
+		m.URL, m.Renewed, m.Duration = c.cfg.URL, now, c.cfg.LeaseDuration
 		m.Stopping = c.stopped.Load()
+		m.Live = !m.Stopping
+		return m, true
 	}
-	return m
+	fresh := now.Sub(m.Renewed) < m.Duration
+	m.Live = !m.Stopping && m.URL != nil && (fresh || !c.inTouch(now))
+	return m, true
 }
 
 // Route says which node has session id: here (nil member, nil error) for this node's ids
@@ -337,17 +371,16 @@ func (c *Cluster) Route(id string) (*Member, error) {
 		if m.Tag != tag {
 			continue
 		}
-		now := time.Now()
 		switch {
-		case m.Live(now):
+		case m.Live:
 			return &m, nil
 		case m.URL == nil:
 			return nil, fmt.Errorf("session %s is on cluster node %s, whose Lease has no address other nodes can reach: %w", id, m.Name, errdefs.ErrUnavailable)
-		case m.Stopping:
-			return nil, fmt.Errorf("session %s is on cluster node %s, which is restarting: its sessions come back when it is up again; retry in a few seconds: %w", id, m.Name, errdefs.ErrUnavailable)
-		default:
+		case time.Since(m.Renewed) >= m.Duration:
 			return nil, fmt.Errorf("session %s is on cluster node %s, which has not been heard from for %s: it is down or cut off, and its sessions are unavailable until it is back: %w",
-				id, m.Name, now.Sub(m.Renewed).Round(time.Second), errdefs.ErrUnavailable)
+				id, m.Name, time.Since(m.Renewed).Round(time.Second), errdefs.ErrUnavailable)
+		default:
+			return nil, fmt.Errorf("session %s is on cluster node %s, which is restarting: its sessions come back when it is up again; retry in a few seconds: %w", id, m.Name, errdefs.ErrUnavailable)
 		}
 	}
 	return nil, nil
@@ -371,16 +404,12 @@ func (c *Cluster) Place() []Member {
 	var ms []Member
 	c.mu.Lock()
 	for _, o := range c.store.List() {
-		l, ok := o.(*coordv1.Lease)
-		if !ok || !strings.HasPrefix(l.Name, leasePrefix) {
-			continue
-		}
-		m := c.member(l)
-		if !m.Live(now) {
+		m, ok := c.member(o, now)
+		if !ok || !m.Live {
 			continue
 		}
 		if p, ok := c.placed[m.Name]; ok && !m.Here {
-			if p.version == l.ResourceVersion {
+			if p.version == o.(*coordv1.Lease).ResourceVersion {
 				m.Room -= p.n
 				m.Warm = max(m.Warm-p.n, 0)
 			} else {

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/url"
@@ -31,7 +32,7 @@ func TestNodes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { c.Stop(t.Context()) })
+		t.Cleanup(func() { c.Leave(context.Background()); c.Close() })
 		return c
 	}
 	a, b := node("a", 5, 5, 2), node("b", 0, 10, 3)
@@ -83,6 +84,16 @@ metadata:
 spec: {holderIdentity: x, leaseDurationSeconds: 3, renewTime: %q}
 `, l.node, l.url, config.NodeTag(l.node), l.renewed))
 	}
+	// A Lease that claims b's tag under another name is no node: b's sessions still go to b.
+	cp.Apply(t, fmt.Sprintf(`apiVersion: coordination.k8s.io/v1
+kind: Lease
+metadata:
+  name: cellbox-0-thief
+  namespace: default
+  labels: {app.kubernetes.io/name: cellbox}
+  annotations: {cellbox.dev/url: "http://169.254.169.254", cellbox.dev/node-tag: %q, cellbox.dev/room: "1000", cellbox.dev/warm: "9", cellbox.dev/state: serving}
+spec: {holderIdentity: x, leaseDurationSeconds: 3600, renewTime: %q}
+`, config.NodeTag("b"), renewed(0)))
 	for node, want := range map[string]string{"d": "has not been heard from for 1m", "e": "no address"} {
 		waitFor(t, "a sees "+node, func() error {
 			_, err := a.Route(id(node))
@@ -92,12 +103,16 @@ spec: {holderIdentity: x, leaseDurationSeconds: 3, renewTime: %q}
 			return nil
 		})
 	}
-	if got := names(a.Place()); got != "a:5 c:50 b:4" {
-		t.Errorf("with d silent and e unreachable: Place() = %s, want a:5 c:50 b:4", got)
+	// (b's renewals meanwhile reset what a counted: its Lease says its room afresh.)
+	if got := names(a.Place()); got != "b:10 a:5 c:50" {
+		t.Errorf("with d silent, e unreachable and a thief: Place() = %s, want b:10 a:5 c:50", got)
+	}
+	if m, err := a.Route(id("b")); err != nil || m == nil || m.Name != "b" {
+		t.Errorf("with a Lease claiming b's tag: Route(b's id) = %+v, %v; want b", m, err)
 	}
 
 	// b stops: it says so, and gets nothing new.
-	if err := b.Stop(t.Context()); err != nil {
+	if err := b.Leave(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "a sees b stopping", func() error {
@@ -128,7 +143,7 @@ func TestWarmIsPublishedAtOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { c.Stop(t.Context()) })
+		t.Cleanup(func() { c.Leave(context.Background()); c.Close() })
 		return c
 	}
 	start("new", func() Load { return Load{Room: 10, Warm: int(warm.Load())} })

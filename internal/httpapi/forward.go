@@ -73,7 +73,7 @@ func (s *server) routeInCluster(w http.ResponseWriter, r *http.Request, pattern 
 		if m == nil {
 			return false
 		}
-		s.forward(w, r, *m, nil)
+		s.forward(w, r, *m, false)
 		return true
 	}
 	return false
@@ -99,11 +99,8 @@ func (s *server) place(w http.ResponseWriter, r *http.Request) bool {
 			return false
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
-		err := s.forward(w, r, m, func(status int) {
-			if status < 300 {
-				c.Placed(m.Name)
-			}
-		})
+		c.Placed(m.Name) // at once: the next request weighs it, though this one is in flight
+		err := s.forward(w, r, m, true)
 		if err == nil {
 			return true
 		}
@@ -114,35 +111,35 @@ func (s *server) place(w http.ResponseWriter, r *http.Request) bool {
 }
 
 // forward proxies r to node m, streaming both ways (uploads, downloads and SSE are not
-// buffered). With onStatus (placing new work), a node that does not answer is an error
-// returned before anything is written, so the caller can try another; without, that is
-// answered here as unavailable.
-func (s *server) forward(w http.ResponseWriter, r *http.Request, m cluster.Member, onStatus func(int)) error {
+// buffered), with the client's Host (the owner checks Origin against it). A node that
+// fails is answered here as unavailable; with retry (placing new work), one that could
+// not be connected to, so has seen nothing of r, is an error returned with nothing
+// written, and the caller tries another. Once r went out it is never sent twice: code
+// might run twice.
+func (s *server) forward(w http.ResponseWriter, r *http.Request, m cluster.Member, retry bool) error {
 	var failed error
 	p := &httputil.ReverseProxy{
 		Transport:     s.fwd,
 		FlushInterval: -1,
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(m.URL)
+			pr.Out.Host = pr.In.Host
 			pr.Out.Header.Set(ForwardedHeader, s.opts.Cluster.Name())
 			pr.SetXForwarded()
-		},
-		ModifyResponse: func(res *http.Response) error {
-			if onStatus != nil {
-				onStatus(res.StatusCode)
-			}
-			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
 				return // the client went away
 			}
-			failed = fmt.Errorf("cluster node %s did not answer: %v", m.Name, err)
-			if onStatus == nil {
-				s.writeError(w, r, fmt.Errorf("%w: %w", failed, errdefs.ErrUnavailable))
+			s.log.Warn("forward to another cluster node", "node", m.Name, "path", r.URL.Path, "err", err)
+			failed = fmt.Errorf("cluster node %s did not answer", m.Name)
+			var op *net.OpError
+			if retry && errors.As(err, &op) && op.Op == "dial" {
+				return
 			}
+			failed = nil
+			s.writeError(w, r, fmt.Errorf("cluster node %s, which has this request's session or took its work, failed to answer it: %w", m.Name, errdefs.ErrUnavailable))
 		},
-		ErrorLog: nil,
 	}
 	p.ServeHTTP(w, r)
 	return failed
@@ -157,16 +154,12 @@ func (s *server) listCluster(w http.ResponseWriter, r *http.Request) {
 		list = api.SessionList{Sessions: []api.Session{}}
 		wg   sync.WaitGroup
 	)
-	now := time.Now()
+	list.Sessions = append(list.Sessions, s.m.List(r.Context())...)
 	for _, m := range s.opts.Cluster.Members() {
 		if m.Here {
-			mine := s.m.List(r.Context())
-			mu.Lock()
-			list.Sessions = append(list.Sessions, mine...)
-			mu.Unlock()
 			continue
 		}
-		if !m.Live(now) {
+		if !m.Live {
 			list.UnavailableNodes = append(list.UnavailableNodes, m.Name)
 			continue
 		}
@@ -227,9 +220,8 @@ func (s *server) clusterView(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	view := api.ClusterView{Node: c.Name(), Nodes: []api.ClusterNode{}}
-	now := time.Now()
 	for _, m := range c.Members() {
-		view.Nodes = append(view.Nodes, api.ClusterNode{Name: m.Name, Live: m.Live(now), Stopping: m.Stopping,
+		view.Nodes = append(view.Nodes, api.ClusterNode{Name: m.Name, Live: m.Live, Stopping: m.Stopping,
 			Sessions: m.Sessions, Room: m.Room, Warm: m.Warm, RenewedAt: m.Renewed.UTC()})
 	}
 	writeJSON(w, http.StatusOK, view)

@@ -26,6 +26,8 @@ func TestClusterURL(t *testing.T) {
 		{"ftp://10.0.0.7", tcp("0.0.0.0:8080"), "error: base URL"},
 		{"http://10.0.0.7:8080/v1", tcp("0.0.0.0:8080"), "error: base URL"},
 		{"http://", tcp("0.0.0.0:8080"), "error: base URL"},
+		{"http://fd00::7:8080", tcp("[::]:8080"), "error: brackets"},
+		{"http://[fd00::7]:8080", tcp("[::]:8080"), "http://[fd00::7]:8080"},
 	}
 	for _, tt := range tests {
 		u, err := clusterURL(tt.flag, tt.addr)

@@ -348,6 +348,10 @@ func joinCluster(ctx context.Context, cfg config.Config, addr net.Addr, m *sessi
 // listened on, unless that is a wildcard (0.0.0.0 says nothing of where to connect).
 func clusterURL(flag string, addr net.Addr) (*url.URL, error) {
 	if flag != "" {
+		_, rest, _ := strings.Cut(flag, "://")
+		if host, _, _ := strings.Cut(rest, "/"); strings.Count(host, ":") > 1 && !strings.HasPrefix(host, "[") {
+			return nil, fmt.Errorf("--cluster-url %.200q: an IPv6 address goes in brackets, e.g. http://[fd00::7]:8080", flag)
+		}
 		u, err := url.Parse(flag)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") {
 			return nil, fmt.Errorf("--cluster-url %.200q: give the base URL the other nodes reach this one at, e.g. http://10.0.0.7:8080", flag)
@@ -425,8 +429,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	var errs []error
 	if s.cluster != nil {
 		// First, so the other nodes send nothing new here and answer this node's sessions
-		// "restarting" while it is away.
-		errs = append(errs, s.cluster.Stop(ctx))
+		// "restarting" while it is away; watching the others ends last, as requests still
+		// running may be forwarded ones.
+		errs = append(errs, s.cluster.Leave(ctx))
+		defer s.cluster.Close()
 	}
 	// Stop taking requests, but let running ones end: the manager interrupts their cells.
 	s.MCP.Close()
