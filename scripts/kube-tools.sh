@@ -3,7 +3,7 @@
 # Go module proxy: kube-apiserver and kubectl from k8s.io/kubernetes, etcd from its server
 # module. Prints the folder holding the three binaries (DIR, default
 # $CELLBOX_KUBE_TOOLS or /var/cache/cellbox/kube-tools/<versions>). Built once per version
-# set; later runs print the folder at once. The first build takes ~7 minutes on 2 cores and
+# set; later runs print the folder at once. The first build takes ~9 minutes on 2 cores and
 # ~3 GB of Go build cache.
 #
 # Debian has no kube-apiserver, and its etcd (3.4) breaks the apiserver's watch cache, so both
@@ -54,7 +54,7 @@ EOF
 	"$go" build -trimpath -o "$dir/etcd.new" .
 )
 
-say "building kube-apiserver and kubectl $k8s (about 7 minutes the first time)"
+say "building kube-apiserver and kubectl $k8s (about 9 minutes the first time)"
 src=$("$go" mod download -json "k8s.io/kubernetes@$k8s" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
 [[ -d $src ]] || {
 	say "could not download k8s.io/kubernetes@$k8s from the Go module proxy"

@@ -45,7 +45,7 @@ func Tools(t testing.TB) string {
 	t.Helper()
 	dir := os.Getenv("CELLBOX_KUBE_TOOLS")
 	if dir == "" {
-		msg := "no Kubernetes control plane: run scripts/kube-tools.sh (~7 min the first time) and set CELLBOX_KUBE_TOOLS to the folder it prints (make test does)"
+		msg := "no Kubernetes control plane: run scripts/kube-tools.sh (~9 min the first time) and set CELLBOX_KUBE_TOOLS to the folder it prints (make test does)"
 		if os.Getenv("CI") != "" {
 			t.Fatal(msg)
 		}
