@@ -6,13 +6,11 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -343,43 +341,31 @@ func randBytes(t testing.TB, n int) []byte {
 // endSessions ends the sessions a stopped node left on its state dir: a server started with
 // --end-sessions-on-exit ends them at start, then stops.
 func endSessions(t testing.TB, state string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, testbin.Cellbox(t), "serve", "--addr", "127.0.0.1:0", "--state-dir", state, "--end-sessions-on-exit", "--pool-size", "0", "--no-web")
-	var out bytes.Buffer
-	pr, pw := io.Pipe()
-	w := io.MultiWriter(&out, pw) // one writer for both: exec then writes from one goroutine at a time
-	cmd.Stderr, cmd.Stdout = w, w
-	cmd.Env = os.Environ()
+	var out testbin.Buffer
+	cmd := exec.Command(testbin.Cellbox(t), "serve", "--addr", "127.0.0.1:0", "--state-dir", state, "--end-sessions-on-exit", "--pool-size", "0", "--no-web")
+	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Errorf("end the sessions on %s: %v", state, err)
 		return
 	}
-	serving := make(chan struct{})
-	go func() {
-		buf := make([]byte, 4096)
-		var seen strings.Builder
-		for {
-			n, err := pr.Read(buf)
-			seen.Write(buf[:n])
-			if strings.Contains(seen.String(), "cellbox serving") {
-				close(serving)
-				io.Copy(io.Discard, pr)
-				return
-			}
-			if err != nil {
-				return
-			}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	for deadline := time.Now().Add(2 * time.Minute); !strings.Contains(out.String(), "cellbox serving"); time.Sleep(20 * time.Millisecond) {
+		select {
+		case err := <-exited:
+			t.Errorf("end the sessions on %s: the server exited: %v\n%s", state, err, out.String())
+			return
+		default:
 		}
-	}()
-	select {
-	case <-serving:
-		cmd.Process.Signal(syscall.SIGTERM)
-	case <-ctx.Done():
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			<-exited
+			t.Errorf("end the sessions on %s: the server did not start in 2 minutes:\n%s", state, out.String())
+			return
+		}
 	}
-	err := cmd.Wait()
-	pw.Close()
-	if err != nil {
+	cmd.Process.Signal(syscall.SIGTERM)
+	if err := <-exited; err != nil {
 		t.Errorf("end the sessions on %s: %v\n%s", state, err, out.String())
 	}
 }

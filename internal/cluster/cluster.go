@@ -119,7 +119,7 @@ type placed struct {
 }
 
 // Start registers this node (creating or taking over its Lease), starts watching the other
-// nodes' Leases, and returns once the first list is in. It renews the Lease until Stop.
+// nodes' Leases, and returns once the first list is in. It renews the Lease until Leave.
 func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -149,13 +149,13 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 			opts.LabelSelector = selector
 			var list coordv1.LeaseList
-			err := c.leases().VersionedParams(&opts, c.params).Do(ctx).Into(&list)
+			err := c.leases(c.client.Get()).VersionedParams(&opts, c.params).Do(ctx).Into(&list)
 			return &list, err
 		},
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 			opts.LabelSelector = selector
 			opts.Watch = true
-			return c.leases().VersionedParams(&opts, c.params).Watch(ctx)
+			return c.leases(c.client.Get()).VersionedParams(&opts, c.params).Watch(ctx)
 		},
 	}
 	store, informer := cache.NewInformerWithOptions(cache.InformerOptions{
@@ -201,8 +201,9 @@ func (c *Cluster) Tag() string { return c.tag }
 // Name is this node's name.
 func (c *Cluster) Name() string { return c.cfg.Node }
 
-func (c *Cluster) leases() *rest.Request {
-	return c.client.Get().Namespace(c.cfg.Namespace).Resource("leases")
+// leases is req on the Leases of the namespace.
+func (c *Cluster) leases(req *rest.Request) *rest.Request {
+	return req.Namespace(c.cfg.Namespace).Resource("leases")
 }
 
 // renewLoop renews the Lease every third of its duration, and at once (at most four times a
@@ -234,13 +235,19 @@ func (c *Cluster) renewLoop(ctx context.Context) {
 	}
 }
 
-// renew writes this node's Lease: created if missing, else updated (a conflict, another
-// writer in between, is retried once with the fresh Lease).
+// renew writes this node's Lease: created if missing, else updated. The Lease as the watch
+// last delivered it is updated, with no read; a conflict (the watch behind, or another
+// writer in between) is retried once with the Lease read afresh.
 func (c *Cluster) renew(ctx context.Context, state string) error {
 	name := leasePrefix + c.cfg.Node
 	for attempt := 0; ; attempt++ {
 		var cur coordv1.Lease
-		err := c.client.Get().Namespace(c.cfg.Namespace).Resource("leases").Name(name).Do(ctx).Into(&cur)
+		var err error
+		if o, ok := c.watched(name); ok && attempt == 0 {
+			o.DeepCopyInto(&cur)
+		} else {
+			err = c.leases(c.client.Get()).Name(name).Do(ctx).Into(&cur)
+		}
 		notFound := apierrors.IsNotFound(err)
 		if err != nil && !notFound {
 			return err
@@ -249,9 +256,9 @@ func (c *Cluster) renew(ctx context.Context, state string) error {
 		if notFound {
 			l.Name = name
 			l.Namespace = c.cfg.Namespace
-			err = c.client.Post().Namespace(c.cfg.Namespace).Resource("leases").Body(l).Do(ctx).Error()
+			err = c.leases(c.client.Post()).Body(l).Do(ctx).Error()
 		} else {
-			err = c.client.Put().Namespace(c.cfg.Namespace).Resource("leases").Name(name).Body(l).Do(ctx).Error()
+			err = c.leases(c.client.Put()).Name(name).Body(l).Do(ctx).Error()
 		}
 		if (apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err)) && attempt == 0 {
 			continue
@@ -261,6 +268,20 @@ func (c *Cluster) renew(ctx context.Context, state string) error {
 		}
 		return err
 	}
+}
+
+// watched is the Lease named name as the watch last delivered it; none before the watch
+// started (Start registers the node first).
+func (c *Cluster) watched(name string) (*coordv1.Lease, bool) {
+	if c.store == nil {
+		return nil, false
+	}
+	o, ok, err := c.store.GetByKey(c.cfg.Namespace + "/" + name)
+	if err != nil || !ok {
+		return nil, false
+	}
+	l, ok := o.(*coordv1.Lease)
+	return l, ok
 }
 
 // record fills l (the Lease as read, or empty) with this node's state.
@@ -367,8 +388,13 @@ func (c *Cluster) Route(id string) (*Member, error) {
 	if !ok || tag == c.tag {
 		return nil, nil
 	}
-	for _, m := range c.Members() {
-		if m.Tag != tag {
+	now := time.Now()
+	for _, o := range c.store.List() {
+		if l, ok := o.(*coordv1.Lease); !ok || l.Annotations[annTag] != tag {
+			continue // cheaply, before member reads the Lease: this runs for every request
+		}
+		m, ok := c.member(o, now)
+		if !ok {
 			continue
 		}
 		switch {
@@ -376,9 +402,9 @@ func (c *Cluster) Route(id string) (*Member, error) {
 			return &m, nil
 		case m.URL == nil:
 			return nil, fmt.Errorf("session %s is on cluster node %s, whose Lease has no address other nodes can reach: %w", id, m.Name, errdefs.ErrUnavailable)
-		case time.Since(m.Renewed) >= m.Duration:
+		case now.Sub(m.Renewed) >= m.Duration:
 			return nil, fmt.Errorf("session %s is on cluster node %s, which has not been heard from for %s: it is down or cut off, and its sessions are unavailable until it is back: %w",
-				id, m.Name, time.Since(m.Renewed).Round(time.Second), errdefs.ErrUnavailable)
+				id, m.Name, now.Sub(m.Renewed).Round(time.Second), errdefs.ErrUnavailable)
 		default:
 			return nil, fmt.Errorf("session %s is on cluster node %s, which is restarting: its sessions come back when it is up again; retry in a few seconds: %w", id, m.Name, errdefs.ErrUnavailable)
 		}
@@ -438,11 +464,11 @@ func (c *Cluster) Placed(node string) {
 	if node == c.cfg.Node {
 		return
 	}
-	o, ok, err := c.store.GetByKey(c.cfg.Namespace + "/" + leasePrefix + node)
-	if err != nil || !ok {
+	l, ok := c.watched(leasePrefix + node)
+	if !ok {
 		return
 	}
-	version := o.(*coordv1.Lease).ResourceVersion
+	version := l.ResourceVersion
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	p := c.placed[node]

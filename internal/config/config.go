@@ -378,7 +378,6 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Images is the folder of built images: --images-dir, else <state-dir>/images.
 // validNodeName: a DNS subdomain short enough that "cellbox-" and it make a Lease name. (Not
 // a regexp: one with {0,198} costs every process, the guests too, 140 KB at start.)
 func validNodeName(s string) bool {
@@ -411,6 +410,7 @@ func NodeTag(node string) string {
 	return hex.EncodeToString(sum[:4])
 }
 
+// Images is the folder of built images: --images-dir, else <state-dir>/images.
 func (c Config) Images() string {
 	if c.ImagesDir != "" {
 		return c.ImagesDir

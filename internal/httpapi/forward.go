@@ -94,11 +94,10 @@ func (s *server) place(w http.ResponseWriter, r *http.Request) bool {
 	}
 	var errs []error
 	for _, m := range nodes {
+		r.Body = io.NopCloser(bytes.NewReader(body))
 		if m.Here {
-			r.Body = io.NopCloser(bytes.NewReader(body))
 			return false
 		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
 		c.Placed(m.Name) // at once: the next request weighs it, though this one is in flight
 		err := s.forward(w, r, m, true)
 		if err == nil {
@@ -132,12 +131,11 @@ func (s *server) forward(w http.ResponseWriter, r *http.Request, m cluster.Membe
 				return // the client went away
 			}
 			s.log.Warn("forward to another cluster node", "node", m.Name, "path", r.URL.Path, "err", err)
-			failed = fmt.Errorf("cluster node %s did not answer", m.Name)
 			var op *net.OpError
 			if retry && errors.As(err, &op) && op.Op == "dial" {
+				failed = fmt.Errorf("cluster node %s did not answer", m.Name)
 				return
 			}
-			failed = nil
 			s.writeError(w, r, fmt.Errorf("cluster node %s, which has this request's session or took its work, failed to answer it: %w", m.Name, errdefs.ErrUnavailable))
 		},
 	}
