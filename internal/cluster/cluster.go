@@ -402,15 +402,23 @@ func (c *Cluster) Route(id string) (*Member, error) {
 			return &m, nil
 		case m.URL == nil:
 			return nil, fmt.Errorf("session %s is on cluster node %s, whose Lease has no address other nodes can reach: %w", id, m.Name, errdefs.ErrUnavailable)
-		case now.Sub(m.Renewed) >= m.Duration:
-			return nil, fmt.Errorf("session %s is on cluster node %s, which has not been heard from for %s: it is down or cut off, and its sessions are unavailable until it is back: %w",
+		case m.Stopping && now.Sub(m.Renewed) < restartingFor:
+			// A stopping node renews its Lease no more: its age is how long it has been away.
+			return nil, fmt.Errorf("session %s is on cluster node %s, which is restarting: its sessions come back when it is up again; retry in a few seconds: %w", id, m.Name, errdefs.ErrUnavailable)
+		case m.Stopping:
+			return nil, fmt.Errorf("session %s is on cluster node %s, which stopped %s ago and has not come back: its sessions are unavailable until it does: %w",
 				id, m.Name, now.Sub(m.Renewed).Round(time.Second), errdefs.ErrUnavailable)
 		default:
-			return nil, fmt.Errorf("session %s is on cluster node %s, which is restarting: its sessions come back when it is up again; retry in a few seconds: %w", id, m.Name, errdefs.ErrUnavailable)
+			return nil, fmt.Errorf("session %s is on cluster node %s, which has not been heard from for %s: it is down or cut off, and its sessions are unavailable until it is back: %w",
+				id, m.Name, now.Sub(m.Renewed).Round(time.Second), errdefs.ErrUnavailable)
 		}
 	}
 	return nil, nil
 }
+
+// restartingFor is how long a stopped node is said to be restarting; past it, it is said
+// to have stopped and not come back (removed, or failing to start).
+const restartingFor = 5 * time.Minute
 
 // tagOf is the node tag a session id starts with: cluster ids are the tag's 8 hex digits and
 // 24 more.

@@ -75,16 +75,23 @@ func TestNodes(t *testing.T) {
 	renewed := func(ago time.Duration) string {
 		return time.Now().Add(-ago).UTC().Format("2006-01-02T15:04:05.000000Z")
 	}
-	for _, l := range []struct{ node, url, renewed string }{{"d", "http://127.0.0.1:2", renewed(time.Minute)}, {"e", "javascript:alert(1)", renewed(0)}} {
+	// Stopping nodes renew no more: one a minute away is restarting, one ten minutes away
+	// has not come back.
+	for _, l := range []struct{ node, url, renewed, state string }{
+		{"d", "http://127.0.0.1:2", renewed(time.Minute), "serving"},
+		{"e", "javascript:alert(1)", renewed(0), "serving"},
+		{"f", "http://127.0.0.1:3", renewed(time.Minute), "stopping"},
+		{"g", "http://127.0.0.1:4", renewed(10 * time.Minute), "stopping"},
+	} {
 		cp.Apply(t, fmt.Sprintf(`apiVersion: coordination.k8s.io/v1
 kind: Lease
 metadata:
   name: cellbox-%s
   namespace: default
   labels: {app.kubernetes.io/name: cellbox}
-  annotations: {cellbox.dev/url: %q, cellbox.dev/node-tag: %q, cellbox.dev/room: "100", cellbox.dev/state: serving}
+  annotations: {cellbox.dev/url: %q, cellbox.dev/node-tag: %q, cellbox.dev/room: "100", cellbox.dev/state: %s}
 spec: {holderIdentity: x, leaseDurationSeconds: 3, renewTime: %q}
-`, l.node, l.url, config.NodeTag(l.node), l.renewed))
+`, l.node, l.url, config.NodeTag(l.node), l.state, l.renewed))
 	}
 	// A Lease that claims b's tag under another name is no node: b's sessions still go to b.
 	cp.Apply(t, fmt.Sprintf(`apiVersion: coordination.k8s.io/v1
@@ -96,7 +103,8 @@ metadata:
   annotations: {cellbox.dev/url: "http://169.254.169.254", cellbox.dev/node-tag: %q, cellbox.dev/room: "1000", cellbox.dev/warm: "9", cellbox.dev/state: serving}
 spec: {holderIdentity: x, leaseDurationSeconds: 3600, renewTime: %q}
 `, config.NodeTag("b"), renewed(0)))
-	for node, want := range map[string]string{"d": "has not been heard from for 1m", "e": "no address"} {
+	for node, want := range map[string]string{"d": "has not been heard from for 1m", "e": "no address",
+		"f": "restarting", "g": "and has not come back"} {
 		waitFor(t, "a sees "+node, func() error {
 			_, err := a.Route(id(node))
 			if !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), want) {
