@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"net/http"
 	"os/exec"
 	"slices"
 	"strings"
@@ -90,6 +91,20 @@ func TestCluster(t *testing.T) {
 	}
 	if _, err := client.New(tc.nodes["node-a"].url, client.WithAPIKey("cbk_wrong")).GetSession(ctx, ids[0]); !client.IsUnauthenticated(err) {
 		t.Errorf("a wrong key through node-a: %v; want unauthenticated", err)
+	}
+	// A body past --max-body-bytes (8 MiB) is refused, whichever node would take the
+	// session; the node serves on.
+	for _, n := range names {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, tc.nodes[n].url+"/v1/sessions", bytes.NewReader(bytes.Repeat([]byte(" "), 9<<20)))
+		req.Header.Set("Authorization", "Bearer "+tc.key)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("a 9 MiB body to %s: %v", n, err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusRequestEntityTooLarge {
+			t.Errorf("a 9 MiB body to %s: HTTP %d, want 413", n, res.StatusCode)
+		}
 	}
 
 	// SSE through another node arrives as it is written: the cell waits for a file the test
