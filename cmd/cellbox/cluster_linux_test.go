@@ -269,7 +269,7 @@ func (tc *testCluster) start(t testing.TB, name string) {
 	}
 	tc.nodes[name] = serve(t, tc.states[name], "--end-sessions-on-exit=false", "--pool-size", "2",
 		"--cluster", "kubernetes", "--kubeconfig", tc.kubeconfig, "--cluster-node", name,
-		"--cluster-namespace", "cellbox", "--cluster-lease-duration", "3s")
+		"--cluster-namespace", "cellbox", "--cluster-lease-duration", "5s")
 	tc.clients[name] = client.New(tc.nodes[name].url, client.WithAPIKey(tc.key))
 }
 

@@ -67,6 +67,10 @@ func serve(t testing.TB, state string, args ...string) *served {
 			s.cmd.Process.Kill()
 			<-s.exited
 		}
+		if t.Failed() { // what the server said is where a failure is explained
+			out := s.output()
+			t.Logf("cellbox serve on %s, the end of its log:\n%s", s.url, out[max(0, len(out)-8000):])
+		}
 	})
 	c := client.New(s.url)
 	for deadline := time.Now().Add(2 * time.Minute); ; {

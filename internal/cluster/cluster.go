@@ -80,9 +80,12 @@ type Member struct {
 	Tag      string   // the prefix of its session ids
 	URL      *url.URL // nil when the Lease has none that parses
 	Sessions int
-	Room     int       // how many more sessions it takes
-	Warm     int       // its warm sandboxes
-	Renewed  time.Time // when it last renewed its Lease
+	Room     int // how many more sessions it takes
+	Warm     int // its warm sandboxes
+	// Renewed is when this node last saw it renew its Lease, by this node's clock (the
+	// nodes' clocks need not agree): when the watch delivered the renewal; for a Lease
+	// first seen, the renewal time it holds, if past.
+	Renewed  time.Time
 	Duration time.Duration
 	Stopping bool // it said it is stopping (a restart, a rolling update)
 	Here     bool // this node
@@ -111,6 +114,9 @@ type Cluster struct {
 
 	mu     sync.Mutex
 	placed map[string]placed // sessions sent to a node since its Lease last changed
+
+	heardMu sync.Mutex
+	heard   map[string]time.Time // Lease name → when this node saw it last renewed
 }
 
 type placed struct {
@@ -140,7 +146,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
 	c := &Cluster{cfg: cfg, tag: config.NodeTag(cfg.Node), client: client, params: runtime.NewParameterCodec(scheme),
-		log: cfg.Logger, placed: map[string]placed{}, done: make(chan struct{})}
+		log: cfg.Logger, placed: map[string]placed{}, heard: map[string]time.Time{}, done: make(chan struct{})}
 	if err := c.renew(ctx, stateServing); err != nil {
 		return nil, fmt.Errorf("register node %s: Lease %s/%s%s: %w", cfg.Node, cfg.Namespace, leasePrefix, cfg.Node, err)
 	}
@@ -161,7 +167,17 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	store, informer := cache.NewInformerWithOptions(cache.InformerOptions{
 		ListerWatcher: lw,
 		ObjectType:    &coordv1.Lease{},
-		Handler:       cache.ResourceEventHandlerFuncs{},
+		Handler: cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(o any) { c.hear(nil, o) },
+			UpdateFunc: func(old, o any) { c.hear(old, o) },
+			DeleteFunc: func(o any) {
+				if l, ok := o.(*coordv1.Lease); ok {
+					c.heardMu.Lock()
+					delete(c.heard, l.Name)
+					c.heardMu.Unlock()
+				}
+			},
+		},
 	})
 	c.store = store
 	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
@@ -208,13 +224,16 @@ func (c *Cluster) leases(req *rest.Request) *rest.Request {
 
 // renewLoop renews the Lease every third of its duration, and at once (at most four times a
 // second) when the node's warm sandboxes run out or come back, which decides where new
-// sessions go: a new node becomes a choice when its first warm sandbox is ready.
+// sessions go: a new node becomes a choice when its first warm sandbox is ready. A renewal
+// may take until the Lease would lapse (a loaded API server is slow, not down); one that
+// fails is tried again a quarter second later, then at doubling waits up to the period.
 func (c *Cluster) renewLoop(ctx context.Context) {
 	defer close(c.done)
 	period := c.cfg.LeaseDuration / 3
-	t := time.NewTicker(min(250*time.Millisecond, period))
+	tick := min(250*time.Millisecond, period)
+	t := time.NewTicker(tick)
 	defer t.Stop()
-	last := time.Now()
+	next, backoff := time.Now().Add(period), tick
 	for {
 		select {
 		case <-ctx.Done():
@@ -222,14 +241,19 @@ func (c *Cluster) renewLoop(ctx context.Context) {
 		case <-t.C:
 		}
 		warm := c.cfg.Load().Warm > 0
-		if time.Since(last) < period && warm == c.publishedWarm.Load() {
+		if time.Now().Before(next) && warm == c.publishedWarm.Load() {
 			continue
 		}
-		rctx, cancel := context.WithTimeout(ctx, period)
+		lapse := time.Unix(0, c.renewedAt.Load()).Add(c.cfg.LeaseDuration)
+		rctx, cancel := context.WithTimeout(ctx, max(period, time.Until(lapse)))
 		err := c.renew(rctx, stateServing)
 		cancel()
-		last = time.Now()
-		if err != nil && ctx.Err() == nil {
+		if err == nil {
+			next, backoff = time.Now().Add(period), tick
+			continue
+		}
+		next, backoff = time.Now().Add(backoff), min(2*backoff, period)
+		if ctx.Err() == nil {
 			c.log.Warn("renew this node's Lease; the other nodes take it for down once it expires", "node", c.cfg.Node, "err", err)
 		}
 	}
@@ -313,6 +337,29 @@ func (c *Cluster) record(l *coordv1.Lease, state string) *coordv1.Lease {
 	return l
 }
 
+// hear notes when a Lease was renewed, by this node's clock: now, for a renewal the watch
+// delivers (old is the Lease before it); for a Lease first seen (old nil), the renewal time
+// it holds, or now if that is ahead of this node's clock. A node whose clock is behind is
+// not taken for down, nor one whose clock is ahead for up past its Lease.
+func (c *Cluster) hear(old, o any) {
+	l, ok := o.(*coordv1.Lease)
+	if !ok || l.Spec.RenewTime == nil {
+		return
+	}
+	now := time.Now()
+	at := now
+	if prev, ok := old.(*coordv1.Lease); ok {
+		if prev.Spec.RenewTime != nil && prev.Spec.RenewTime.Equal(l.Spec.RenewTime) {
+			return // another change (a relist, or someone else's edit): not a renewal
+		}
+	} else if l.Spec.RenewTime.Time.Before(now) {
+		at = l.Spec.RenewTime.Time
+	}
+	c.heardMu.Lock()
+	c.heard[l.Name] = at
+	c.heardMu.Unlock()
+}
+
 // holderIdentity names this process: the pod (POD_NAME, set by the manifests), else the
 // node and the process id.
 func holderIdentity(node string) string {
@@ -361,9 +408,9 @@ func (c *Cluster) member(o any, now time.Time) (Member, bool) {
 	m.Sessions, _ = strconv.Atoi(l.Annotations[annSessions])
 	m.Room, _ = strconv.Atoi(l.Annotations[annRoom])
 	m.Warm, _ = strconv.Atoi(l.Annotations[annWarm])
-	if l.Spec.RenewTime != nil {
-		m.Renewed = l.Spec.RenewTime.Time
-	}
+	c.heardMu.Lock()
+	m.Renewed = c.heard[l.Name]
+	c.heardMu.Unlock()
 	if l.Spec.LeaseDurationSeconds != nil {
 		m.Duration = time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
 	}

@@ -120,6 +120,40 @@ spec: {holderIdentity: x, leaseDurationSeconds: 3600, renewTime: %q}
 		t.Errorf("with a Lease claiming b's tag: Route(b's id) = %+v, %v; want b", m, err)
 	}
 
+	// Nodes whose clocks do not agree with a's. One ahead by ten minutes is up while it
+	// renews, and down once it stops, after its Lease's 3 s, not ten minutes later. One an
+	// hour behind: a's first sight of its Lease says an hour old; a renewal a sees is news.
+	skewed := func(node string, renewed time.Time) {
+		cp.Apply(t, fmt.Sprintf(`apiVersion: coordination.k8s.io/v1
+kind: Lease
+metadata:
+  name: cellbox-%s
+  namespace: default
+  labels: {app.kubernetes.io/name: cellbox}
+  annotations: {cellbox.dev/url: "http://127.0.0.1:5", cellbox.dev/node-tag: %q, cellbox.dev/room: "0", cellbox.dev/state: serving}
+spec: {holderIdentity: x, leaseDurationSeconds: 3, renewTime: %q}
+`, node, config.NodeTag(node), renewed.UTC().Format("2006-01-02T15:04:05.000000Z")))
+	}
+	skewed("ahead", time.Now().Add(10*time.Minute))
+	skewed("behind", time.Now().Add(-time.Hour))
+	route := func(node, want string) func() error {
+		return func() error {
+			m, err := a.Route(id(node))
+			if want == "" && (err != nil || m == nil || m.Name != node) {
+				return fmt.Errorf("Route(%s's id) = %+v, %v; want %s", node, m, err, node)
+			}
+			if want != "" && (!errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), want)) {
+				return fmt.Errorf("Route(%s's id) = %v; want unavailable, %q", node, err, want)
+			}
+			return nil
+		}
+	}
+	waitFor(t, "a sees ahead up", route("ahead", ""))
+	waitFor(t, "a sees behind down", route("behind", "has not been heard from for 1h"))
+	skewed("behind", time.Now().Add(-time.Hour+time.Second))
+	waitFor(t, "a sees behind renew", route("behind", ""))
+	waitFor(t, "a sees ahead silent past its Lease", route("ahead", "has not been heard from for 3s"))
+
 	// b stops: it says so, and gets nothing new.
 	if err := b.Leave(t.Context()); err != nil {
 		t.Fatal(err)
