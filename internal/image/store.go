@@ -175,8 +175,15 @@ func (st *Store) Build(ctx context.Context, spec *Spec, progress func(Progress))
 		}
 	}()
 	root := filepath.Join(work, "rootfs")
+	// Downloaded packages are kept for the next build (of this image or another): a list
+	// changed by a line downloads that line's packages only. Checked against the archive's
+	// checksums at each use.
+	debs := filepath.Join(st.dir, debCache)
+	if err := os.MkdirAll(debs, 0o755); err != nil {
+		return nil, false, err
+	}
 	progress(Progress{Stage: "resolve"})
-	args := []string{"--variant=minbase", "--include=" + strings.Join(spec.Debian, ","), spec.Suite, root, st.mirror}
+	args := []string{"--variant=minbase", "--cache-dir=" + debs, "--include=" + strings.Join(spec.Debian, ","), spec.Suite, root, st.mirror}
 	archives := filepath.Join(root, "var/cache/apt/archives")
 	withBytes := func(p Progress) {
 		if p.Stage == "download" {
@@ -230,6 +237,10 @@ func (st *Store) Build(ctx context.Context, spec *Spec, progress func(Progress))
 	im.Root = filepath.Join(final, "rootfs")
 	return im, false, nil
 }
+
+// debCache is the store's folder of downloaded packages (not an image name: names start
+// with a letter or digit).
+const debCache = ".debs"
 
 func (st *Store) setCurrent(name, hash string) error {
 	return statefile.Write(filepath.Join(st.dir, name, "current"), []byte(hash+"\n"), 0o644)
