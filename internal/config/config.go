@@ -31,6 +31,10 @@ type Config struct {
 	Python    string // --python: interpreter inside the sandbox
 	Preimport string // --preimport: Python run when a kernel starts
 	PoolSize  int    // --pool-size: warm sandboxes of the default image
+	// CgroupParent: runc makes each sandbox's cgroup in this one; relative: under the
+	// server's cgroup; absolute: from the root, outside it (sandboxes outlive a container).
+	// Empty: the backend's default (runc.DefaultCgroupParent).
+	CgroupParent string // --cgroup-parent
 	// NoKernelTemplates: runc starts every kernel afresh instead of forking it from a
 	// kernel template per root filesystem (package template).
 	NoKernelTemplates bool // --no-kernel-templates
@@ -168,6 +172,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Preimport, "preimport", c.Preimport, "Python run when a kernel starts (warm imports)")
 	fs.BoolVar(&c.NoKernelTemplates, "no-kernel-templates", c.NoKernelTemplates, "runc: start every kernel afresh (~1 s, ~80 MiB each) instead of forking it from a prepared template process (milliseconds, a few MiB)")
 	fs.IntVar(&c.PoolSize, "pool-size", c.PoolSize, "sandboxes of the default image kept warm, ready for new sessions")
+	fs.StringVar(&c.CgroupParent, "cgroup-parent", c.CgroupParent, "runc: the cgroup sandboxes' cgroups are made in (default cellbox): a relative one is under the server's own cgroup; an absolute one (/cellbox) is from the cgroup root, so that sandboxes outlive a container the server runs in")
 	fs.StringVar(&c.Image, "image", c.Image, "the image of sessions that name none, built by cellbox image build NAME (runc runs on images with --rootfs image only)")
 	fs.StringVar(&c.RootFS, "rootfs", c.RootFS, "what runc sandboxes run on: host (this machine's system folders) | image (built images; see --image)")
 	fs.StringVar(&c.ImagePools, "image-pools", c.ImagePools, "warm sandboxes of images other than the default: NAME=N,NAME=N (the default image's are --pool-size)")

@@ -98,10 +98,11 @@ func NewBackend(cfg config.Config, opts Options) (sandbox.Backend, error) {
 	switch cfg.Backend {
 	case "runc":
 		rc := runc.Config{
-			Runtime:     cfg.Runtime,
-			StateDir:    filepath.Join(cfg.StateDir, "runc"),
-			GuestBinary: exe,
-			Logger:      log,
+			Runtime:      cfg.Runtime,
+			StateDir:     filepath.Join(cfg.StateDir, "runc"),
+			GuestBinary:  exe,
+			CgroupParent: cfg.CgroupParent,
+			Logger:       log,
 		}
 		if cfg.RootFS == "image" {
 			rc.Images = images

@@ -38,6 +38,7 @@ package runc
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -81,7 +82,12 @@ type Config struct {
 	// under gVisor, whose sandboxes have a kernel of their own; there, and when a template
 	// cannot help, the guest starts each kernel afresh.
 	Kernels *Kernels
-	Logger  *slog.Logger
+	// CgroupParent is the cgroup each sandbox's cgroup is made in (runc's cgroupsPath is
+	// CgroupParent/ID). Relative (the default, "cellbox"): under the server's own cgroup.
+	// Absolute: from the cgroup root, outside the server's: in a container, the sandboxes
+	// then outlive it (a container runtime kills everything in a stopped container's cgroup).
+	CgroupParent string
+	Logger       *slog.Logger
 }
 
 // Kernels configures kernel templates.
@@ -109,6 +115,7 @@ type Backend struct {
 	gvisor    bool // the runtime is gVisor's runsc
 	log       *slog.Logger
 	templates *templates // nil: no kernel templates
+	cgroups   string     // the parent of the sandboxes' cgroups (Config.CgroupParent)
 
 	live sandbox.Live[*Sandbox]
 }
@@ -164,6 +171,9 @@ func New(cfg Config) (*Backend, error) {
 			return nil, err
 		}
 	}
+	if err := CheckCgroupParent(cfg.CgroupParent); cfg.CgroupParent != "" && err != nil {
+		return nil, err
+	}
 	if cfg.UID <= 0 {
 		cfg.UID = 1000
 	}
@@ -186,6 +196,7 @@ func New(cfg Config) (*Backend, error) {
 		uid:      uint32(cfg.UID),
 		gid:      uint32(cfg.GID),
 
+		cgroups:   cmp.Or(cfg.CgroupParent, DefaultCgroupParent),
 		limitSwap: swapLimitSupported(),
 		gvisor:    filepath.Base(runtimePath) == "runsc",
 		log:       log.With("backend", "runc"),
@@ -251,7 +262,7 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 	s := &Sandbox{id: spec.ID, b: b, bundle: filepath.Join(b.bundles, spec.ID), done: make(chan struct{})}
 	in := specInput{
 		spec: spec, rootfs: b.rootfs, binds: b.binds, guest: b.guest, mplCache: b.mplCache, run: filepath.Join(s.bundle, runDir),
-		uid: b.uid, gid: b.gid, limitSwap: b.limitSwap, goarch: runtime.GOARCH, gvisor: b.gvisor,
+		uid: b.uid, gid: b.gid, limitSwap: b.limitSwap, goarch: runtime.GOARCH, gvisor: b.gvisor, cgroups: b.cgroups,
 	}
 	if spec.Image != "" {
 		im, err := b.image(spec)

@@ -3,12 +3,15 @@ package runc
 import (
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/cellbox/cellbox/api"
+	"github.com/cellbox/cellbox/internal/errdefs"
 	"github.com/cellbox/cellbox/internal/image"
 	"github.com/cellbox/cellbox/internal/sandbox"
 	"github.com/cellbox/cellbox/internal/sandbox/seccomp"
@@ -22,7 +25,6 @@ const (
 	cgroupMount  = "/sys/fs/cgroup"
 	shmSize      = "size=65536k"
 	cpuPeriod    = 100000
-	cgroupParent = "cellbox"
 	// templateDir is where the kernel template's folder is bound (a folder of the bundle's
 	// run folder is its mount point).
 	templateDir = sandbox.GuestRunDir + "/template"
@@ -53,6 +55,26 @@ type specInput struct {
 	goarch    string
 	// gvisor: the runtime is runsc, whose sentry is the sandbox's kernel.
 	gvisor bool
+	// cgroups is the parent of the sandbox's cgroup (Config.CgroupParent).
+	cgroups string
+}
+
+// DefaultCgroupParent is where sandboxes' cgroups are made by default: relative, so under
+// the server's own cgroup.
+const DefaultCgroupParent = "cellbox"
+
+// CheckCgroupParent says whether p can be a Config.CgroupParent: a clean path of plain names
+// ("a/b" under the server's cgroup, "/a/b" from the root), never the root itself.
+func CheckCgroupParent(p string) error {
+	rel := strings.TrimPrefix(p, "/")
+	ok := rel != "" && path.Clean(rel) == rel && len(p) <= 256
+	for _, e := range strings.Split(rel, "/") {
+		ok = ok && e != "" && e != "." && e != ".." && !strings.ContainsAny(e, " \t\n:,")
+	}
+	if !ok {
+		return fmt.Errorf("cgroup parent %q: want a clean path of plain names, like cellbox (under the server's cgroup) or /cellbox (from the cgroup root): %w", p, errdefs.ErrInvalidArgument)
+	}
+	return nil
 }
 
 // buildSpec returns the OCI runtime spec of one sandbox.
@@ -136,7 +158,7 @@ func buildSpec(in specInput) *specs.Spec {
 				{Type: specs.PIDNamespace}, {Type: specs.NetworkNamespace}, {Type: specs.IPCNamespace},
 				{Type: specs.UTSNamespace}, {Type: specs.MountNamespace}, {Type: specs.CgroupNamespace},
 			},
-			CgroupsPath:   cgroupParent + "/" + s.ID,
+			CgroupsPath:   in.cgroups + "/" + s.ID,
 			Resources:     resources(s.Limits, in.limitSwap, in.gvisor),
 			Devices:       devices(),
 			Seccomp:       seccomp.Profile(in.goarch, in.gvisor),

@@ -2,6 +2,7 @@ package runc
 
 import (
 	"encoding/json"
+	"errors"
 	"maps"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/cellbox/cellbox/internal/errdefs"
 	"github.com/cellbox/cellbox/internal/sandbox"
 	"github.com/cellbox/cellbox/internal/sandbox/seccomp"
 )
@@ -27,7 +29,7 @@ func testInput() specInput {
 		},
 		rootfs: "/state/rootfs", binds: []string{"/usr", "/etc/ssl"},
 		guest: "/opt/cellbox", mplCache: "/var/cache/mpl", run: "/state/bundles/abc-1/run",
-		uid: 1000, gid: 1000, limitSwap: true, goarch: "amd64",
+		uid: 1000, gid: 1000, limitSwap: true, goarch: "amd64", cgroups: DefaultCgroupParent,
 	}
 }
 
@@ -496,5 +498,23 @@ func TestArgv(t *testing.T) {
 	want := []string{"--root", "/state/runtime", "--network=none", "--oci-seccomp", "--host-uds=create", "kill", "x", "KILL"}
 	if got := b.argv("kill", "x", "KILL"); !slices.Equal(got, want) {
 		t.Errorf("runsc argv %q, want %q", got, want)
+	}
+}
+
+func TestCheckCgroupParent(t *testing.T) {
+	for _, p := range []string{"cellbox", "/cellbox", "/kubepods/cellbox", "a/b-c_d.e"} {
+		if err := CheckCgroupParent(p); err != nil {
+			t.Errorf("CheckCgroupParent(%q) = %v; want nil", p, err)
+		}
+	}
+	for _, p := range []string{"", "/", "//", "/a/../b", "../x", "a/", "a//b", "./a", "/a/./b", "a b", "a\nb", "a:b", "a,b", strings.Repeat("a", 257)} {
+		if err := CheckCgroupParent(p); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("CheckCgroupParent(%q) = %v; want invalid", p, err)
+		}
+	}
+	in := testInput()
+	in.cgroups = "/cellbox"
+	if s := buildSpec(in); s.Linux.CgroupsPath != "/cellbox/abc-1" {
+		t.Errorf("cgroups path %q with parent /cellbox; want /cellbox/abc-1", s.Linux.CgroupsPath)
 	}
 }

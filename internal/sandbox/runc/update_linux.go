@@ -47,7 +47,7 @@ func (s *Sandbox) Update(ctx context.Context, l sandbox.Limits) error {
 		switch {
 		case !ok:
 			return "", fmt.Errorf("sandbox %s: no %s cgroup", s.id, cmp.Or(ctrl, "v2"))
-		case filepath.Base(d) != s.id || filepath.Base(filepath.Dir(d)) != cgroupParent:
+		case filepath.Base(d) != s.id || filepath.Base(filepath.Dir(d)) != filepath.Base(s.b.cgroups):
 			return "", fmt.Errorf("sandbox %s: the guest's %s cgroup is %s, not the sandbox's", s.id, cmp.Or(ctrl, "v2"), d)
 		}
 		return d, nil
