@@ -24,7 +24,7 @@ E2BCLIENT := internal/e2b/testdata/e2bclient
 # playwright-core, which drives Debian's chromium in the web page's tests.
 BROWSER := internal/web/testdata/browser
 
-.PHONY: help build build-linux deps run test test-suites fuzz bench bench-docker bench-e2b bench-web screenshots lint clean
+.PHONY: help build build-linux deps run test test-suites node-image fuzz bench bench-docker bench-e2b bench-web screenshots lint clean
 
 help: ## list the targets
 	@echo "usage: make <target>"
@@ -55,7 +55,9 @@ test: ## install test needs, build the default image and a Kubernetes control pl
 
 # The suites, with the default image built and a Docker engine answering (make test).
 test-suites:
-	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 25m ./...
+	@# The image a Kubernetes node runs in, for TestNodeImage (built once per package list and binary).
+	CELLBOX_TEST_NODE_IMAGE=$$(STATE=$(TEST_STATE) scripts/node-image.sh cellbox/node:test) && export CELLBOX_TEST_NODE_IMAGE && \
+		CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 25m ./...
 	@echo "== the REST tests again on gVisor (--runtime runsc)"
 	CELLBOX_TEST_RUNTIME=runsc CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 15m ./internal/httpapi/
 	@# The conformance suite runs on images and on docker within ./... (packages runc, docker).
@@ -64,6 +66,12 @@ test-suites:
 		CELLBOX_TEST_SETUP=$$setup CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 15m ./internal/httpapi/ ./internal/e2b/; \
 		CELLBOX_TEST_SETUP=$$setup CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 10m -run '^TestMCPTypeScriptClient$$' ./cmd/cellbox/; \
 	done
+
+# The reference node-image builds (make node-image NODE_IMAGE=REGISTRY/cellbox:TAG).
+NODE_IMAGE ?= cellbox/node:latest
+
+node-image: ## the container image a Kubernetes node runs in, from Debian's packages, into the local Docker engine as NODE_IMAGE (as root)
+	scripts/with-dockerd.sh env STATE=$(TEST_STATE) scripts/node-image.sh $(NODE_IMAGE)
 
 fuzz: ## run every Fuzz target for FUZZTIME (default 20s) each
 	@{ git grep -l --untracked '^func Fuzz' -- '*_test.go' || true; } | while read -r f; do \

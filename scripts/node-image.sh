@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# node-image.sh [REF]: builds the container image a cellbox node runs in on Kubernetes
+# (deploy/kubernetes), from Debian's packages and this checkout, into the local Docker engine
+# as REF (default cellbox/node:latest), and prints REF. No base image is pulled.
+#
+# The image is Debian with the sandbox image's packages (internal/image/default.list: a
+# node's sandboxes see its /usr, --rootfs host), runc and runsc, and cellbox, built static, at
+# /usr/local/bin/cellbox. Its root filesystem is built by `cellbox image build` as image
+# "cellbox-node" in STATE (default /var/lib/cellbox; downloads are shared with the other
+# images there), so a second run with the same packages and binary imports nothing.
+#
+# Needs root, debootstrap and a Docker engine. Then: docker tag REF REGISTRY/cellbox:TAG,
+# docker push, and name it in your overlay's images: (docs/kubernetes.md).
+set -euo pipefail
+
+me=node-image
+say() { printf '%s: %s\n' "$me" "$*" >&2; }
+ref=${1:-cellbox/node:latest}
+state=${STATE:-/var/lib/cellbox}
+cd "$(dirname "$0")/.."
+
+((EUID == 0)) || { say "needs root (debootstrap makes device files and chroots)"; exit 1; }
+command -v docker >/dev/null || { say "docker not found: apt-get install docker.io"; exit 1; }
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/cellbox-node-image.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+say "building cellbox"
+mkdir -p "$work/extra/usr/local/bin" "$work/extra/node-etc"
+CGO_ENABLED=0 ${GO:-go} build -trimpath -o "$work/extra/usr/local/bin/cellbox" ./cmd/cellbox
+cellbox=$work/extra/usr/local/bin/cellbox
+
+# The sandbox image's list, and the OCI runtimes.
+{
+	cat internal/image/default.list
+	printf '\n# the node: the OCI runtimes its sandboxes run on\ndebian runc runsc\n'
+} >"$work/node.list"
+"$cellbox" image build cellbox-node --file "$work/node.list" --state-dir "$state" >&2
+root=$state/images/cellbox-node/$(cat "$state/images/cellbox-node/current")/rootfs
+[[ -x $root/usr/sbin/runc ]] || { say "the built root filesystem has no runc: $root"; exit 1; }
+
+# An image built from this root, this binary and this script is imported once.
+source=$(cat "$state/images/cellbox-node/current" <(sha256sum <"$cellbox") <(sha256sum <"$0") | sha256sum | cut -c1-16)
+if [[ $(docker image inspect --format '{{index .Config.Labels "dev.cellbox.node-source"}}' "$ref" 2>/dev/null) == "$source" ]]; then
+	say "$ref is up to date ($source)"
+	echo "$ref"
+	exit 0
+fi
+
+# The image build leaves /etc/passwd and /etc/group empty (sandboxes get their own): the
+# node's are root's, in place of those (an import takes no path twice).
+printf 'root:x:0:0:root:/root:/bin/bash\n' >"$work/extra/node-etc/passwd"
+printf 'root:x:0:\n' >"$work/extra/node-etc/group"
+
+say "importing $ref"
+tar --numeric-owner -cf - -C "$root" --exclude=./etc/passwd --exclude=./etc/group . \
+	-C "$work/extra" --transform 's,^\./node-etc/,./etc/,' ./node-etc/passwd ./node-etc/group ./usr/local/bin/cellbox |
+	docker import \
+		--change 'ENTRYPOINT ["/usr/local/bin/cellbox"]' \
+		--change 'CMD ["serve"]' \
+		--change 'ENV CELLBOX_ADDR=0.0.0.0:8080 CELLBOX_STATE_DIR=/var/lib/cellbox CELLBOX_CGROUP_PARENT=/cellbox' \
+		--change 'EXPOSE 8080' \
+		--change "LABEL dev.cellbox.node-source=$source" \
+		- "$ref" >/dev/null
+echo "$ref"
