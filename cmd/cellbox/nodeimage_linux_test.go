@@ -10,9 +10,11 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/client"
+	"github.com/cellbox/cellbox/internal/testbin"
 )
 
 // TestNodeImage runs the image a Kubernetes node runs in (scripts/node-image.sh) under a real
@@ -24,11 +26,7 @@ func TestNodeImage(t *testing.T) {
 	needRunc(t)
 	ref := os.Getenv("CELLBOX_TEST_NODE_IMAGE")
 	if ref == "" {
-		msg := "no node image: run scripts/node-image.sh (in a Docker engine) and set CELLBOX_TEST_NODE_IMAGE to the reference it prints (make test does)"
-		if os.Getenv("CI") != "" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
+		testbin.Missing(t, "no node image: run scripts/node-image.sh (in a Docker engine) and set CELLBOX_TEST_NODE_IMAGE to the reference it prints (make test does)")
 	}
 	// The state dir: a host folder, a mount of its own made shared, as a hostPath with
 	// Bidirectional propagation needs (mounts the node makes in it reach the host and the
@@ -113,14 +111,18 @@ print(x)`})
 		t.Fatalf("numpy, pandas and a plot in the node image: %+v, %v\n%s", res, err, logs())
 	}
 
-	// A rolling update: SIGTERM, then the container again, on the same state dir.
+	// A rolling update: SIGTERM, then the container again, on the same state dir. How long
+	// the session was away is logged (docs/benchmarks.md), not asserted.
+	t0 := time.Now()
 	if out, err := docker("restart", "-t", "45", name); err != nil {
 		t.Fatalf("docker restart: %v\n%s", err, out)
 	}
 	healthy("the node container answers after a restart")
 	mustRun(t, c, s.ID, "print(x + 1, open('in.txt').read())", "42 kept\n")
+	t.Logf("docker restart → the session answers with its variables: %v", time.Since(t0).Round(time.Millisecond))
 
 	// A crash: SIGKILL, and the container started again.
+	t0 = time.Now()
 	if out, err := docker("kill", name); err != nil {
 		t.Fatalf("docker kill: %v\n%s", err, out)
 	}
@@ -129,6 +131,7 @@ print(x)`})
 	}
 	healthy("the node container answers after a kill")
 	mustRun(t, c, s.ID, "print(x + 2, open('in.txt').read())", "43 kept\n")
+	t.Logf("docker kill, docker start → the session answers with its variables: %v", time.Since(t0).Round(time.Millisecond))
 }
 
 // privilegedArgs is docker run's --privileged, or, where this process lacks capabilities

@@ -72,26 +72,19 @@ func TestNodes(t *testing.T) {
 
 	// A node gone silent (its Lease is a minute old), and a Lease whose url is no URL of a
 	// node: both unavailable, saying why.
-	renewed := func(ago time.Duration) string {
-		return time.Now().Add(-ago).UTC().Format("2006-01-02T15:04:05.000000Z")
-	}
 	// Stopping nodes renew no more: one a minute away is restarting, one ten minutes away
 	// has not come back.
-	for _, l := range []struct{ node, url, renewed, state string }{
-		{"d", "http://127.0.0.1:2", renewed(time.Minute), "serving"},
-		{"e", "javascript:alert(1)", renewed(0), "serving"},
-		{"f", "http://127.0.0.1:3", renewed(time.Minute), "stopping"},
-		{"g", "http://127.0.0.1:4", renewed(10 * time.Minute), "stopping"},
+	for _, l := range []struct {
+		node, url string
+		ago       time.Duration
+		state     string
+	}{
+		{"d", "http://127.0.0.1:2", time.Minute, "serving"},
+		{"e", "javascript:alert(1)", 0, "serving"},
+		{"f", "http://127.0.0.1:3", time.Minute, "stopping"},
+		{"g", "http://127.0.0.1:4", 10 * time.Minute, "stopping"},
 	} {
-		cp.Apply(t, fmt.Sprintf(`apiVersion: coordination.k8s.io/v1
-kind: Lease
-metadata:
-  name: cellbox-%s
-  namespace: default
-  labels: {app.kubernetes.io/name: cellbox}
-  annotations: {cellbox.dev/url: %q, cellbox.dev/node-tag: %q, cellbox.dev/room: "100", cellbox.dev/state: %s}
-spec: {holderIdentity: x, leaseDurationSeconds: 3, renewTime: %q}
-`, l.node, l.url, config.NodeTag(l.node), l.state, l.renewed))
+		applyLease(t, cp, l.node, l.url, 100, l.state, time.Now().Add(-l.ago))
 	}
 	// A Lease that claims b's tag under another name is no node: b's sessions still go to b.
 	cp.Apply(t, fmt.Sprintf(`apiVersion: coordination.k8s.io/v1
@@ -102,7 +95,7 @@ metadata:
   labels: {app.kubernetes.io/name: cellbox}
   annotations: {cellbox.dev/url: "http://169.254.169.254", cellbox.dev/node-tag: %q, cellbox.dev/room: "1000", cellbox.dev/warm: "9", cellbox.dev/state: serving}
 spec: {holderIdentity: x, leaseDurationSeconds: 3600, renewTime: %q}
-`, config.NodeTag("b"), renewed(0)))
+`, config.NodeTag("b"), microTime(time.Now())))
 	for node, want := range map[string]string{"d": "has not been heard from for 1m", "e": "no address",
 		"f": "restarting", "g": "and has not come back"} {
 		waitFor(t, "a sees "+node, func() error {
@@ -124,15 +117,7 @@ spec: {holderIdentity: x, leaseDurationSeconds: 3600, renewTime: %q}
 	// renews, and down once it stops, after its Lease's 3 s, not ten minutes later. One an
 	// hour behind: a's first sight of its Lease says an hour old; a renewal a sees is news.
 	skewed := func(node string, renewed time.Time) {
-		cp.Apply(t, fmt.Sprintf(`apiVersion: coordination.k8s.io/v1
-kind: Lease
-metadata:
-  name: cellbox-%s
-  namespace: default
-  labels: {app.kubernetes.io/name: cellbox}
-  annotations: {cellbox.dev/url: "http://127.0.0.1:5", cellbox.dev/node-tag: %q, cellbox.dev/room: "0", cellbox.dev/state: serving}
-spec: {holderIdentity: x, leaseDurationSeconds: 3, renewTime: %q}
-`, node, config.NodeTag(node), renewed.UTC().Format("2006-01-02T15:04:05.000000Z")))
+		applyLease(t, cp, node, "http://127.0.0.1:5", 0, "serving", renewed)
 	}
 	skewed("ahead", time.Now().Add(10*time.Minute))
 	skewed("behind", time.Now().Add(-time.Hour))
@@ -216,6 +201,24 @@ func TestWarmIsPublishedAtOnce(t *testing.T) {
 		t.Errorf("Place() = %+v, want new (warm, most room) first", p)
 	}
 }
+
+// applyLease writes node's Lease as another node would: its url, room and state, renewed at
+// renewed by its writer's clock, for 3 s.
+func applyLease(t *testing.T, cp *clustertest.ControlPlane, node, url string, room int, state string, renewed time.Time) {
+	t.Helper()
+	cp.Apply(t, fmt.Sprintf(`apiVersion: coordination.k8s.io/v1
+kind: Lease
+metadata:
+  name: cellbox-%s
+  namespace: default
+  labels: {app.kubernetes.io/name: cellbox}
+  annotations: {cellbox.dev/url: %q, cellbox.dev/node-tag: %q, cellbox.dev/room: "%d", cellbox.dev/state: %s}
+spec: {holderIdentity: x, leaseDurationSeconds: 3, renewTime: %q}
+`, node, url, config.NodeTag(node), room, state, microTime(renewed)))
+}
+
+// microTime is t as a Lease's renewTime is written.
+func microTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000000Z") }
 
 func waitFor(t *testing.T, what string, cond func() error) {
 	t.Helper()
