@@ -80,7 +80,9 @@ func (s *server) routeInCluster(w http.ResponseWriter, r *http.Request, pattern 
 }
 
 // place sends a request that starts new work to the node with the most room, trying the
-// next when one does not answer (the body, at most MaxBodyBytes, is kept for that).
+// next when one does not answer or refuses it as full (429: its Lease said it had room, but
+// others' sessions came first, or the tenant is at its cap there); the body, at most
+// MaxBodyBytes, is kept for that. The last node's answer is the client's, whatever it is.
 func (s *server) place(w http.ResponseWriter, r *http.Request) bool {
 	c := s.opts.Cluster
 	nodes := c.Place()
@@ -93,13 +95,13 @@ func (s *server) place(w http.ResponseWriter, r *http.Request) bool {
 		return true
 	}
 	var errs []error
-	for _, m := range nodes {
+	for i, m := range nodes {
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		if m.Here {
 			return false
 		}
 		c.Placed(m.Name) // at once: the next request weighs it, though this one is in flight
-		err := s.forward(w, r, m, true)
+		err := s.forward(w, r, m, i < len(nodes)-1)
 		if err == nil {
 			return true
 		}
@@ -111,15 +113,21 @@ func (s *server) place(w http.ResponseWriter, r *http.Request) bool {
 
 // forward proxies r to node m, streaming both ways (uploads, downloads and SSE are not
 // buffered), with the client's Host (the owner checks Origin against it). A node that
-// fails is answered here as unavailable; with retry (placing new work), one that could
-// not be connected to, so has seen nothing of r, is an error returned with nothing
-// written, and the caller tries another. Once r went out it is never sent twice: code
-// might run twice.
+// fails is answered here as unavailable. With retry (placing new work, another node to
+// try), a node that could not be connected to, so has seen nothing of r, or that refused r
+// with 429, so did nothing of it, is an error returned with nothing written, and the caller
+// tries another. Otherwise r is never sent twice: code might run twice.
 func (s *server) forward(w http.ResponseWriter, r *http.Request, m cluster.Member, retry bool) error {
 	var failed error
 	p := &httputil.ReverseProxy{
 		Transport:     s.fwd,
 		FlushInterval: -1,
+		ModifyResponse: func(res *http.Response) error {
+			if retry && res.StatusCode == http.StatusTooManyRequests {
+				return errRefused
+			}
+			return nil
+		},
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(m.URL)
 			pr.Out.Host = pr.In.Host
@@ -129,6 +137,10 @@ func (s *server) forward(w http.ResponseWriter, r *http.Request, m cluster.Membe
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
 				return // the client went away
+			}
+			if errors.Is(err, errRefused) {
+				failed = fmt.Errorf("cluster node %s is full", m.Name)
+				return
 			}
 			s.log.Warn("forward to another cluster node", "node", m.Name, "path", r.URL.Path, "err", err)
 			var op *net.OpError
@@ -142,6 +154,9 @@ func (s *server) forward(w http.ResponseWriter, r *http.Request, m cluster.Membe
 	p.ServeHTTP(w, r)
 	return failed
 }
+
+// errRefused is a node's 429 to new work that another node may take.
+var errRefused = errors.New("refused: too many requests")
 
 // listCluster answers GET /v1/sessions with the caller's sessions on every node, oldest
 // first. Nodes that are down or do not answer are named in unavailable_nodes; their
