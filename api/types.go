@@ -375,6 +375,9 @@ type WaitingCall struct {
 // ConversationList is the body of GET /v1/conversations.
 type ConversationList struct {
 	Conversations []Conversation `json:"conversations"`
+	// UnavailableNodes: in a cluster, the nodes that are down or did not answer; their
+	// conversations are missing from the list.
+	UnavailableNodes []string `json:"unavailable_nodes,omitempty"`
 }
 
 // UpdateConversationRequest is the body of PATCH /v1/conversations/{id}; a field left out

@@ -9,6 +9,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -23,6 +24,7 @@ import (
 	"github.com/cellbox/cellbox/client"
 	"github.com/cellbox/cellbox/internal/cluster/clustertest"
 	"github.com/cellbox/cellbox/internal/config"
+	"github.com/cellbox/cellbox/internal/llm/llmtest"
 	"github.com/cellbox/cellbox/internal/testbin"
 )
 
@@ -209,6 +211,81 @@ print("second")`}, func(o api.Output) {
 	list, err = clients["node-c"].SessionList(ctx)
 	if err != nil || len(list.Sessions) != len(ids) || len(list.UnavailableNodes) != 0 {
 		t.Fatalf("list after the restarts: %d sessions (want %d), unavailable %v, %v", len(list.Sessions), len(ids), list.UnavailableNodes, err)
+	}
+}
+
+// An agent run, a conversation and its messages reach the node of the session they work in
+// through any node, the conversation is found through any node by its id, and the list of
+// conversations through any node has every node's. The model is a fake speaking OpenAI's
+// wire protocol; it asks for print(x), a variable only the session has.
+func TestClusterConversations(t *testing.T) {
+	llm := llmtest.NewOpenAI(t, func(r llmtest.Request) llmtest.Reply {
+		if res, ok := lastResult(r); ok {
+			return llmtest.Text("x is " + strings.TrimSpace(res.Text))
+		}
+		return llmtest.CallTool("python", `{"code": "print(x)"}`)
+	})
+	t.Setenv("OPENAI_BASE_URL", llm.URL)
+	t.Setenv("OPENAI_API_KEY", llm.Key)
+	tc := newTestCluster(t, "node-a", "node-b")
+	ctx := t.Context()
+	s, err := tc.clients["node-a"].CreateSession(ctx, api.CreateSessionRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := tc.nodeOf(t, s.ID)
+	other := map[string]string{"node-a": "node-b", "node-b": "node-a"}[own]
+	mustRun(t, tc.clients[own], s.ID, "x = 7", "")
+	call := func(node, method, path string, body, out any) int {
+		t.Helper()
+		var rd io.Reader
+		if body != nil {
+			b, _ := json.Marshal(body)
+			rd = bytes.NewReader(b)
+		}
+		req, _ := http.NewRequestWithContext(ctx, method, tc.nodes[node].url+path, rd)
+		req.Header.Set("Authorization", "Bearer "+tc.key)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s through %s: %v", method, path, node, err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		if out != nil && json.Unmarshal(b, out) != nil {
+			t.Fatalf("%s %s through %s: HTTP %d, %s", method, path, node, res.StatusCode, b)
+		}
+		return res.StatusCode
+	}
+
+	var ar api.AgentResponse
+	if st := call(other, "POST", "/v1/agent", api.AgentRequest{Input: "what is x?", SessionID: s.ID}, &ar); st != http.StatusOK || ar.Output != "x is 7" {
+		t.Errorf("/v1/agent through %s in %s's session: HTTP %d, %+v; want x is 7", other, own, st, ar)
+	}
+	var conv api.Conversation
+	if st := call(other, "POST", "/v1/conversations", api.ConversationRequest{SessionID: s.ID}, &conv); st != http.StatusCreated ||
+		!strings.HasPrefix(conv.ID, "conv_"+config.NodeTag(own)) {
+		t.Fatalf("a conversation in %s's session through %s: HTTP %d, %+v; want one of %s (conv_%s...)", own, other, st, conv, own, config.NodeTag(own))
+	}
+	for _, n := range []string{other, own} {
+		var turn api.ConversationTurn
+		if st := call(n, "POST", "/v1/conversations/"+conv.ID+"/messages", api.MessageRequest{Input: "x?"}, &turn); st != http.StatusOK || turn.Output != "x is 7" {
+			t.Errorf("a message through %s: HTTP %d, %+v; want x is 7", n, st, turn)
+		}
+		var got api.Conversation
+		if st := call(n, "GET", "/v1/conversations/"+conv.ID, nil, &got); st != http.StatusOK || got.ID != conv.ID {
+			t.Errorf("GET the conversation through %s: HTTP %d, %+v", n, st, got)
+		}
+	}
+	// One conversation on each node: the list through either has both.
+	var here api.Conversation
+	if st := call(other, "POST", "/v1/conversations", api.ConversationRequest{}, &here); st != http.StatusCreated {
+		t.Fatalf("a conversation through %s: HTTP %d", other, st)
+	}
+	for _, n := range tc.names {
+		var list api.ConversationList
+		if st := call(n, "GET", "/v1/conversations", nil, &list); st != http.StatusOK || len(list.Conversations) != 2 || len(list.UnavailableNodes) != 0 {
+			t.Errorf("the conversations through %s: HTTP %d, %+v; want 2", n, st, list)
+		}
 	}
 }
 

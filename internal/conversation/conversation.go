@@ -73,9 +73,12 @@ type Options struct {
 	// MaxHistoryBytes bounds what the model is sent of the history (agent.Config).
 	MaxHistoryBytes int
 	// Dir keeps each conversation in a file, read again by New; "": memory only.
-	Dir    string
-	Logger *slog.Logger
-	Now    func() time.Time
+	Dir string
+	// IDPrefix follows "conv_" in every new conversation id: in a cluster, the node's tag
+	// (config.Config.SessionIDPrefix), so that any node can tell a conversation's node.
+	IDPrefix string
+	Logger   *slog.Logger
+	Now      func() time.Time
 }
 
 // Store holds the conversations of every tenant.
@@ -202,7 +205,7 @@ func (s *Store) Create(ctx context.Context, req api.ConversationRequest) (*api.C
 		mu:     &s.mu,
 		tenant: tenant,
 		system: req.System,
-		info: api.Conversation{ID: newID(), SessionID: req.SessionID, Provider: p.Name(), Model: model,
+		info: api.Conversation{ID: newID(s.opts.IDPrefix), SessionID: req.SessionID, Provider: p.Name(), Model: model,
 			Approve: req.Approve, MaxSteps: req.MaxSteps, State: api.ConversationIdle, CreatedAt: now, UpdatedAt: now},
 	}
 	if c.agent, err = s.newAgent(c, p, model); err != nil {
@@ -656,10 +659,10 @@ func jsonSize(v any) int {
 	return len(b)
 }
 
-func newID() string {
+func newID(prefix string) string {
 	b := make([]byte, 12)
 	rand.Read(b)
-	return "conv_" + hex.EncodeToString(b)
+	return "conv_" + prefix + hex.EncodeToString(b)
 }
 
 // slim returns t within budget bytes of JSON (when it can), and its size: the rich outputs

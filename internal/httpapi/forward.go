@@ -48,35 +48,73 @@ func newForwarder() *http.Transport {
 }
 
 // routeInCluster serves r on the node it belongs to, when that is another node, and
-// reports whether it did (false: serve it here). Requests on a session go to the session's
-// node; new sessions and one-shot executions to the node with the most room; the session
-// list is gathered from every node.
+// reports whether it did (false: serve it here). Requests on a session or a conversation go
+// to its node (the id says which), and so do an agent run and a new conversation in a
+// session of another node; new sessions and one-shot executions go to the node with the
+// most room; the lists of sessions and of conversations are gathered from every node.
 func (s *server) routeInCluster(w http.ResponseWriter, r *http.Request, pattern string) bool {
-	c := s.opts.Cluster
-	if c == nil || r.Header.Get(ForwardedHeader) != "" {
+	if s.opts.Cluster == nil || r.Header.Get(ForwardedHeader) != "" {
 		return false
 	}
 	switch {
 	case pattern == "POST /v1/sessions" || pattern == "POST /v1/execute":
 		return s.place(w, r)
+	case pattern == "POST /v1/agent" || pattern == "POST /v1/conversations":
+		return s.toSessionNode(w, r)
 	case pattern == "GET /v1/sessions":
-		s.listCluster(w, r)
+		s.listSessionsInCluster(w, r)
+		return true
+	case pattern == "GET /v1/conversations" && s.opts.Conversations != nil:
+		s.listConversationsInCluster(w, r)
 		return true
 	case strings.Contains(pattern, " /v1/sessions/{id}"):
-		rest, _ := strings.CutPrefix(r.URL.Path, "/v1/sessions/")
-		id, _, _ := strings.Cut(rest, "/")
-		m, err := c.Route(id)
-		if err != nil {
-			s.writeError(w, r, err)
-			return true
-		}
-		if m == nil {
-			return false
-		}
-		s.forward(w, r, *m, false)
-		return true
+		return s.toNodeOf(w, r, idIn(r.URL.Path, "/v1/sessions/"))
+	case strings.Contains(pattern, " /v1/conversations/{id}"):
+		// conv_ and the node's tag: the tag as a session id carries it.
+		return s.toNodeOf(w, r, strings.TrimPrefix(idIn(r.URL.Path, "/v1/conversations/"), "conv_"))
 	}
 	return false
+}
+
+// idIn is the path segment after prefix.
+func idIn(path, prefix string) string {
+	rest, _ := strings.CutPrefix(path, prefix)
+	id, _, _ := strings.Cut(rest, "/")
+	return id
+}
+
+// toNodeOf forwards r to the node session id names, when that is another node.
+func (s *server) toNodeOf(w http.ResponseWriter, r *http.Request, id string) bool {
+	m, err := s.opts.Cluster.Route(id)
+	if err != nil {
+		s.writeError(w, r, err)
+		return true
+	}
+	if m == nil {
+		return false
+	}
+	s.forward(w, r, *m, false)
+	return true
+}
+
+// toSessionNode forwards a request whose body names a session_id of another node to that
+// node (an agent run, a conversation: they work in the session, where it is). The body, at
+// most MaxBodyBytes, is read for that and kept for whoever serves it; one that does not
+// parse is served here, which says why.
+func (s *server) toSessionNode(w http.ResponseWriter, r *http.Request) bool {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
+	if err != nil {
+		s.writeError(w, r, err)
+		return true
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	var req struct {
+		SessionID string `json:"session_id"`
+	}
+	if json.Unmarshal(body, &req) != nil || req.SessionID == "" {
+		return false
+	}
+	return s.toNodeOf(w, r, req.SessionID)
 }
 
 // place sends a request that starts new work to the node with the most room, trying the
@@ -158,51 +196,85 @@ func (s *server) forward(w http.ResponseWriter, r *http.Request, m cluster.Membe
 // errRefused is a node's 429 to new work that another node may take.
 var errRefused = errors.New("refused: too many requests")
 
-// listCluster answers GET /v1/sessions with the caller's sessions on every node, oldest
-// first. Nodes that are down or do not answer are named in unavailable_nodes; their
+// listSessionsInCluster answers GET /v1/sessions with the caller's sessions on every node,
+// oldest first. Nodes that are down or do not answer are named in unavailable_nodes; their
 // sessions are missing from the list.
-func (s *server) listCluster(w http.ResponseWriter, r *http.Request) {
+func (s *server) listSessionsInCluster(w http.ResponseWriter, r *http.Request) {
+	list := api.SessionList{Sessions: s.m.List(r.Context())}
+	theirs, unavailable := gather[api.SessionList](s, r)
+	for _, l := range theirs {
+		list.Sessions = append(list.Sessions, l.Sessions...)
+	}
+	sort.SliceStable(list.Sessions, func(i, j int) bool { return list.Sessions[i].CreatedAt.Before(list.Sessions[j].CreatedAt) })
+	if list.Sessions == nil {
+		list.Sessions = []api.Session{}
+	}
+	list.UnavailableNodes = unavailable
+	writeJSON(w, http.StatusOK, list)
+}
+
+// listConversationsInCluster answers GET /v1/conversations as listSessionsInCluster does
+// the sessions.
+func (s *server) listConversationsInCluster(w http.ResponseWriter, r *http.Request) {
+	list := api.ConversationList{Conversations: s.opts.Conversations.List(r.Context(), r.URL.Query().Get("session_id"))}
+	theirs, unavailable := gather[api.ConversationList](s, r)
+	for _, l := range theirs {
+		list.Conversations = append(list.Conversations, l.Conversations...)
+	}
+	sort.SliceStable(list.Conversations, func(i, j int) bool {
+		return list.Conversations[i].CreatedAt.Before(list.Conversations[j].CreatedAt)
+	})
+	if list.Conversations == nil {
+		list.Conversations = []api.Conversation{}
+	}
+	list.UnavailableNodes = unavailable
+	writeJSON(w, http.StatusOK, list)
+}
+
+// gather sends r (a GET of a list) to every other live node, with the caller's key, and
+// returns their lists and, sorted, the nodes down or failing to answer.
+func gather[L any](s *server, r *http.Request) (lists []L, unavailable []string) {
 	var (
-		mu   sync.Mutex
-		list = api.SessionList{Sessions: []api.Session{}}
-		wg   sync.WaitGroup
+		mu sync.Mutex
+		wg sync.WaitGroup
 	)
-	list.Sessions = append(list.Sessions, s.m.List(r.Context())...)
 	for _, m := range s.opts.Cluster.Members() {
 		if m.Here {
 			continue
 		}
 		if !m.Live {
-			list.UnavailableNodes = append(list.UnavailableNodes, m.Name)
+			unavailable = append(unavailable, m.Name)
 			continue
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			theirs, err := s.listOn(r, m)
+			l, err := listOn[L](s, r, m)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
-				s.log.Warn("list sessions on another cluster node", "node", m.Name, "err", err)
-				list.UnavailableNodes = append(list.UnavailableNodes, m.Name)
+				s.log.Warn("list on another cluster node", "node", m.Name, "path", r.URL.Path, "err", err)
+				unavailable = append(unavailable, m.Name)
 				return
 			}
-			list.Sessions = append(list.Sessions, theirs...)
+			lists = append(lists, l)
 		}()
 	}
 	wg.Wait()
-	sort.Slice(list.Sessions, func(i, j int) bool { return list.Sessions[i].CreatedAt.Before(list.Sessions[j].CreatedAt) })
-	sort.Strings(list.UnavailableNodes)
-	writeJSON(w, http.StatusOK, list)
+	sort.Strings(unavailable)
+	return lists, unavailable
 }
 
-// listOn asks node m for the caller's sessions, with the caller's key.
-func (s *server) listOn(r *http.Request, m cluster.Member) ([]api.Session, error) {
+// listOn sends r (a GET of a list) to node m, with the caller's key.
+func listOn[L any](s *server, r *http.Request, m cluster.Member) (L, error) {
+	var list L
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, m.URL.JoinPath("/v1/sessions").String(), nil)
+	u := m.URL.JoinPath(r.URL.Path)
+	u.RawQuery = r.URL.RawQuery
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
-		return nil, err
+		return list, err
 	}
 	for _, h := range []string{"Authorization", "X-Api-Key"} {
 		if v := r.Header.Get(h); v != "" {
@@ -212,17 +284,16 @@ func (s *server) listOn(r *http.Request, m cluster.Member) ([]api.Session, error
 	req.Header.Set(ForwardedHeader, s.opts.Cluster.Name())
 	res, err := (&http.Client{Transport: s.fwd}).Do(req)
 	if err != nil {
-		return nil, err
+		return list, err
 	}
 	defer res.Body.Close()
 	if res.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("HTTP %d", res.StatusCode)
+		return list, fmt.Errorf("HTTP %d", res.StatusCode)
 	}
-	var list api.SessionList
 	if err := json.NewDecoder(io.LimitReader(res.Body, 64<<20)).Decode(&list); err != nil {
-		return nil, fmt.Errorf("decode its list: %w", err)
+		return list, fmt.Errorf("decode its list: %w", err)
 	}
-	return list.Sessions, nil
+	return list, nil
 }
 
 // clusterView answers GET /v1/cluster: every node, as this one sees them.

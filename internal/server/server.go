@@ -271,7 +271,8 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (_ *Server, err
 		front = e
 	}
 	convs, err := conversation.New(conversation.Options{Sessions: m, NewProvider: providers(cfg), Logger: log,
-		Tools: tool.Options{TimeoutS: cfg.ExecTimeout.Seconds(), MemoryMB: cfg.MemoryMB}, Dir: filepath.Join(cfg.StateDir, "conversations")})
+		Tools: tool.Options{TimeoutS: cfg.ExecTimeout.Seconds(), MemoryMB: cfg.MemoryMB}, Dir: filepath.Join(cfg.StateDir, "conversations"),
+		IDPrefix: cfg.SessionIDPrefix()})
 	if err != nil {
 		ln.Close()
 		m.Shutdown(ctx)
