@@ -214,15 +214,19 @@ func (s *server) listSessionsInCluster(w http.ResponseWriter, r *http.Request) {
 }
 
 // listConversationsInCluster answers GET /v1/conversations as listSessionsInCluster does
-// the sessions.
+// the sessions, most recently active first, as one node lists them.
 func (s *server) listConversationsInCluster(w http.ResponseWriter, r *http.Request) {
 	list := api.ConversationList{Conversations: s.opts.Conversations.List(r.Context(), r.URL.Query().Get("session_id"))}
 	theirs, unavailable := gather[api.ConversationList](s, r)
 	for _, l := range theirs {
 		list.Conversations = append(list.Conversations, l.Conversations...)
 	}
-	sort.SliceStable(list.Conversations, func(i, j int) bool {
-		return list.Conversations[i].CreatedAt.Before(list.Conversations[j].CreatedAt)
+	sort.Slice(list.Conversations, func(i, j int) bool { // as one node lists them
+		a, b := list.Conversations[i], list.Conversations[j]
+		if !a.UpdatedAt.Equal(b.UpdatedAt) {
+			return a.UpdatedAt.After(b.UpdatedAt)
+		}
+		return a.ID < b.ID
 	})
 	if list.Conversations == nil {
 		list.Conversations = []api.Conversation{}
