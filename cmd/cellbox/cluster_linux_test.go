@@ -13,12 +13,16 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os/exec"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/client"
@@ -216,7 +220,8 @@ print("second")`}, func(o api.Output) {
 
 // An agent run, a conversation and its messages reach the node of the session they work in
 // through any node, the conversation is found through any node by its id, and the list of
-// conversations through any node has every node's. The model is a fake speaking OpenAI's
+// conversations through any node has every node's; an MCP session reaches its node through
+// any node. The model is a fake speaking OpenAI's
 // wire protocol; it asks for print(x), a variable only the session has.
 func TestClusterConversations(t *testing.T) {
 	llm := llmtest.NewOpenAI(t, func(r llmtest.Request) llmtest.Reply {
@@ -287,6 +292,47 @@ func TestClusterConversations(t *testing.T) {
 			t.Errorf("the conversations through %s: HTTP %d, %+v; want 2", n, st, list)
 		}
 	}
+
+	// An MCP client that opens its session through node-a and sends the session's requests
+	// through node-b: the MCP session, and the cellbox session its tools run in, are on
+	// node-a, and node-b forwards to it.
+	hop := &hopper{to: tc.nodes["node-b"].url, key: tc.key}
+	mc := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
+	cs, err := mc.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: tc.nodes["node-a"].url + "/mcp", HTTPClient: &http.Client{Transport: hop}}, nil)
+	if err != nil {
+		t.Fatalf("MCP connect through node-a: %v", err)
+	}
+	defer cs.Close()
+	if id := cs.ID(); !strings.HasPrefix(id, config.NodeTag("node-a")) {
+		t.Errorf("MCP session id %q: want node-a's tag first", id)
+	}
+	for i, code := range []string{"y = 6 * 7", "print(y)"} {
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "python", Arguments: map[string]any{"code": code}})
+		if err != nil || res.IsError || (i == 1 && !strings.Contains(text(res), "42")) {
+			t.Fatalf("MCP python %q through node-b: %+v, %v", code, res, err)
+		}
+	}
+	if hop.forwarded.Load() < 2 {
+		t.Errorf("%d MCP requests went through node-b; want the calls to", hop.forwarded.Load())
+	}
+}
+
+// hopper sends an MCP client's requests that open a session where they were addressed,
+// and those in a session (Mcp-Session-Id) to another node, with an API key.
+type hopper struct {
+	to, key   string
+	forwarded atomic.Int64
+}
+
+func (h *hopper) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+h.key)
+	if r.Header.Get("Mcp-Session-Id") != "" {
+		u, _ := url.Parse(h.to)
+		r.URL.Host, r.Host = u.Host, u.Host
+		h.forwarded.Add(1)
+	}
+	return http.DefaultTransport.RoundTrip(r)
 }
 
 // testCluster is a control plane, the manifests' namespace and RBAC applied, and cellbox

@@ -72,6 +72,9 @@ func (s *server) routeInCluster(w http.ResponseWriter, r *http.Request, pattern 
 	case strings.Contains(pattern, " /v1/conversations/{id}"):
 		// conv_ and the node's tag: the tag as a session id carries it.
 		return s.toNodeOf(w, r, strings.TrimPrefix(idIn(r.URL.Path, "/v1/conversations/"), "conv_"))
+	case pattern == "/mcp" && r.Header.Get("Mcp-Session-Id") != "":
+		// An MCP session (and the cellbox session it works in) is on the node that made it.
+		return s.toNodeOf(w, r, r.Header.Get("Mcp-Session-Id"))
 	}
 	return false
 }

@@ -15,6 +15,8 @@ package mcpserver
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -47,6 +49,10 @@ type Options struct {
 	SessionTimeout time.Duration
 	// Render bounds what one tool result carries (tool.RenderLimits defaults).
 	Render tool.RenderLimits
+	// IDPrefix, when set, starts every MCP session id over HTTP, which is then it and 24
+	// random hex digits: in a cluster, the node's tag (config.Config.SessionIDPrefix), so that
+	// any node can tell an MCP session's node from its Mcp-Session-Id.
+	IDPrefix string
 }
 
 // Server is cellbox's MCP server over a session manager.
@@ -96,6 +102,7 @@ func New(m *session.Manager, opts Options) *Server {
 			Logger:       sdkLogger(log),
 			// Tools and resources, no logging; the lists do not change.
 			Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}, Resources: &mcp.ResourceCapabilities{}},
+			GetSessionID: sessionIDs(opts.IDPrefix),
 		})
 	for _, d := range tool.Definitions(tool.Options{TimeoutS: opts.TimeoutS, MemoryMB: opts.MemoryMB, SessionID: true}) {
 		s.srv.AddTool(&mcp.Tool{Name: d.Name, Description: d.Description, InputSchema: d.InputSchema}, s.callTool)
@@ -123,6 +130,18 @@ func New(m *session.Manager, opts Options) *Server {
 		return &mcpauth.TokenInfo{UserID: session.Tenant(ctx)}, nil
 	}, &mcpauth.RequireBearerTokenOptions{AllowMissingExpiration: true})(s.http)
 	return s
+}
+
+// sessionIDs makes MCP session ids that start with prefix; nil (the SDK's own) without one.
+func sessionIDs(prefix string) func() string {
+	if prefix == "" {
+		return nil
+	}
+	return func() string {
+		b := make([]byte, 12)
+		rand.Read(b)
+		return prefix + hex.EncodeToString(b)
+	}
 }
 
 // tenant is the tenant of a request: the user of its token info (see Handler); "" on stdio

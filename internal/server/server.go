@@ -241,6 +241,7 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (_ *Server, err
 			TimeoutS:       cfg.ExecTimeout.Seconds(),
 			MemoryMB:       cfg.MemoryMB,
 			SessionTimeout: cfg.IdleTimeout,
+			IDPrefix:       cfg.SessionIDPrefix(),
 		}),
 		unlock: unlock,
 	}
