@@ -121,23 +121,11 @@ spec: {holderIdentity: x, leaseDurationSeconds: 3600, renewTime: %q}
 	}
 	skewed("ahead", time.Now().Add(10*time.Minute))
 	skewed("behind", time.Now().Add(-time.Hour))
-	route := func(node, want string) func() error {
-		return func() error {
-			m, err := a.Route(id(node))
-			if want == "" && (err != nil || m == nil || m.Name != node) {
-				return fmt.Errorf("Route(%s's id) = %+v, %v; want %s", node, m, err, node)
-			}
-			if want != "" && (!errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), want)) {
-				return fmt.Errorf("Route(%s's id) = %v; want unavailable, %q", node, err, want)
-			}
-			return nil
-		}
-	}
-	waitFor(t, "a sees ahead up", route("ahead", ""))
-	waitFor(t, "a sees behind down", route("behind", "has not been heard from for 1h"))
+	waitFor(t, "a sees ahead up", route(a, id("ahead"), "ahead", ""))
+	waitFor(t, "a sees behind down", route(a, id("behind"), "behind", "has not been heard from for 1h"))
 	skewed("behind", time.Now().Add(-time.Hour+time.Second))
-	waitFor(t, "a sees behind renew", route("behind", ""))
-	waitFor(t, "a sees ahead silent past its Lease", route("ahead", "has not been heard from for 3s"))
+	waitFor(t, "a sees behind renew", route(a, id("behind"), "behind", ""))
+	waitFor(t, "a sees ahead silent past its Lease", route(a, id("ahead"), "ahead", "has not been heard from for 3s"))
 
 	// b stops: it says so, and gets nothing new.
 	if err := b.Leave(t.Context()); err != nil {
@@ -229,4 +217,66 @@ func waitFor(t *testing.T, what string, cond func() error) {
 		}
 	}
 	t.Fatalf("%s: not within 30 s: %v", what, err)
+}
+
+// The API server goes away for longer than a Lease lasts (an upgrade of the control plane):
+// a node that cannot renew its own Lease takes no other node for down, so sessions keep
+// being routed to their nodes. When it is back, the nodes renew and a node that then stops
+// is seen stopping.
+func TestAPIServerOutage(t *testing.T) {
+	cp := clustertest.Start(t)
+	kube, err := KubeConfig(cp.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := func(name string) *Cluster {
+		u, _ := url.Parse("http://127.0.0.1:1")
+		c, err := Start(t.Context(), Config{Kube: kube, Namespace: "default", Node: name, URL: u, LeaseDuration: 3 * time.Second,
+			Load: func() Load { return Load{Room: 10, Warm: 1} }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Leave(context.Background()); c.Close() })
+		return c
+	}
+	a, b := node("a"), node("b")
+	bID := config.NodeTag("b") + strings.Repeat("0", 24)
+	waitFor(t, "a sees b", route(a, bID, "b", ""))
+
+	cp.StopAPIServer(t)
+	time.Sleep(5 * time.Second) // past the Leases' 3 s
+	if m, err := a.Route(bID); err != nil || m == nil || m.Name != "b" {
+		t.Errorf("with the API server away for 5 s: Route(b's id) = %+v, %v; want b still", m, err)
+	}
+	if p := a.Place(); len(p) != 2 {
+		t.Errorf("with the API server away: Place() = %+v; want a and b", p)
+	}
+
+	cp.StartAPIServer(t)
+	// Both renew (each retries within its Lease's third); then b's silence means b again.
+	waitFor(t, "a is in touch again", func() error {
+		if !a.inTouch(time.Now()) {
+			return fmt.Errorf("a has not renewed its Lease")
+		}
+		return nil
+	})
+	waitFor(t, "a sees b after the outage", route(a, bID, "b", ""))
+	if err := b.Leave(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a sees b stopping", route(a, bID, "b", "restarting"))
+}
+
+// route is a condition for waitFor: Route(id) on c says node, or fails saying want.
+func route(c *Cluster, id, node, want string) func() error {
+	return func() error {
+		m, err := c.Route(id)
+		if want == "" && (err != nil || m == nil || m.Name != node) {
+			return fmt.Errorf("Route(%s's id) = %+v, %v; want %s", node, m, err, node)
+		}
+		if want != "" && (!errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), want)) {
+			return fmt.Errorf("Route(%s's id) = %v; want unavailable, %q", node, err, want)
+		}
+		return nil
+	}
 }

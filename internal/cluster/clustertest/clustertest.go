@@ -39,6 +39,15 @@ type ControlPlane struct {
 	Tools      string // the folder of etcd, kube-apiserver and kubectl
 	dir        string
 	ca         []byte // PEM
+	token      string // admin's
+	apiArgs    []string
+	apiserver  *proc
+}
+
+// proc is a running etcd or kube-apiserver.
+type proc struct {
+	cmd    *exec.Cmd
+	exited chan struct{}
 }
 
 // Tools returns the folder of the built control plane, or skips the test (fails it with CI
@@ -79,8 +88,8 @@ func Start(t testing.TB) *ControlPlane {
 	write(t, filepath.Join(dir, "tokens.csv"), token+",admin,admin,system:masters\n")
 	port := freePort(t)
 	cp.URL = "https://127.0.0.1:" + port
-	cp.run(t, "kube-apiserver", filepath.Join(tools, "kube-apiserver"),
-		"--etcd-servers", etcdURL,
+	cp.token = token
+	cp.apiArgs = []string{"--etcd-servers", etcdURL,
 		"--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1", "--secure-port", port,
 		"--tls-cert-file", pki["server.crt"], "--tls-private-key-file", pki["server.key"],
 		"--client-ca-file", pki["ca.crt"], "--token-auth-file", filepath.Join(dir, "tokens.csv"),
@@ -88,10 +97,29 @@ func Start(t testing.TB) *ControlPlane {
 		"--service-account-issuer", "https://kubernetes.default.svc",
 		"--service-account-key-file", pki["sa.pub"], "--service-account-signing-key-file", pki["sa.key"],
 		"--service-cluster-ip-range", "10.0.0.0/24", "--allow-privileged",
-		"--endpoint-reconciler-type", "none", "--profiling=false")
+		"--endpoint-reconciler-type", "none", "--profiling=false"}
 	cp.Kubeconfig = cp.WriteKubeconfig(t, "admin", token)
-	cp.waitReady(t, token)
+	cp.StartAPIServer(t)
 	return cp
+}
+
+// StopAPIServer stops the API server (etcd runs on), as an upgrade of the control plane or
+// a network cut would take it away.
+func (cp *ControlPlane) StopAPIServer(t testing.TB) {
+	t.Helper()
+	if cp.apiserver != nil {
+		cp.apiserver.stop()
+		cp.apiserver = nil
+	}
+}
+
+// StartAPIServer starts the API server on its address and waits until it is ready.
+func (cp *ControlPlane) StartAPIServer(t testing.TB) {
+	t.Helper()
+	if cp.apiserver == nil {
+		cp.apiserver = cp.run(t, "kube-apiserver", filepath.Join(cp.Tools, "kube-apiserver"), cp.apiArgs...)
+	}
+	cp.waitReady(t, cp.token)
 }
 
 // WriteKubeconfig writes a kubeconfig for the API server with a bearer token and returns its
@@ -149,10 +177,12 @@ func (cp *ControlPlane) KubectlErr(args ...string) (string, error) {
 	return string(out), nil
 }
 
-func (cp *ControlPlane) run(t testing.TB, name, bin string, args ...string) {
+// run starts bin, logging to name.log (appended: a restart keeps what came before); the
+// test's end stops it.
+func (cp *ControlPlane) run(t testing.TB, name, bin string, args ...string) *proc {
 	t.Helper()
 	logPath := filepath.Join(cp.dir, name+".log")
-	logf, err := os.Create(logPath)
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,20 +198,14 @@ func (cp *ControlPlane) run(t testing.TB, name, bin string, args ...string) {
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}
-	exited := make(chan struct{})
+	p := &proc{cmd: cmd, exited: make(chan struct{})}
 	go func() {
 		cmd.Wait()
 		logf.Close()
-		close(exited)
+		close(p.exited)
 	}()
 	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-exited
-		}
+		p.stop()
 		if t.Failed() {
 			b, _ := os.ReadFile(logPath)
 			if len(b) > 8<<10 {
@@ -190,6 +214,18 @@ func (cp *ControlPlane) run(t testing.TB, name, bin string, args ...string) {
 			t.Logf("%s's log (the end):\n%s", name, b)
 		}
 	})
+	return p
+}
+
+// stop sends SIGTERM, then SIGKILL to the process group after 10 s, and waits for the exit.
+func (p *proc) stop() {
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(10 * time.Second):
+		syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.exited
+	}
 }
 
 func (cp *ControlPlane) waitReady(t testing.TB, token string) {
