@@ -14,7 +14,9 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -221,9 +223,9 @@ print("second")`}, func(o api.Output) {
 // An agent run, a conversation and its messages reach the node of the session they work in
 // through any node, the conversation is found through any node by its id, and the list of
 // conversations through any node has every node's; an MCP session reaches its node through
-// any node. The model is a fake speaking OpenAI's
+// any node; E2B's SDK works with its API on one node and its sandbox's traffic on another. The model is a fake speaking OpenAI's
 // wire protocol; it asks for print(x), a variable only the session has.
-func TestClusterConversations(t *testing.T) {
+func TestClusterOtherAPIs(t *testing.T) {
 	llm := llmtest.NewOpenAI(t, func(r llmtest.Request) llmtest.Reply {
 		if res, ok := lastResult(r); ok {
 			return llmtest.Text("x is " + strings.TrimSpace(res.Text))
@@ -315,6 +317,62 @@ func TestClusterConversations(t *testing.T) {
 	if hop.forwarded.Load() < 2 {
 		t.Errorf("%d MCP requests went through node-b; want the calls to", hop.forwarded.Load())
 	}
+
+	// E2B's list of sandboxes through either node is the cluster's sessions, from both.
+	rest, err := tc.clients["node-a"].SessionList(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range tc.names {
+		var sandboxes []struct {
+			SandboxID string `json:"sandboxID"`
+		}
+		if st := call(n, "GET", "/v2/sandboxes", nil, &sandboxes); st != http.StatusOK || len(sandboxes) != len(rest.Sessions) {
+			t.Errorf("E2B's sandboxes through %s: HTTP %d, %d of them; want the %d sessions of both nodes", n, st, len(sandboxes), len(rest.Sessions))
+		}
+		tags := map[string]bool{}
+		for _, sb := range sandboxes {
+			tags[sb.SandboxID[:8]] = true
+		}
+		if len(tags) != 2 {
+			t.Errorf("E2B's sandboxes through %s are of %d nodes; want 2", n, len(tags))
+		}
+	}
+	// E2B's SDK, unmodified, with its control plane on node-a and the sandbox's traffic on
+	// node-b: whichever node the sandbox is on, one of them forwards.
+	r := runE2BProgram(t, tc.nodes["node-a"].url, tc.nodes["node-b"].url, tc.key)
+	if !strings.Contains(r, "8000 rows") || !strings.Contains(r, `"killed":true`) {
+		t.Errorf("the E2B program across nodes: %s", r)
+	}
+}
+
+// runE2BProgram runs the E2B test client's unmodified E2B program (internal/e2b) with its API
+// at api and its sandboxes' traffic at traffic, and returns its report.
+func runE2BProgram(t *testing.T, api, traffic, key string) string {
+	t.Helper()
+	node := testbin.NeedProgram(t, "node", "nodejs")
+	dir, err := filepath.Abs(filepath.Join("..", "..", "internal", "e2b", "testdata", "e2bclient"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@e2b", "code-interpreter")); err != nil {
+		testbin.Missing(t, "needs E2B's SDKs: run npm ci in %s (make test does)", dir)
+	}
+	csv, err := filepath.Abs(filepath.Join("..", "..", "examples", "data", "traffic_accidents.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(t.Context(), node, "client.mjs", "program", csv)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "E2B_API_URL="+api, "E2B_SANDBOX_URL="+traffic, "E2B_API_KEY="+key, "E2B_DOMAIN=", "E2B_DEBUG=")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	var report map[string]any
+	if jerr := json.Unmarshal(out, &report); err != nil || jerr != nil || report["error"] != nil {
+		t.Fatalf("the E2B program (API %s, traffic %s): %v, %v\n%s\n%s", api, traffic, err, jerr, out, &stderr)
+	}
+	return string(out)
 }
 
 // hopper sends an MCP client's requests that open a session where they were addressed,

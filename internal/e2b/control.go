@@ -273,8 +273,8 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 	}
 	out := []listed{}
 	var all []api.Session
-	if running {
-		all = h.m.List(r.Context())
+	if running { // in a cluster, the other nodes' too (httpapi gathers them)
+		all = append(h.m.List(r.Context()), session.Elsewhere(r.Context())...)
 	}
 	sort.Slice(all, func(i, j int) bool { return cursorOf(all[i]).before(cursorOf(all[j])) })
 	var last cursor

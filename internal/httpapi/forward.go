@@ -18,6 +18,7 @@ import (
 	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/internal/cluster"
 	"github.com/cellbox/cellbox/internal/errdefs"
+	"github.com/cellbox/cellbox/internal/session"
 )
 
 // Cluster is what the API needs of the cluster this server is a node of (package cluster):
@@ -58,7 +59,7 @@ func (s *server) routeInCluster(w http.ResponseWriter, r *http.Request, pattern 
 	}
 	switch {
 	case pattern == "POST /v1/sessions" || pattern == "POST /v1/execute":
-		return s.place(w, r)
+		return s.place(w, r, s.writeError)
 	case pattern == "POST /v1/agent" || pattern == "POST /v1/conversations":
 		return s.toSessionNode(w, r)
 	case pattern == "GET /v1/sessions":
@@ -68,13 +69,13 @@ func (s *server) routeInCluster(w http.ResponseWriter, r *http.Request, pattern 
 		s.listConversationsInCluster(w, r)
 		return true
 	case strings.Contains(pattern, " /v1/sessions/{id}"):
-		return s.toNodeOf(w, r, idIn(r.URL.Path, "/v1/sessions/"))
+		return s.toNodeOf(w, r, idIn(r.URL.Path, "/v1/sessions/"), s.writeError)
 	case strings.Contains(pattern, " /v1/conversations/{id}"):
 		// conv_ and the node's tag: the tag as a session id carries it.
-		return s.toNodeOf(w, r, strings.TrimPrefix(idIn(r.URL.Path, "/v1/conversations/"), "conv_"))
+		return s.toNodeOf(w, r, strings.TrimPrefix(idIn(r.URL.Path, "/v1/conversations/"), "conv_"), s.writeError)
 	case pattern == "/mcp" && r.Header.Get("Mcp-Session-Id") != "":
 		// An MCP session (and the cellbox session it works in) is on the node that made it.
-		return s.toNodeOf(w, r, r.Header.Get("Mcp-Session-Id"))
+		return s.toNodeOf(w, r, r.Header.Get("Mcp-Session-Id"), s.writeError)
 	}
 	return false
 }
@@ -86,18 +87,50 @@ func idIn(path, prefix string) string {
 	return id
 }
 
+// failer answers a request with an error, in its API's shape (cellbox's, or E2B's).
+type failer func(w http.ResponseWriter, r *http.Request, err error)
+
 // toNodeOf forwards r to the node session id names, when that is another node.
-func (s *server) toNodeOf(w http.ResponseWriter, r *http.Request, id string) bool {
+func (s *server) toNodeOf(w http.ResponseWriter, r *http.Request, id string, fail failer) bool {
 	m, err := s.opts.Cluster.Route(id)
 	if err != nil {
-		s.writeError(w, r, err)
+		fail(w, r, err)
 		return true
 	}
 	if m == nil {
 		return false
 	}
-	s.forward(w, r, *m, false)
+	s.forward(w, r, *m, false, fail)
 	return true
+}
+
+// routeE2B is routeInCluster for the E2B API: sandbox traffic and calls on a sandbox go to
+// its node (a sandbox is a session, its id the session's), new sandboxes to the node with
+// the most room, and the list has every node's sandboxes (package e2b cuts the pages). It
+// returns r, with the other nodes' sessions in its context for the list.
+func (s *server) routeE2B(w http.ResponseWriter, r *http.Request) (*http.Request, bool) {
+	fd := s.opts.E2B
+	if s.opts.Cluster == nil || r.Header.Get(ForwardedHeader) != "" {
+		return r, false
+	}
+	if id := r.Header.Get("E2b-Sandbox-Id"); id != "" {
+		return r, s.toNodeOf(w, r, id, fd.WriteError)
+	}
+	p := strings.TrimPrefix(r.URL.Path, "/v2")
+	switch {
+	case p == "/sandboxes" && r.Method == http.MethodPost:
+		return r, s.place(w, r, fd.WriteError)
+	case p == "/sandboxes" && r.Method == http.MethodGet:
+		theirs, _ := gather[api.SessionList](s, r, "/v1/sessions")
+		var all []api.Session
+		for _, l := range theirs {
+			all = append(all, l.Sessions...)
+		}
+		return r.WithContext(session.WithElsewhere(r.Context(), all)), false
+	case strings.HasPrefix(p, "/sandboxes/"):
+		return r, s.toNodeOf(w, r, idIn(p, "/sandboxes/"), fd.WriteError)
+	}
+	return r, false
 }
 
 // toSessionNode forwards a request whose body names a session_id of another node to that
@@ -117,14 +150,14 @@ func (s *server) toSessionNode(w http.ResponseWriter, r *http.Request) bool {
 	if json.Unmarshal(body, &req) != nil || req.SessionID == "" {
 		return false
 	}
-	return s.toNodeOf(w, r, req.SessionID)
+	return s.toNodeOf(w, r, req.SessionID, s.writeError)
 }
 
 // place sends a request that starts new work to the node with the most room, trying the
 // next when one does not answer or refuses it as full (429: its Lease said it had room, but
 // others' sessions came first, or the tenant is at its cap there); the body, at most
 // MaxBodyBytes, is kept for that. The last node's answer is the client's, whatever it is.
-func (s *server) place(w http.ResponseWriter, r *http.Request) bool {
+func (s *server) place(w http.ResponseWriter, r *http.Request, fail failer) bool {
 	c := s.opts.Cluster
 	nodes := c.Place()
 	if len(nodes) == 0 || nodes[0].Here {
@@ -132,7 +165,7 @@ func (s *server) place(w http.ResponseWriter, r *http.Request) bool {
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
 	if err != nil {
-		s.writeError(w, r, err)
+		fail(w, r, err)
 		return true
 	}
 	var errs []error
@@ -142,13 +175,13 @@ func (s *server) place(w http.ResponseWriter, r *http.Request) bool {
 			return false
 		}
 		c.Placed(m.Name) // at once: the next request weighs it, though this one is in flight
-		err := s.forward(w, r, m, i < len(nodes)-1)
+		err := s.forward(w, r, m, i < len(nodes)-1, fail)
 		if err == nil {
 			return true
 		}
 		errs = append(errs, err)
 	}
-	s.writeError(w, r, fmt.Errorf("no cluster node with room answered: %w: %w", errors.Join(errs...), errdefs.ErrUnavailable))
+	fail(w, r, fmt.Errorf("no cluster node with room answered: %w: %w", errors.Join(errs...), errdefs.ErrUnavailable))
 	return true
 }
 
@@ -158,7 +191,7 @@ func (s *server) place(w http.ResponseWriter, r *http.Request) bool {
 // try), a node that could not be connected to, so has seen nothing of r, or that refused r
 // with 429, so did nothing of it, is an error returned with nothing written, and the caller
 // tries another. Otherwise r is never sent twice: code might run twice.
-func (s *server) forward(w http.ResponseWriter, r *http.Request, m cluster.Member, retry bool) error {
+func (s *server) forward(w http.ResponseWriter, r *http.Request, m cluster.Member, retry bool, fail failer) error {
 	var failed error
 	p := &httputil.ReverseProxy{
 		Transport:     s.fwd,
@@ -189,7 +222,7 @@ func (s *server) forward(w http.ResponseWriter, r *http.Request, m cluster.Membe
 				failed = fmt.Errorf("cluster node %s did not answer", m.Name)
 				return
 			}
-			s.writeError(w, r, fmt.Errorf("cluster node %s, which has this request's session or took its work, failed to answer it: %w", m.Name, errdefs.ErrUnavailable))
+			fail(w, r, fmt.Errorf("cluster node %s, which has this request's session or took its work, failed to answer it: %w", m.Name, errdefs.ErrUnavailable))
 		},
 	}
 	p.ServeHTTP(w, r)
@@ -204,7 +237,7 @@ var errRefused = errors.New("refused: too many requests")
 // sessions are missing from the list.
 func (s *server) listSessionsInCluster(w http.ResponseWriter, r *http.Request) {
 	list := api.SessionList{Sessions: s.m.List(r.Context())}
-	theirs, unavailable := gather[api.SessionList](s, r)
+	theirs, unavailable := gather[api.SessionList](s, r, r.URL.Path)
 	for _, l := range theirs {
 		list.Sessions = append(list.Sessions, l.Sessions...)
 	}
@@ -220,7 +253,7 @@ func (s *server) listSessionsInCluster(w http.ResponseWriter, r *http.Request) {
 // the sessions, most recently active first, as one node lists them.
 func (s *server) listConversationsInCluster(w http.ResponseWriter, r *http.Request) {
 	list := api.ConversationList{Conversations: s.opts.Conversations.List(r.Context(), r.URL.Query().Get("session_id"))}
-	theirs, unavailable := gather[api.ConversationList](s, r)
+	theirs, unavailable := gather[api.ConversationList](s, r, r.URL.Path)
 	for _, l := range theirs {
 		list.Conversations = append(list.Conversations, l.Conversations...)
 	}
@@ -238,9 +271,10 @@ func (s *server) listConversationsInCluster(w http.ResponseWriter, r *http.Reque
 	writeJSON(w, http.StatusOK, list)
 }
 
-// gather sends r (a GET of a list) to every other live node, with the caller's key, and
-// returns their lists and, sorted, the nodes down or failing to answer.
-func gather[L any](s *server, r *http.Request) (lists []L, unavailable []string) {
+// gather sends a GET of path (a list; r's query when it is r's path) to every other live
+// node, with r's key, and returns their lists and, sorted, the nodes down or failing to
+// answer.
+func gather[L any](s *server, r *http.Request, path string) (lists []L, unavailable []string) {
 	var (
 		mu sync.Mutex
 		wg sync.WaitGroup
@@ -256,7 +290,7 @@ func gather[L any](s *server, r *http.Request) (lists []L, unavailable []string)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			l, err := listOn[L](s, r, m)
+			l, err := listOn[L](s, r, m, path)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -272,13 +306,15 @@ func gather[L any](s *server, r *http.Request) (lists []L, unavailable []string)
 	return lists, unavailable
 }
 
-// listOn sends r (a GET of a list) to node m, with the caller's key.
-func listOn[L any](s *server, r *http.Request, m cluster.Member) (L, error) {
+// listOn sends a GET of path (a list; r's query when it is r's path) to node m, with r's key.
+func listOn[L any](s *server, r *http.Request, m cluster.Member, path string) (L, error) {
 	var list L
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
-	u := m.URL.JoinPath(r.URL.Path)
-	u.RawQuery = r.URL.RawQuery
+	u := m.URL.JoinPath(path)
+	if path == r.URL.Path {
+		u.RawQuery = r.URL.RawQuery
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		return list, err

@@ -150,7 +150,7 @@ func (s *server) wrap(mux *http.ServeMux) http.Handler {
 				}
 				if err != nil {
 					fd.WriteError(rw, r, err)
-				} else {
+				} else if r, routed := s.routeE2B(rw, r); !routed {
 					fd.ServeHTTP(rw, r)
 				}
 				return

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/internal/errdefs"
 )
 
@@ -17,6 +18,20 @@ type tenantKey struct{}
 // without a tenant is the tenant "", which sees only the sessions created without one.
 func WithTenant(ctx context.Context, tenant string) context.Context {
 	return context.WithValue(ctx, tenantKey{}, tenant)
+}
+
+type elsewhereKey struct{}
+
+// WithElsewhere returns ctx carrying the caller's sessions on the other nodes of a cluster,
+// for a list that is the whole cluster's (the E2B API's, whose pages it cuts itself).
+func WithElsewhere(ctx context.Context, sessions []api.Session) context.Context {
+	return context.WithValue(ctx, elsewhereKey{}, sessions)
+}
+
+// Elsewhere returns the sessions WithElsewhere put in ctx; none outside a cluster.
+func Elsewhere(ctx context.Context) []api.Session {
+	s, _ := ctx.Value(elsewhereKey{}).([]api.Session)
+	return s
 }
 
 // Tenant returns the tenant of ctx; "" when it has none.
