@@ -17,7 +17,8 @@ me=node-image
 say() { printf '%s: %s\n' "$me" "$*" >&2; }
 ref=${1:-cellbox/node:latest}
 state=${STATE:-/var/lib/cellbox}
-cd "$(dirname "$0")/.."
+self=$(realpath "$0")
+cd "$(dirname "$self")/.."
 
 ((EUID == 0)) || { say "needs root (debootstrap makes device files and chroots)"; exit 1; }
 command -v docker >/dev/null || { say "docker not found: apt-get install docker.io"; exit 1; }
@@ -40,7 +41,7 @@ root=$state/images/cellbox-node/$(cat "$state/images/cellbox-node/current")/root
 [[ -x $root/usr/sbin/runc ]] || { say "the built root filesystem has no runc: $root"; exit 1; }
 
 # An image built from this root, this binary and this script is imported once.
-source=$(cat "$state/images/cellbox-node/current" <(sha256sum <"$cellbox") <(sha256sum <"$0") | sha256sum | cut -c1-16)
+source=$({ cat "$state/images/cellbox-node/current" && sha256sum <"$cellbox" && sha256sum <"$self"; } | sha256sum | cut -c1-16)
 if [[ $(docker image inspect --format '{{index .Config.Labels "dev.cellbox.node-source"}}' "$ref" 2>/dev/null) == "$source" ]]; then
 	say "$ref is up to date ($source)"
 	echo "$ref"

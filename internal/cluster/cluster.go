@@ -382,10 +382,16 @@ func (c *Cluster) Members() []Member {
 	return ms
 }
 
-// inTouch reports whether this node renewed its own Lease within the Lease's duration:
-// whether it can tell a silent node from its own trouble reaching the API server.
+// inTouch reports whether this node's watch delivered its own Lease's renewal within the
+// Lease's duration: whether it can tell a silent node from its own trouble reaching the API
+// server. Its own renewal, not just a write that worked: after an outage the watch may
+// catch up later than the writes (client-go relists with a backoff), and until it has,
+// every other node's Lease looks old here.
 func (c *Cluster) inTouch(now time.Time) bool {
-	return now.Sub(time.Unix(0, c.renewedAt.Load())) < c.cfg.LeaseDuration
+	c.heardMu.Lock()
+	heard := c.heard[leasePrefix+c.cfg.Node]
+	c.heardMu.Unlock()
+	return now.Sub(heard) < c.cfg.LeaseDuration
 }
 
 // member reads a node's Lease. Not a node's: a Lease of another kind, or one whose tag is

@@ -121,7 +121,10 @@ func (s *server) routeE2B(w http.ResponseWriter, r *http.Request) (*http.Request
 	case p == "/sandboxes" && r.Method == http.MethodPost:
 		return r, s.place(w, r, fd.WriteError)
 	case p == "/sandboxes" && r.Method == http.MethodGet:
-		theirs, _ := gather[api.SessionList](s, r, "/v1/sessions")
+		theirs, unavailable := gather[api.SessionList](s, r, "/v1/sessions")
+		if len(unavailable) > 0 { // E2B's list has no place to say so
+			s.log.Warn("E2B sandbox list without the sandboxes of cluster nodes that are down or did not answer", "nodes", unavailable)
+		}
 		var all []api.Session
 		for _, l := range theirs {
 			all = append(all, l.Sessions...)
@@ -284,7 +287,9 @@ func gather[L any](s *server, r *http.Request, path string) (lists []L, unavaila
 			continue
 		}
 		if !m.Live {
+			mu.Lock() // the goroutines of earlier members append too
 			unavailable = append(unavailable, m.Name)
+			mu.Unlock()
 			continue
 		}
 		wg.Add(1)

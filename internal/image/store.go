@@ -178,10 +178,20 @@ func (st *Store) Build(ctx context.Context, spec *Spec, progress func(Progress))
 	// Downloaded packages are kept for the next build (of this image or another): a list
 	// changed by a line downloads that line's packages only. Checked against the archive's
 	// checksums at each use.
-	debs := filepath.Join(st.dir, debCache)
+	debs, err := filepath.Abs(filepath.Join(st.dir, debCache)) // debootstrap takes no relative one
+	if err != nil {
+		return nil, false, err
+	}
 	if err := os.MkdirAll(debs, 0o755); err != nil {
 		return nil, false, err
 	}
+	// One build at a time downloads into it: debootstrap writes there in place, and another
+	// build could read a file half written.
+	unlock, err := lockDir(debs)
+	if err != nil {
+		return nil, false, err
+	}
+	defer unlock()
 	progress(Progress{Stage: "resolve"})
 	args := []string{"--variant=minbase", "--cache-dir=" + debs, "--include=" + strings.Join(spec.Debian, ","), spec.Suite, root, st.mirror}
 	archives := filepath.Join(root, "var/cache/apt/archives")

@@ -47,7 +47,7 @@ func (s *Sandbox) Update(ctx context.Context, l sandbox.Limits) error {
 		switch {
 		case !ok:
 			return "", fmt.Errorf("sandbox %s: no %s cgroup", s.id, cmp.Or(ctrl, "v2"))
-		case filepath.Base(d) != s.id || filepath.Base(filepath.Dir(d)) != filepath.Base(s.b.cgroups):
+		case !ownCgroup(d, s.b.cgroups, s.id):
 			return "", fmt.Errorf("sandbox %s: the guest's %s cgroup is %s, not the sandbox's", s.id, cmp.Or(ctrl, "v2"), d)
 		}
 		return d, nil
@@ -153,6 +153,12 @@ func writeCgroup(dir, file, value string) error {
 		return fmt.Errorf("set %s to %s: %w", file, value, err)
 	}
 	return nil
+}
+
+// ownCgroup reports whether the host folder dir is the cgroup runc made for sandbox id under
+// parent (Config.CgroupParent): it ends with parent's names, then id.
+func ownCgroup(dir, parent, id string) bool {
+	return strings.HasSuffix(dir, "/"+strings.TrimPrefix(parent, "/")+"/"+id)
 }
 
 // cgroupDirs returns the host folders of process pid's cgroups, by controller ("" for
