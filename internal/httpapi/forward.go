@@ -228,6 +228,12 @@ func (s *server) forward(w http.ResponseWriter, r *http.Request, m cluster.Membe
 			fail(w, r, fmt.Errorf("cluster node %s, which has this request's session or took its work, failed to answer it: %w", m.Name, errdefs.ErrUnavailable))
 		},
 	}
+	// The body streams to the node while its answer may already stream back (an SSE cell
+	// that starts printing before the upload behind it ends, or only the transport's last
+	// read for EOF still to come). By default an HTTP/1 server takes a request's body from
+	// the handler once the response's header is out, and the transport, failing to read
+	// it, closes the connection mid-answer. Full duplex leaves the body readable.
+	http.NewResponseController(w).EnableFullDuplex()
 	p.ServeHTTP(w, r)
 	return failed
 }
