@@ -41,12 +41,7 @@ func TestNodes(t *testing.T) {
 	node("c", 0, 50, 0) // the most room, but no warm sandbox yet
 	id := func(node string) string { return config.NodeTag(node) + strings.Repeat("0", 24) }
 	for _, n := range []string{"b", "c"} {
-		waitFor(t, "a sees "+n, func() error {
-			if m, err := a.Route(id(n)); err != nil || m == nil || m.Name != n {
-				return fmt.Errorf("Route(%s's id) = %+v, %v", n, m, err)
-			}
-			return nil
-		})
+		waitFor(t, "a sees "+n, route(a, id(n), n, ""))
 	}
 	for _, tt := range []string{id("a"), "short", strings.Repeat("f", 32)} {
 		if m, err := a.Route(tt); m != nil || err != nil {
@@ -98,13 +93,7 @@ spec: {holderIdentity: x, leaseDurationSeconds: 3600, renewTime: %q}
 `, config.NodeTag("b"), microTime(time.Now())))
 	for node, want := range map[string]string{"d": "has not been heard from for 1m", "e": "no address",
 		"f": "restarting", "g": "and has not come back"} {
-		waitFor(t, "a sees "+node, func() error {
-			_, err := a.Route(id(node))
-			if !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), want) {
-				return fmt.Errorf("Route(%s's id) = %v; want unavailable, %q", node, err, want)
-			}
-			return nil
-		})
+		waitFor(t, "a sees "+node, route(a, id(node), node, want))
 	}
 	if got := names(a.Place()); got != "a:5 c:50 b:4" {
 		t.Errorf("with d silent, e unreachable and a thief: Place() = %s, want a:5 c:50 b:4", got)
@@ -131,13 +120,7 @@ spec: {holderIdentity: x, leaseDurationSeconds: 3600, renewTime: %q}
 	if err := b.Leave(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "a sees b stopping", func() error {
-		_, err := a.Route(id("b"))
-		if !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "restarting") {
-			return fmt.Errorf("Route(b's id) = %v; want unavailable, restarting", err)
-		}
-		return nil
-	})
+	waitFor(t, "a sees b stopping", route(a, id("b"), "b", "restarting"))
 	if got := names(a.Place()); got != "a:5 c:50" {
 		t.Errorf("with b stopping: Place() = %s, want a:5 c:50", got)
 	}
