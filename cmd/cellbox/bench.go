@@ -223,6 +223,7 @@ const (
 	rowLimits  = "limits"
 	rowEnv     = "env"
 	rowRestart = "restart"
+	rowBurst   = "restart-burst"
 	rowPSS     = "pss"
 	rowCharge  = "charge"
 	rowAvail   = "avail"
@@ -253,7 +254,8 @@ func printTable(python string, n benchN, flows bool, cols []column) {
 		{rowCold, fmt.Sprintf("one-shot `print(1+1)` with other limits (no pool before issue 11: new sandbox + kernel + pre-imports), n=%d", min(n.starts, 5)), ""},
 		{rowLimits, fmt.Sprintf("the import cell in a new session with other limits (memory, pids), n=%d", n.starts), ""},
 		{rowEnv, fmt.Sprintf("the import cell in a new session with env, n=%d", n.starts), ""},
-		{rowRestart, fmt.Sprintf("kernel restart → a new kernel ready with the pre-imports, n=%d", n.starts), ""},
+		{rowRestart, fmt.Sprintf("kernel restart → a new kernel ready with the pre-imports, one at a time (%s apart), n=%d", restartGap, n.starts), ""},
+		{rowBurst, fmt.Sprintf("the same, back to back, n=%d", n.starts), ""},
 		{rowPSS, fmt.Sprintf("idle warm session, numpy + pandas + matplotlib imported: PSS of its processes (mean of %d)", min(n.idle, 20)),
 			fmt.Sprintf("bare python3 with the same imports: %.1f MiB RSS", bareRSS/(1<<20))},
 		{rowCharge, "the same: its cgroup's charge, anon + shmem (no page cache) → sessions in 24 GiB", ""},

@@ -48,6 +48,7 @@ func (b *bench) close() {
 type benchResult struct {
 	cell, first, plot, once, cold  []time.Duration
 	firstLimits, firstEnv, restart []time.Duration
+	restartBurst                   []time.Duration
 	pss, charge                    float64 // idle memory per session, bytes
 	avail, work                    float64 // drops of the host's available memory per session, bytes
 	availN, workN                  int     // over how many sessions
@@ -63,6 +64,7 @@ func (r *benchResult) column(name string) column {
 		rowLimits:  stat(r.firstLimits),
 		rowEnv:     stat(r.firstEnv),
 		rowRestart: stat(r.restart),
+		rowBurst:   stat(r.restartBurst),
 		rowPSS:     fmt.Sprintf("%.1f MiB", r.pss/(1<<20)),
 		rowCharge:  fmt.Sprintf("%.1f MiB → %d", r.charge/(1<<20), int(24*(1<<30)/r.charge)),
 		rowAvail:   fmt.Sprintf("%.1f MiB → %d (n=%d)", r.avail/(1<<20), int(24*(1<<30)/r.avail), r.availN),
@@ -98,7 +100,10 @@ func (b *bench) run(ctx context.Context, n benchN) (*benchResult, error) {
 		return nil, err
 	}
 	b.progress("kernel restart ×%d", n.starts)
-	if r.restart, err = b.restarts(ctx, n.starts); err != nil {
+	if r.restart, err = b.restarts(ctx, n.starts, restartGap); err != nil {
+		return nil, err
+	}
+	if r.restartBurst, err = b.restarts(ctx, n.starts, 0); err != nil {
 		return nil, err
 	}
 	b.progress("plot cell ×%d", n.plots)
@@ -216,9 +221,14 @@ func (b *bench) newSessionsWith(ctx context.Context, n int, req api.CreateSessio
 	return d, nil
 }
 
+// restartGap is the pause before each restart of the one-at-a-time row: a kernel start
+// that does not meet the background work of the one before it (the template forks its
+// next spare after a kernel is forked).
+const restartGap = 250 * time.Millisecond
+
 // restarts times n kernel restarts of one session, each until the restart's answer: a new
-// kernel ready with the pre-imports.
-func (b *bench) restarts(ctx context.Context, n int) ([]time.Duration, error) {
+// kernel ready with the pre-imports. Each waits gap before it starts.
+func (b *bench) restarts(ctx context.Context, n int, gap time.Duration) ([]time.Duration, error) {
 	s, err := b.c.CreateSession(ctx, api.CreateSessionRequest{})
 	if err != nil {
 		return nil, err
@@ -226,6 +236,7 @@ func (b *bench) restarts(ctx context.Context, n int) ([]time.Duration, error) {
 	defer b.c.DeleteSession(ctx, s.ID)
 	var d []time.Duration
 	for range n {
+		time.Sleep(gap)
 		t := time.Now()
 		if _, err := b.c.Restart(ctx, s.ID); err != nil {
 			return nil, err

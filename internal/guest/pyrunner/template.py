@@ -36,6 +36,7 @@ def _template():
     import signal
     import socket
     import struct
+    import threading
     import time
 
     gc.disable()  # no collection dirties shared pages before the freeze
@@ -57,6 +58,27 @@ def _template():
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
     libc.setns.argtypes = [ctypes.c_int, ctypes.c_int]
+    # On Python 3.11, fork(2) itself, with the GIL held (PyDLL), without os.fork's work in
+    # the child (the interpreter's after-fork reset and the at-fork hooks of threading,
+    # random, logging, matplotlib: ~250 pages written in each child, ~6 ms on a VM here).
+    # This process never has a second thread, so the locks those renew are free. What of
+    # it matters is done by hand: a spare reseeds random (and numpy), the kernel sets its
+    # thread's native id; matplotlib's font cache is empty (cleared before any fork).
+    # glibc's own atfork handlers (OpenSSL's among them) still run. Another Python, whose
+    # after-fork reset was not checked against this, forks with os.fork.
+    if sys.version_info[:2] == (3, 11):
+        _fork = ctypes.PyDLL(None, use_errno=True).fork
+        _fork.restype = ctypes.c_int
+        _fork.argtypes = []
+
+        def fork():
+            pid = _fork()
+            if pid < 0:
+                e = ctypes.get_errno()
+                raise OSError(e, "fork: " + os.strerror(e))
+            return pid
+    else:
+        fork = os.fork
 
     def check(ret, what):
         if ret != 0:
@@ -82,6 +104,9 @@ def _template():
 
     with open("/proc/sys/kernel/cap_last_cap") as f:
         last_cap = int(f.read())
+    cap_header = CapHeader(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3
+    cap_none = (CapData * 2)()  # made here: a kernel allocates less
+    CAP_LINES = (b"\nCapInh:\t", b"\nCapPrm:\t", b"\nCapEff:\t", b"\nCapBnd:\t", b"\nCapAmb:\t")
 
     # Where each cgroup hierarchy is mounted: controller (or "" for cgroup2) -> (root, mount point).
     mounts = {}
@@ -181,10 +206,8 @@ def _template():
 
     phase = {"kernel": False}
 
-    def become_kernel(conn, fds, req, guest):
-        # The intermediate: into the sandbox, then two forks. What is read through the
-        # guest's pid (its cgroups, limits, umask) is read first, then the pidfd must show
-        # the guest still alive: its pid named no other process meanwhile.
+    def read_guest(guest):
+        # What the kernel takes from the guest: its cgroups, resource limits and umask.
         paths = cgroup_files(guest)
         limits = []
         for r in RLIMITS:
@@ -192,8 +215,40 @@ def _template():
                 limits.append((r, resource.prlimit(guest, r)))
             except (OSError, ValueError):
                 pass
-        with open("/proc/%d/status" % guest) as f:
-            umask = next((int(l.split()[1], 8) for l in f if l.startswith("Umask:")), 0o022)
+        fd = os.open("/proc/%d/status" % guest, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            status = os.read(fd, 1 << 16)
+        finally:
+            os.close(fd)
+        umask = next((int(l.split()[1], 8) for l in status.split(b"\n") if l.startswith(b"Umask:")), 0o022)
+        return paths, limits, umask
+
+    def rehearse():
+        # A spare checks a request of its own while no guest waits, so that the pages the
+        # check writes are its own when a guest's comes (on a VM here each first write
+        # to a page shared with the template costs 15 to 70 us).
+        a, b = socket.socketpair()
+        fds = [os.pidfd_open(os.getpid())] + [os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC) for _ in range(5)]
+        try:
+            env = ["%s=%s" % kv for kv in os.environ.items()]
+            msg = json.dumps({"python": python, "cwd": "/", "env": env, "preimport": cfg.get("preimport") or ""}).encode()
+            socket.send_fds(a, [msg + b"\n"], fds)
+            a.shutdown(socket.SHUT_WR)
+            _, got, pid = check_request(b)
+            for fd in got:
+                os.close(fd)
+            read_guest(pid)
+        finally:
+            for fd in fds:
+                os.close(fd)
+            a.close()
+            b.close()
+
+    def become_kernel(conn, fds, req, guest):
+        # The intermediate: into the sandbox, then two forks. What is read through the
+        # guest's pid (its cgroups, limits, umask) is read first, then the pidfd must show
+        # the guest still alive: its pid named no other process meanwhile.
+        paths, limits, umask = read_guest(guest)
         signal.pidfd_send_signal(fds[0], 0)
         for path in paths:
             fd = os.open(path, os.O_WRONLY)
@@ -207,7 +262,7 @@ def _template():
             except (OSError, ValueError):
                 pass
         check(libc.setns(fds[0], NS_FLAGS), "setns")
-        m = os.fork()
+        m = fork()
         if m:
             # The intermediate reaps the child in the sandbox's pid namespace, which would
             # otherwise be a zombie there that nobody reaps (the namespace could not end).
@@ -219,15 +274,16 @@ def _template():
                 os.kill(m, signal.SIGKILL)
             os.waitpid(m, 0)
             os._exit(0)  # the template reaps the intermediate
-        k = os.fork()
+        k = fork()
         if k:
             conn.sendall(b"pid %d%s\n" % (k, b" preimported" if req.get("preimported") else b""))
             os.close(conn.fileno())  # EOF for the guest does not wait for this exit
             os._exit(0)  # the kernel goes to the sandbox's process 1
         # The kernel.
         os.setsid()
-        with open("/proc/self/oom_score_adj", "w") as f:
-            f.write("1000")  # the OOM killer's first choice, never the guest
+        fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY | os.O_CLOEXEC)
+        os.write(fd, b"1000")  # the OOM killer's first choice, never the guest
+        os.close(fd)
         high = [os.dup(fd) for fd in fds[1:]]
         for target, fd in enumerate(high):
             os.dup2(fd, target)
@@ -252,14 +308,16 @@ def _template():
         os.setgroups([])
         os.setresgid(gid, gid, gid)
         os.setresuid(uid, uid, uid)
-        data = (CapData * 2)()
-        check(libc.capset(ctypes.byref(CapHeader(0x20080522, 0)), data), "capset")
+        check(libc.capset(ctypes.byref(cap_header), cap_none), "capset")
         if os.getresuid() != (uid, uid, uid) or os.getresgid() != (gid, gid, gid) or os.getgroups():
             raise OSError("the user was not set")
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("Cap") and int(line.split()[1], 16) != 0:
-                    raise OSError("capabilities left: " + line.strip())
+        fd = os.open("/proc/self/status", os.O_RDONLY | os.O_CLOEXEC)
+        status = os.read(fd, 8192)
+        os.close(fd)
+        for name in CAP_LINES:  # each is followed by 16 hex digits
+            at = status.find(name)
+            if at < 0 or status[at + len(name):at + len(name) + 16] != b"0" * 16:
+                raise OSError("capabilities left: " + status[at:at + len(name) + 16].decode(errors="replace"))
         check(libc.prctl(38, 1, 0, 0, 0), "no_new_privs")  # PR_SET_NO_NEW_PRIVS
         check(libc.prctl(22, 2, ctypes.addressof(fprog), 0, 0), "seccomp")  # PR_SET_SECCOMP, FILTER
         # Dumpable, as an exec'd kernel is (its /proc/self is the user's): only now, with the
@@ -270,9 +328,9 @@ def _template():
         runner["apply_env"](req["env"])
         if "PYTHONPATH" in os.environ:  # the template had none (else it would differ)
             sys.path[1:1] = [p for p in os.environ["PYTHONPATH"].split(":") if p]
-        np = sys.modules.get("numpy")
-        if np is not None:
-            np.random.seed()  # the legacy global generator; random reseeds itself at fork
+        main = threading.main_thread()
+        if hasattr(main, "_set_native_id"):
+            main._set_native_id()  # else the template's thread id, which os.fork renews
         gc.enable()
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
 
@@ -339,7 +397,7 @@ def _template():
         sys.stdout.flush()
         sys.stderr.flush()
         gc.freeze()
-        pid = os.fork()
+        pid = fork()
         if pid:
             os.close(w)
             return pid, r
@@ -350,6 +408,15 @@ def _template():
             check(libc.prctl(1, signal.SIGKILL, 0, 0, 0), "parent death signal")  # PR_SET_PDEATHSIG
             if os.getppid() != template_pid:
                 os._exit(0)
+            # Each kernel's own random state (os.fork's hook for random does not run here).
+            for name in ("random", "numpy.random"):
+                m = sys.modules.get(name)
+                if m is not None:
+                    m.seed()
+            try:
+                rehearse()
+            except Exception as e:  # only slower: the request is checked all the same
+                print("cellbox template: spare: rehearsal:", type(e).__name__, e, file=sys.stderr)
             lsock.setblocking(True)
             while True:
                 try:
@@ -402,26 +469,59 @@ def _template():
             if pid == 0:
                 break
             children.discard(pid)
+            if pid == spare:
+                state["spare_gone"] = time.monotonic()
 
     signal.signal(signal.SIGCHLD, reap)
+    took = None  # when the last spare took a connection
+    state = {"spare_gone": None}  # when it ended: its kernel is forked then
+
+    def next_spare_in():
+        if took is None:
+            return 0
+        now = time.monotonic()
+        if state["spare_gone"] is not None:
+            return state["spare_gone"] + SPARE_DELAY - now
+        return took + 1.0 - now  # a request slow to come, or a slow fork
     while True:
         reap()
+        pending = False
         if spare_r is None and len(children) < max_children:
-            # The reaper must not see this child before it is in the set.
-            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
-            try:
-                spare, spare_r = fork_spare()
-                children.add(spare)
-            finally:
-                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
-        watch = [0] if spare_r is None else [0, spare_r]
-        ready, _, _ = select.select(watch, [], [], 0.1 if spare_r is None else 1.0)
+            # The next spare is forked once the last request is done with (a fork of the
+            # template beside a kernel's start slows both: on a VM every page-table change
+            # is costly), or at once when a connection waits for it.
+            wait = next_spare_in()
+            if wait > 0:
+                pending = bool(select.select([lfd], [], [], 0)[0])
+            if wait <= 0 or pending:
+                # The reaper must not see this child before it is in the set.
+                signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+                try:
+                    spare, spare_r = fork_spare()
+                    children.add(spare)
+                finally:
+                    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
+        if spare_r is not None:
+            watch, timeout = [0, spare_r], 1.0
+        elif len(children) < max_children:
+            watch, timeout = [0, lfd], max(0.0, min(0.1, next_spare_in()))
+        else:
+            watch, timeout = [0], 0.1  # until a fork ends
+        ready, _, _ = select.select(watch, [], [], timeout)
         if 0 in ready and not os.read(0, 64):
             os._exit(0)  # the server is gone
         if spare_r is not None and spare_r in ready:
             os.read(spare_r, 64)  # EOF: the spare took a connection, or died
             os.close(spare_r)
             spare_r = None
+            took = time.monotonic()
+            if spare in children:  # else the reaper saw it end already
+                state["spare_gone"] = None
+
+
+# How long after a spare's end (its kernel forked) the template forks the next one, unless a
+# request waits: the kernel is about ready by then.
+SPARE_DELAY = 0.03
 
 
 WARM = """

@@ -1,6 +1,7 @@
 package runc
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -118,6 +119,40 @@ print({k: status[k].split() for k in ("Uid", "Gid", "Groups", "CapInh", "CapPrm"
 	}
 	if !templateAlive(t, b) {
 		t.Error("the template died of the kernel's kill(-1)")
+	}
+}
+
+// TestForkedKernelsOwnState: kernels are forked without os.fork's after-fork hooks, so each
+// must get its own random state (random's and numpy's global generators would otherwise
+// be the template's, the same in every session) and its own thread's native id.
+func TestForkedKernelsOwnState(t *testing.T) {
+	needRuntime(t, "runc")
+	b := newBackend(t, "runc", testbin.Cellbox(t))
+	const code = `import os, random, threading, numpy
+print(random.random(), numpy.random.random(), threading.main_thread().native_id == threading.get_native_id() == os.getpid())`
+	var seen []string
+	for range 2 {
+		_, c := realGuest(t, b)
+		for i := range 2 {
+			if i > 0 {
+				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+				err := c.Restart(ctx)
+				cancel()
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			out := strings.Fields(runCode(t, c, code))
+			if len(out) != 3 || out[2] != "True" {
+				t.Fatalf("got %q, want two numbers and True (the thread's native id is the kernel's)", out)
+			}
+			for _, v := range out[:2] {
+				if slices.Contains(seen, v) {
+					t.Errorf("two kernels drew the same first random number %s: their generators are seeded alike", v)
+				}
+				seen = append(seen, v)
+			}
+		}
 	}
 }
 
