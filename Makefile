@@ -30,11 +30,11 @@ help: ## list the targets
 	@echo "usage: make <target>"
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-build: ## build the static binary ./bin/cellbox
-	CGO_ENABLED=0 $(GO) build -trimpath -o bin/cellbox ./cmd/cellbox
+build: ## build the static binary ./bin/cellbox (with its sandboxes' guest attached)
+	GO=$(GO) scripts/build.sh bin/cellbox
 
 build-linux: ## the Linux binaries a server on macOS runs inside Docker's containers (--guest-binary)
-	for arch in arm64 amd64; do GOOS=linux GOARCH=$$arch CGO_ENABLED=0 $(GO) build -trimpath -o bin/cellbox-linux-$$arch ./cmd/cellbox; done
+	for arch in arm64 amd64; do GOOS=linux GOARCH=$$arch GO=$(GO) scripts/build.sh bin/cellbox-linux-$$arch; done
 
 deps: ## install what cellbox needs to run (Debian/Ubuntu; root or sudo)
 	scripts/install-deps.sh

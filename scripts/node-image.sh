@@ -28,7 +28,7 @@ trap 'rm -rf "$work"' EXIT
 
 say "building cellbox"
 mkdir -p "$work/extra/usr/local/bin" "$work/extra/node-etc"
-CGO_ENABLED=0 ${GO:-go} build -trimpath -o "$work/extra/usr/local/bin/cellbox" ./cmd/cellbox
+scripts/build.sh "$work/extra/usr/local/bin/cellbox"
 cellbox=$work/extra/usr/local/bin/cellbox
 
 # The sandbox image's list, and the OCI runtimes.

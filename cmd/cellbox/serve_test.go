@@ -462,3 +462,47 @@ func TestServeRestart(t *testing.T) {
 		}
 	}
 }
+
+// TestServeRunsTheGuestBinary: the binary built as scripts/build.sh builds it carries the
+// guest's own binary; the server writes it into its state dir, and each sandbox's guest
+// (and the template) runs that small binary, not the whole of cellbox.
+func TestServeRunsTheGuestBinary(t *testing.T) {
+	needRunc(t)
+	state := t.TempDir()
+	srv := serve(t, state, "--pool-size", "1")
+	c := client.New(srv.url)
+	sess, err := c.CreateSession(t.Context(), api.CreateSessionRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := c.Execute(t.Context(), sess.ID, api.ExecuteRequest{Code: "print(6 * 7)"}); err != nil || res.Status != api.StatusOK {
+		t.Fatalf("a cell: %+v, %v", res, err)
+	}
+	guests, _ := filepath.Glob(filepath.Join(state, "guest", "cellbox-guest-*"))
+	if len(guests) != 1 {
+		t.Fatalf("guest binaries in the state dir: %q, want one", guests)
+	}
+	small, err := os.Stat(guests[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole, _ := os.Stat(testbin.Cellbox(t))
+	if small.Size()*4 > whole.Size() || small.Mode().Perm() != 0o755 {
+		t.Errorf("the guest binary is %d bytes (mode %v), cellbox %d: want a small executable", small.Size(), small.Mode().Perm(), whole.Size())
+	}
+	ran := 0
+	for _, pid := range procsInCgroups(runcList(t, filepath.Join(state, "runc", "runtime"))) {
+		exe, err := os.Stat(fmt.Sprintf("/proc/%d/exe", pid))
+		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil || !strings.Contains(string(cmdline), "guest") || strings.Contains(string(cmdline), "python") {
+			continue
+		}
+		ran++
+		if !os.SameFile(exe, small) {
+			t.Errorf("sandbox process %d (%q) runs another binary than %s", pid, cmdline, guests[0])
+		}
+	}
+	if ran < 2 {
+		t.Errorf("%d guests found in the sandboxes' cgroups, want the session's and the pool's", ran)
+	}
+}

@@ -1,7 +1,7 @@
 package main
 
-import "github.com/cellbox/cellbox/internal/template"
+import "github.com/cellbox/cellbox/internal/template/tinit"
 
 func init() {
-	register("template-init", "a kernel template's start (started by the server, not by hand)", template.Main)
+	register("template-init", "a kernel template's start (started by the server, not by hand)", tinit.Main)
 }

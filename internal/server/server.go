@@ -6,6 +6,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -30,6 +31,7 @@ import (
 	"github.com/cellbox/cellbox/internal/config"
 	"github.com/cellbox/cellbox/internal/conversation"
 	"github.com/cellbox/cellbox/internal/e2b"
+	"github.com/cellbox/cellbox/internal/guestbin"
 	"github.com/cellbox/cellbox/internal/httpapi"
 	"github.com/cellbox/cellbox/internal/image"
 	"github.com/cellbox/cellbox/internal/llm"
@@ -83,11 +85,21 @@ func NewLogger(level string) *slog.Logger {
 // NewBackend builds the configured sandbox backend.
 func NewBackend(cfg config.Config, opts Options) (sandbox.Backend, error) {
 	log := opts.Logger
-	exe := opts.GuestBinary
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	exe, carried := opts.GuestBinary, ""
 	if exe == "" {
 		var err error
 		if exe, err = os.Executable(); err != nil {
 			return nil, fmt.Errorf("find the cellbox binary: %w", err)
+		}
+		// The guest's own binary, when the build attached it (scripts/build.sh): sandboxes
+		// run it rather than the whole of cellbox, ~2 MiB less memory each.
+		if carried, err = guestbin.Extract(exe, filepath.Join(cfg.StateDir, "guest")); err != nil {
+			log.Warn("the guest binary this cellbox carries could not be written out: sandboxes run cellbox itself", "error", err)
+		} else if carried != "" {
+			exe = carried
 		}
 	}
 	exe, err := filepath.EvalSymlinks(exe)
@@ -117,7 +129,7 @@ func NewBackend(cfg config.Config, opts Options) (sandbox.Backend, error) {
 		dc := docker.Config{
 			Host:        cfg.DockerHost,
 			StateDir:    filepath.Join(cfg.StateDir, "docker"),
-			GuestBinary: cfg.GuestBinary,
+			GuestBinary: cmp.Or(cfg.GuestBinary, carried),
 			Images:      images,
 			Logger:      log,
 		}

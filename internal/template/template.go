@@ -137,7 +137,7 @@ func Start(cfg Config) (*Template, error) {
 		pyrunner.TemplateScriptEnv+"="+pyrunner.Template,
 		pyrunner.Env+"="+pyrunner.Script,
 	)
-	args := []string{"template-init", "--python", cfg.Python}
+	args := []string{"template-init", "--python", cfg.Python, "--hostname", sandbox.Hostname}
 	if cfg.Root != "" {
 		args = append(args, "--root", cfg.Root)
 	}

@@ -36,11 +36,22 @@ func Cellbox(t testing.TB) string {
 			err = derr
 			return
 		}
+		// As scripts/build.sh builds it: with the guest's own binary attached, which the
+		// server writes out and runs in its sandboxes (a backend given path runs path).
 		path = filepath.Join(dir, "cellbox")
-		cmd := exec.Command("go", "build", "-o", path, "./cmd/cellbox")
-		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		out, err = cmd.CombinedOutput()
+		guest := filepath.Join(dir, "cellbox-guest")
+		for _, args := range [][]string{
+			{"go", "build", "-o", path, "./cmd/cellbox"},
+			{"go", "build", "-o", guest, "./cmd/cellbox-guest"},
+			{guest, "attach", guest, path},
+		} {
+			cmd := exec.Command(args[0], args[1:]...)
+			cmd.Dir = root
+			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+			if out, err = cmd.CombinedOutput(); err != nil {
+				return
+			}
+		}
 	})
 	if err != nil {
 		t.Fatalf("build cellbox: %v\n%s", err, out)
