@@ -80,12 +80,21 @@ func (s *server) restartLocked(warm bool) error {
 	s.kernel = nil
 	s.mu.Unlock()
 	if old != nil {
-		old.kill()
+		// Stopped now, killed once the new kernel is up: its teardown is then off the
+		// restart's path (beside the new kernel's start it would slow both).
+		old.freeze()
+		defer old.killLater()
 	}
 	if closing {
 		return fmt.Errorf("%w: %w", errClosing, errdefs.ErrUnavailable)
 	}
 	k, err := startKernel(s.kernelSpec(cfg))
+	if err != nil && old != nil {
+		// A sandbox at its limits (pids, memory) has no room for a second kernel: the old
+		// one's room first.
+		old.kill()
+		k, err = startKernel(s.kernelSpec(cfg))
+	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", err.Error(), errdefs.ErrInvalidArgument)
 	}

@@ -183,6 +183,15 @@ func (p *procTable) start(path string, argv []string, attr *syscall.ProcAttr) (i
 // collected. Once the leader is reaped its pid may name another process: only the group,
 // which keeps its id while it has members, is killed then.
 func killTree(pgid int, leaderAlive bool) {
+	seen := stopTree(pgid, leaderAlive)
+	unix.Kill(-pgid, unix.SIGKILL)
+	for pid := range seen {
+		unix.Kill(pid, unix.SIGKILL)
+	}
+}
+
+// stopTree stops (SIGSTOP) what killTree kills and returns the descendants it found.
+func stopTree(pgid int, leaderAlive bool) map[int]bool {
 	unix.Kill(-pgid, unix.SIGSTOP)
 	seen := map[int]bool{}
 	for i := 0; leaderAlive && i < 16; i++ {
@@ -198,10 +207,7 @@ func killTree(pgid int, leaderAlive bool) {
 			break
 		}
 	}
-	unix.Kill(-pgid, unix.SIGKILL)
-	for pid := range seen {
-		unix.Kill(pid, unix.SIGKILL)
-	}
+	return seen
 }
 
 // killAll kills every process the guest's process started, however far removed: all other

@@ -87,6 +87,17 @@ except OSError as e:
 	if cr.Status == api.StatusOK {
 		t.Errorf("bash fork bomb: %+v", cr)
 	}
+	// A restart while the kernel's children hold every pid: the new kernel has no room
+	// beside the old one, which goes first.
+	if st := c.do("POST", "/v1/sessions/"+id+"/restart", nil, nil); st != http.StatusOK {
+		t.Fatalf("restart with the pids all taken: HTTP %d", st)
+	}
+	if r := c.exec(id, "print(6 * 7)", 0); r.Status != api.StatusOK || stdout(r) != "42\n" {
+		t.Fatalf("after the restart: %+v", r)
+	}
+	if r := c.exec(id, "import os\nprint(sum(p.isdigit() for p in os.listdir('/proc')) < 10)", 0); stdout(r) != "True\n" {
+		t.Errorf("the old kernel's children outlived the restart: %+v", r)
+	}
 	// The server and other sessions are fine.
 	if st := c.do("GET", "/healthz", nil, nil); st != 200 {
 		t.Fatalf("healthz %d", st)
