@@ -339,3 +339,47 @@ func TestTemplateRenewed(t *testing.T) {
 		t.Errorf("the kernel after the renewal: %s", status)
 	}
 }
+
+// TestTemplateOfAnOlderBuildEnds: a template for a new build of an image ends the one of
+// the image's older build (else each rebuild would leave a template of ~120 MiB running);
+// another image's template runs on.
+func TestTemplateOfAnOlderBuildEnds(t *testing.T) {
+	needRuntime(t, "runc")
+	testbin.NeedIPython(t)
+	b := newBackend(t, "runc", testbin.Cellbox(t))
+	start := func(key, img string) *template.Template {
+		t.Helper()
+		dir := b.templates.get(key, img, "", "") // the host's root stands for each build's
+		b.templates.mu.Lock()
+		r := b.templates.byDir[dir]
+		b.templates.mu.Unlock()
+		if r == nil || r.t == nil {
+			t.Fatalf("no template for %s", key)
+		}
+		select {
+		case <-r.t.Ready():
+		case <-r.t.Done():
+			t.Fatalf("template %s ended", key)
+		case <-time.After(time.Minute):
+			t.Fatalf("template %s not ready", key)
+		}
+		return r.t
+	}
+	old := start("pictures-1111", "pictures")
+	other := start("maps-3333", "maps")
+	start("pictures-2222", "pictures")
+	select {
+	case <-old.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the older build's template still runs")
+	}
+	b.templates.mu.Lock()
+	_, kept := b.templates.byDir[filepath.Join(b.templates.dir, "pictures-1111")]
+	b.templates.mu.Unlock()
+	if kept {
+		t.Error("the older build's template is still listed")
+	}
+	if done(other) {
+		t.Error("another image's template ended")
+	}
+}

@@ -30,6 +30,7 @@ type templates struct {
 type templateRun struct {
 	t       *template.Template // nil: it could not start
 	started time.Time
+	img     string // the image whose build the root is; "" for the host's
 }
 
 // restartAfter spaces the starts of a root's template that keeps ending. renewAfter is
@@ -44,19 +45,21 @@ var renewAfter = time.Hour // a variable for tests
 // host's font cache hostMPL), starting its template if none runs.
 func (ts *templates) forRoot(rootfs, img string, imgMPL bool, hostMPL string) string {
 	if img == "" {
-		return ts.get("host", "", hostMPL)
+		return ts.get("host", "", "", hostMPL)
 	}
 	mpl := ""
 	if imgMPL {
 		mpl = image.MPLCachePath
 	}
 	// The image's name and build: .../images/<name>/<hash>/rootfs.
-	return ts.get(img+"-"+filepath.Base(filepath.Dir(rootfs)), rootfs, mpl)
+	return ts.get(img+"-"+filepath.Base(filepath.Dir(rootfs)), img, rootfs, mpl)
 }
 
-// get returns the folder of the template key on root ("": the host's), starting the
-// template when none runs (and the last start is restartAfter ago).
-func (ts *templates) get(key, root, mpl string) string {
+// get returns the folder of the template key on root ("": the host's; else a build of
+// image img), starting the template when none runs (and the last start is restartAfter
+// ago). A template of another build of img ends then: new sandboxes are on this build,
+// and the sandboxes left on the other start their kernels afresh.
+func (ts *templates) get(key, img, root, mpl string) string {
 	dir := filepath.Join(ts.dir, key)
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
@@ -91,7 +94,18 @@ func (ts *templates) get(key, root, mpl string) string {
 			old.Close()
 		}(r.t, t)
 	}
-	ts.byDir[dir] = &templateRun{t: t, started: time.Now()}
+	ts.byDir[dir] = &templateRun{t: t, started: time.Now(), img: img}
+	if img != "" && err == nil {
+		for d, o := range ts.byDir {
+			if d != dir && o.img == img {
+				ts.log.Info("a newer build of the image has a kernel template: the older build's ends", "template", d, "image", img)
+				if o.t != nil {
+					go o.t.Close() // it ends once it has no request
+				}
+				delete(ts.byDir, d)
+			}
+		}
+	}
 	return dir
 }
 
