@@ -122,15 +122,22 @@ func (p *procTable) deliver(pid int, ws unix.WaitStatus) {
 // guest's pid namespace that another process started, which is (or soon will be)
 // re-parented to the guest, and which the guest then reaps (reapAll). A status that was
 // reaped before adopt is kept for it, unless pid names a living process now: then the
-// status was an earlier process's with the same number.
+// status was an earlier process's with the same number. A pid that names no process, and
+// whose status is no longer kept (more than maxUnclaimed others were reaped meanwhile, say
+// a flood of user code's orphans), gets an unknown status at once: nothing would ever
+// deliver one.
 func (p *procTable) adopt(pid int) <-chan unix.WaitStatus {
 	ch := make(chan unix.WaitStatus, 1)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	ws, reaped := p.unclaimed[pid]
-	if fd, err := unix.PidfdOpen(pid, 0); err == nil {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err == nil {
 		unix.Close(fd)
 		reaped = false
+	}
+	if !reaped && err == unix.ESRCH {
+		ws, reaped = unix.WaitStatus(0xff<<8), true
 	}
 	if reaped {
 		p.forget(pid)
