@@ -239,6 +239,7 @@ func (s *Sandbox) Stop(ctx context.Context) error {
 
 func (s *Sandbox) stop(ctx context.Context) error {
 	var errs []error
+	cgroups := s.ownCgroups() // read from the guest while it runs
 	if s.conn != nil {
 		s.conn.Close()
 	}
@@ -258,6 +259,7 @@ func (s *Sandbox) stop(ctx context.Context) error {
 	if !s.waitExit(exitTimeout) {
 		s.logger().Warn("sandbox guest did not exit after kill and delete", "runtime", s.runtimeName())
 	}
+	removeCgroups(cgroups, s.logger())
 	if log := s.logHead(); len(log) > 0 {
 		s.logger().Debug("sandbox log", "text", string(log))
 	}

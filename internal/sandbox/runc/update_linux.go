@@ -5,10 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -212,4 +215,60 @@ func cgroupDirs(pid int) (map[string]string, error) {
 		}
 	}
 	return dirs, nil
+}
+
+// ownCgroups returns the host folders of the sandbox's own cgroups, read from its guest
+// while it runs (nil when it does not): what stop removes should runc delete leave them.
+func (s *Sandbox) ownCgroups() []string {
+	pid, err := s.readPid()
+	if err != nil || pid <= 0 {
+		return nil
+	}
+	pidfd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return nil
+	}
+	defer unix.Close(pidfd)
+	dirs, err := cgroupDirs(pid)
+	if err != nil || unix.PidfdSendSignal(pidfd, 0, nil, 0) != nil {
+		return nil // the pid may have named another process by then
+	}
+	var own []string
+	for _, d := range dirs {
+		if ownCgroup(d, s.b.cgroups, s.id) && !slices.Contains(own, d) {
+			own = append(own, d)
+		}
+	}
+	return own
+}
+
+// removeCgroups removes the empty cgroup folders dirs that runc delete left: one whose last
+// process is a zombie its reaper has not reaped yet is busy, and is tried again for up to
+// 30 s. rmdir removes only an empty cgroup.
+func removeCgroups(dirs []string, log *slog.Logger) {
+	left := dirs[:0:0]
+	for _, d := range dirs {
+		if err := unix.Rmdir(d); err != nil && err != unix.ENOENT {
+			left = append(left, d)
+		}
+	}
+	if len(left) == 0 {
+		return
+	}
+	go func() {
+		for wait := 50 * time.Millisecond; len(left) > 0; wait *= 2 {
+			if wait > 30*time.Second {
+				log.Warn("sandbox cgroups still in use after 30 s: left behind", "cgroups", left)
+				return
+			}
+			time.Sleep(wait)
+			next := left[:0]
+			for _, d := range left {
+				if err := unix.Rmdir(d); err != nil && err != unix.ENOENT {
+					next = append(next, d)
+				}
+			}
+			left = next
+		}
+	}()
 }
