@@ -4,7 +4,10 @@
 # sandboxes. GOOS and GOARCH come from the environment, as go build takes them; a binary for
 # another system than Linux carries no guest (it runs none). GO: the go command (default go).
 set -euo pipefail
-out=$(realpath -m "$1")
+case $1 in
+/*) out=$1 ;;
+*) out=$PWD/$1 ;;
+esac
 go=${GO:-go}
 cd "$(dirname "$0")/.."
 export CGO_ENABLED=0

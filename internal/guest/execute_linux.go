@@ -3,6 +3,7 @@ package guest
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -79,22 +80,29 @@ func (s *server) restartLocked(warm bool) error {
 	old, cfg, closing := s.kernel, s.cfg, s.closing
 	s.kernel = nil
 	s.mu.Unlock()
-	if old != nil {
-		// Stopped now, killed once the new kernel is up: its teardown is then off the
-		// restart's path (beside the new kernel's start it would slow both).
-		old.freeze()
-		defer old.killLater()
+	if old == nil {
+		return s.startLocked(cfg, closing, warm)
 	}
+	// The old kernel is stopped now and killed once the new one is up: its teardown is
+	// then off the restart's path (beside the new kernel's start it would slow both).
+	old.freeze()
+	defer old.killLater()
+	err := s.startLocked(cfg, closing, warm)
+	if err != nil && !errors.Is(err, errClosing) {
+		// A sandbox at its limits (pids, memory) may have no room for a second kernel, at
+		// its fork or as it starts: the old one's room first, and once more.
+		old.kill()
+		err = s.startLocked(cfg, closing, warm)
+	}
+	return err
+}
+
+// startLocked starts a kernel and makes it the current one (restartLocked).
+func (s *server) startLocked(cfg *guestproto.Config, closing, warm bool) error {
 	if closing {
 		return fmt.Errorf("%w: %w", errClosing, errdefs.ErrUnavailable)
 	}
 	k, err := startKernel(s.kernelSpec(cfg))
-	if err != nil && old != nil {
-		// A sandbox at its limits (pids, memory) has no room for a second kernel: the old
-		// one's room first.
-		old.kill()
-		k, err = startKernel(s.kernelSpec(cfg))
-	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", err.Error(), errdefs.ErrInvalidArgument)
 	}

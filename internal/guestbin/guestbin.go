@@ -15,6 +15,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"syscall"
 )
 
 // The trailer after the guest binary: its sha256, its length (little-endian) and magic.
@@ -101,11 +102,16 @@ func Extract(exe, dir string) (string, error) {
 		return "", err
 	}
 	path := filepath.Join(dir, "cellbox-guest-"+hex.EncodeToString(sum[:8]))
-	if have, err := fileSum(path); err == nil && have == sum {
-		return path, nil
-	}
+	// It runs as root, on the host and in every sandbox: only a folder and a file of this
+	// process's user, that no one else may write, are used as they are.
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
+	}
+	if err := ownedSafe(dir, true); err != nil {
+		return "", err
+	}
+	if have, err := fileSum(path); err == nil && have == sum {
+		return path, nil
 	}
 	tmp, err := os.CreateTemp(dir, ".cellbox-guest-*")
 	if err != nil {
@@ -135,12 +141,46 @@ func Extract(exe, dir string) (string, error) {
 	return path, nil
 }
 
+// ownedSafe checks that path (not a symlink) is a folder (dir) or an executable file of
+// this process's user that only that user may write.
+func ownedSafe(path string, dir bool) error {
+	st, err := os.Lstat(path)
+	if err != nil {
+		return err
+	}
+	return checkMode(path, st, dir)
+}
+
+func checkMode(path string, st os.FileInfo, dir bool) error {
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	switch {
+	case dir && !st.IsDir(), !dir && !st.Mode().IsRegular():
+		return fmt.Errorf("%s: not a %s", path, map[bool]string{true: "folder", false: "regular file"}[dir])
+	case !ok || int(sys.Uid) != os.Geteuid():
+		return fmt.Errorf("%s: not owned by this process's user", path)
+	case st.Mode().Perm()&0o022 != 0:
+		return fmt.Errorf("%s: writable by others (mode %v)", path, st.Mode().Perm())
+	case !dir && st.Mode().Perm()&0o111 == 0:
+		return fmt.Errorf("%s: not executable", path)
+	}
+	return nil
+}
+
+// fileSum is the sum of the file at path, which must pass checkMode (else an error: the
+// caller writes it anew).
 func fileSum(path string) (sum [sha256.Size]byte, err error) {
-	f, err := os.Open(path)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
 		return sum, err
 	}
 	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return sum, err
+	}
+	if err := checkMode(path, st, false); err != nil {
+		return sum, err
+	}
 	h := sha256.New()
 	if _, err := io.Copy(h, f); err != nil {
 		return sum, err

@@ -100,3 +100,50 @@ func TestExtractDamaged(t *testing.T) {
 		t.Errorf("files left in %s: %v", out, entries)
 	}
 }
+
+// What it finds at its path is used only if it is this user's own executable file that no
+// one else may write; a folder others may write is refused.
+func TestExtractTrustsOnlyItsOwn(t *testing.T) {
+	dir := t.TempDir()
+	exe, guest, out := filepath.Join(dir, "exe"), filepath.Join(dir, "guest"), filepath.Join(dir, "out")
+	write(t, exe, []byte("server"))
+	g := []byte("the guest binary")
+	write(t, guest, g)
+	if err := Attach(exe, guest); err != nil {
+		t.Fatal(err)
+	}
+	p, err := Extract(exe, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The right bytes, but writable by others: written anew, 0755.
+	if err := os.Chmod(p, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Extract(exe, out); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := os.Lstat(p); st.Mode().Perm() != 0o755 {
+		t.Errorf("a file others could write was kept: mode %v", st.Mode().Perm())
+	}
+	// A symlink to a file with the right bytes: replaced by a file.
+	elsewhere := filepath.Join(dir, "elsewhere")
+	write(t, elsewhere, g)
+	os.Remove(p)
+	if err := os.Symlink(elsewhere, p); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Extract(exe, out); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := os.Lstat(p); !st.Mode().IsRegular() {
+		t.Errorf("a symlink was kept: %v", st.Mode())
+	}
+	// A folder others may write: refused.
+	if err := os.Chmod(out, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Extract(exe, out); err == nil || !strings.Contains(err.Error(), "writable by others") {
+		t.Errorf("a folder others may write: %v", err)
+	}
+}

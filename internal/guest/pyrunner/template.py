@@ -61,24 +61,25 @@ def _template():
     # On Python 3.11, fork(2) itself, with the GIL held (PyDLL), without os.fork's work in
     # the child (the interpreter's after-fork reset and the at-fork hooks of threading,
     # random, logging, matplotlib: ~250 pages written in each child, ~6 ms on a VM here).
-    # This process never has a second thread, so the locks those renew are free. What of
-    # it matters is done by hand: a spare reseeds random (and numpy), the kernel sets its
-    # thread's native id; matplotlib's font cache is empty (cleared before any fork).
-    # glibc's own atfork handlers (OpenSSL's among them) still run. Another Python, whose
-    # after-fork reset was not checked against this, forks with os.fork.
-    if sys.version_info[:2] == (3, 11):
-        _fork = ctypes.PyDLL(None, use_errno=True).fork
-        _fork.restype = ctypes.c_int
-        _fork.argtypes = []
+    # Only while this process has one thread (checked once the pre-imports ran: an import
+    # may start one), so that the locks those renew are free. What of it matters is done by
+    # hand: a spare reseeds random (and numpy), the kernel sets its thread's native id;
+    # matplotlib's font cache is empty (cleared before any fork). glibc's own atfork
+    # handlers (OpenSSL's among them) still run. Another Python, whose after-fork reset was
+    # not checked against this, forks with os.fork.
+    _fork = ctypes.PyDLL(None, use_errno=True).fork
+    _fork.restype = ctypes.c_int
+    _fork.argtypes = []
+    raw_fork = []  # [True] once checked and allowed
 
-        def fork():
-            pid = _fork()
-            if pid < 0:
-                e = ctypes.get_errno()
-                raise OSError(e, "fork: " + os.strerror(e))
-            return pid
-    else:
-        fork = os.fork
+    def fork():
+        if not raw_fork:
+            return os.fork()
+        pid = _fork()
+        if pid < 0:
+            e = ctypes.get_errno()
+            raise OSError(e, "fork: " + os.strerror(e))
+        return pid
 
     def check(ret, what):
         if ret != 0:
@@ -199,6 +200,31 @@ def _template():
         if not (stat.S_ISCHR(st.st_mode) and st.st_rdev == os.makedev(1, 3)):
             print("cellbox template: descriptor %d (%s) will be /dev/null in kernels" % (fd, os.readlink("/proc/self/fd/%d" % fd)), file=sys.stderr)
     print("cellbox template: ready in %.2fs" % (time.monotonic() - t0), file=sys.stderr)
+    if sys.version_info[:2] == (3, 11):
+        if threading.active_count() == 1 and len(os.listdir("/proc/self/task")) == 1:
+            raw_fork.append(True)
+        else:
+            print("cellbox template: a thread runs here (the pre-imports started one?): kernels fork with os.fork, slower", file=sys.stderr)
+
+    # The template's own confinement: of root's capabilities it keeps only what putting a
+    # kernel into a sandbox takes (setns: SYS_ADMIN and SYS_CHROOT, and SYS_PTRACE, as setns
+    # through a pidfd is a ptrace-mode check on a guest that is not dumpable; a guest's
+    # resource limits: SYS_RESOURCE; becoming the user: SETUID, SETGID, and SETPCAP to empty
+    # the bounding set), in every set, bounding included, so that a request that found a
+    # way to run code here could not load modules, reach raw devices, configure networks,
+    # or override file permissions. no_new_privs: nothing it or a fork runs gains any.
+    keep = (21, 18, 19, 24, 7, 6, 8)  # SYS_ADMIN, SYS_CHROOT, SYS_PTRACE, SYS_RESOURCE, SETUID, SETGID, SETPCAP
+    for n in range(last_cap + 1):
+        if n not in keep:
+            check(libc.prctl(24, n, 0, 0, 0), "drop capability %d from the bounding set" % n)  # PR_CAPBSET_DROP
+    check(libc.prctl(47, 4, 0, 0, 0), "clear the ambient capabilities")  # PR_CAP_AMBIENT, CLEAR_ALL
+    own = (CapData * 2)()
+    check(libc.capget(ctypes.byref(CapHeader(0x20080522, 0)), own), "capget")
+    mask = sum(1 << n for n in keep) & own[0].permitted  # every kept one is below 32; root may lack some
+    own[0].effective, own[0].permitted, own[0].inheritable = mask, mask, 0
+    own[1].effective = own[1].permitted = own[1].inheritable = 0
+    check(libc.capset(ctypes.byref(CapHeader(0x20080522, 0)), own), "capset")
+    check(libc.prctl(38, 1, 0, 0, 0), "no_new_privs")  # PR_SET_NO_NEW_PRIVS
 
     lsock = socket.socket(fileno=lfd)
     NS_FLAGS = 0x00020000 | 0x04000000 | 0x08000000 | 0x40000000 | 0x20000000 | 0x02000000  # mnt uts ipc net pid cgroup
@@ -469,27 +495,19 @@ def _template():
             if pid == 0:
                 break
             children.discard(pid)
-            if pid == spare:
-                state["spare_gone"] = time.monotonic()
 
     signal.signal(signal.SIGCHLD, reap)
     took = None  # when the last spare took a connection
-    state = {"spare_gone": None}  # when it ended: its kernel is forked then
 
     def next_spare_in():
-        if took is None:
-            return 0
-        now = time.monotonic()
-        if state["spare_gone"] is not None:
-            return state["spare_gone"] + SPARE_DELAY - now
-        return took + 1.0 - now  # a request slow to come, or a slow fork
+        return 0 if took is None else took + SPARE_AFTER - time.monotonic()
     while True:
         reap()
         pending = False
         if spare_r is None and len(children) < max_children:
-            # The next spare is forked once the last request is done with (a fork of the
-            # template beside a kernel's start slows both: on a VM every page-table change
-            # is costly), or at once when a connection waits for it.
+            # The next spare is forked once the last request is about done with (a fork of
+            # the template beside a kernel's start slows both: on a VM every page-table
+            # change is costly), or at once when a connection waits for it.
             wait = next_spare_in()
             if wait > 0:
                 pending = bool(select.select([lfd], [], [], 0)[0])
@@ -515,13 +533,11 @@ def _template():
             os.close(spare_r)
             spare_r = None
             took = time.monotonic()
-            if spare in children:  # else the reaper saw it end already
-                state["spare_gone"] = None
 
 
-# How long after a spare's end (its kernel forked) the template forks the next one, unless a
-# request waits: the kernel is about ready by then.
-SPARE_DELAY = 0.03
+# How long after a spare took a request the template forks the next one, unless another
+# request waits: the kernel of the first is about ready by then (~40 ms here).
+SPARE_AFTER = 0.1
 
 
 WARM = """

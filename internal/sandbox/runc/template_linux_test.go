@@ -122,6 +122,42 @@ print({k: status[k].split() for k in ("Uid", "Gid", "Groups", "CapInh", "CapPrm"
 	}
 }
 
+// TestTemplateConfined: the template keeps only the capabilities that putting a kernel
+// into a sandbox takes, in every set, and no_new_privs.
+func TestTemplateConfined(t *testing.T) {
+	needRuntime(t, "runc")
+	b := newBackend(t, "runc", testbin.Cellbox(t))
+	realGuest(t, b) // its template is up
+	var status string
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, d := range dirs {
+		cmdline, _ := os.ReadFile(d + "/cmdline")
+		st, _ := os.ReadFile(d + "/status")
+		if strings.Contains(string(cmdline), pyrunner.TemplateScriptEnv) && strings.Contains(string(st), fmt.Sprintf("\nPPid:\t%d\n", os.Getpid())) {
+			status = string(st)
+		}
+	}
+	if status == "" {
+		t.Fatal("no template process among this test's children")
+	}
+	// SETGID, SETUID, SETPCAP, SYS_CHROOT, SYS_PTRACE, SYS_ADMIN, SYS_RESOURCE; less what this test's
+	// own root lacks (a container's root may have no SYS_RESOURCE).
+	self, _ := os.ReadFile("/proc/self/status")
+	var mine uint64
+	for _, l := range strings.Split(string(self), "\n") {
+		if v, ok := strings.CutPrefix(l, "CapPrm:\t"); ok {
+			mine, _ = strconv.ParseUint(v, 16, 64)
+		}
+	}
+	keep := fmt.Sprintf("%016x", uint64(1<<6|1<<7|1<<8|1<<18|1<<19|1<<21|1<<24)&mine)
+	for _, want := range []string{"CapInh:\t0000000000000000", "CapPrm:\t" + keep, "CapEff:\t" + keep,
+		"CapBnd:\t" + keep, "CapAmb:\t0000000000000000", "NoNewPrivs:\t1"} {
+		if !strings.Contains(status, want+"\n") {
+			t.Errorf("the template's status lacks %q:\n%s", want, status)
+		}
+	}
+}
+
 // TestForkedKernelsOwnState: kernels are forked without os.fork's after-fork hooks, so each
 // must get its own random state (random's and numpy's global generators would otherwise
 // be the template's, the same in every session) and its own thread's native id.
@@ -132,7 +168,7 @@ func TestForkedKernelsOwnState(t *testing.T) {
 print(random.random(), numpy.random.random(), threading.main_thread().native_id == threading.get_native_id() == os.getpid())`
 	var seen []string
 	for range 2 {
-		_, c := realGuest(t, b)
+		sb, c := realGuest(t, b)
 		for i := range 2 {
 			if i > 0 {
 				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -141,6 +177,16 @@ print(random.random(), numpy.random.random(), threading.main_thread().native_id 
 				if err != nil {
 					t.Fatal(err)
 				}
+			}
+			// After a restart the old kernel may be ending still: the guest's one child then.
+			guest, _ := sb.readPid()
+			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+				if c, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", guest, guest)); len(strings.Fields(string(c))) == 1 {
+					break
+				}
+			}
+			if cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", kernelPid(t, sb))); !strings.Contains(string(cmdline), pyrunner.TemplateScriptEnv) {
+				t.Fatalf("the kernel was not forked from the template: %q", cmdline)
 			}
 			out := strings.Fields(runCode(t, c, code))
 			if len(out) != 3 || out[2] != "True" {
