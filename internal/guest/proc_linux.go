@@ -52,9 +52,12 @@ func procs() *procTable {
 	return procsT
 }
 
-// initMode makes the process a child subreaper that reaps every zombie.
+// initMode makes the process a child subreaper that reaps every zombie. Process 1 of a
+// pid namespace is its reaper already, and reaps all the same if it cannot be a subreaper
+// too: gVisor (runsc 20221219) answers EINVAL to process 1, whose orphans then stayed
+// zombies, holding the pids limit, until the sandbox ended.
 func initMode() error {
-	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil && os.Getpid() != 1 {
 		return err
 	}
 	p := procs()
