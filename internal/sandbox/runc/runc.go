@@ -259,7 +259,7 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 	if fi, err := os.Stat(spec.Workspace); err != nil || !fi.IsDir() || !filepath.IsAbs(spec.Workspace) {
 		return nil, fmt.Errorf("sandbox %s: workspace is not an absolute path of a folder: %w", spec.ID, errdefs.ErrInvalidArgument)
 	}
-	s := &Sandbox{id: spec.ID, b: b, bundle: filepath.Join(b.bundles, spec.ID), done: make(chan struct{})}
+	s := &Sandbox{id: spec.ID, b: b, bundle: filepath.Join(b.bundles, spec.ID)}
 	in := specInput{
 		spec: spec, rootfs: b.rootfs, binds: b.binds, guest: b.guest, mplCache: b.mplCache, run: filepath.Join(s.bundle, runDir),
 		uid: b.uid, gid: b.gid, limitSwap: b.limitSwap, goarch: runtime.GOARCH, gvisor: b.gvisor, cgroups: b.cgroups,
