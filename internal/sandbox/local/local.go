@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"maps"
 	"os"
@@ -97,12 +98,21 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 	if fi, serr := os.Stat(ws); err != nil || serr != nil || !fi.IsDir() {
 		return nil, fmt.Errorf("sandbox %s: workspace is not a folder: %w", spec.ID, errdefs.ErrInvalidArgument)
 	}
+	// The guest's temporary folder (its kernel's IPython and matplotlib folders, and user
+	// code's temporary files) is the sandbox's own, removed when it stops: a guest is
+	// killed, and cannot clean up after itself.
+	tmp := tmpDir(os.Getpid(), spec.ID)
+	if err := os.Mkdir(tmp, 0o700); errors.Is(err, fs.ErrExist) {
+		return nil, fmt.Errorf("sandbox %s exists already: %w", spec.ID, errdefs.ErrFailedPrecondition)
+	} else if err != nil {
+		return nil, fmt.Errorf("sandbox %s: temporary folder: %w", spec.ID, err)
+	}
 	args := []string{"guest", "--workspace", ws}
 	if b.mplCache != "" {
 		args = append(args, "--mpl-cache", b.mplCache)
 	}
 	// A small environment: the server's own (API keys...) is none of the code's business.
-	env := map[string]string{"PATH": os.Getenv("PATH"), "HOME": os.TempDir(), "LANG": "C.UTF-8"}
+	env := map[string]string{"PATH": os.Getenv("PATH"), "HOME": os.TempDir(), "LANG": "C.UTF-8", "TMPDIR": tmp}
 	if env["PATH"] == "" {
 		env["PATH"] = "/usr/local/bin:/usr/bin:/bin"
 	}
@@ -117,20 +127,23 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 
 	stdinR, stdinW, err := os.Pipe()
 	if err != nil {
+		os.RemoveAll(tmp)
 		return nil, err
 	}
 	stdoutR, stdoutW, err := os.Pipe()
 	if err != nil {
 		stdinR.Close()
 		stdinW.Close()
+		os.RemoveAll(tmp)
 		return nil, err
 	}
 	cmd.Stdin, cmd.Stdout = stdinR, stdoutW
-	s := &Sandbox{id: spec.ID, b: b, ws: ws, cmd: cmd, conn: sandbox.PipeConn(stdoutR, stdinW), done: make(chan struct{})}
+	s := &Sandbox{id: spec.ID, b: b, ws: ws, tmp: tmp, cmd: cmd, conn: sandbox.PipeConn(stdoutR, stdinW), done: make(chan struct{})}
 	if !b.live.Add(spec.ID, s) {
 		stdinR.Close()
 		stdoutW.Close()
 		s.conn.Close()
+		os.RemoveAll(tmp)
 		return nil, fmt.Errorf("sandbox %s exists already: %w", spec.ID, errdefs.ErrFailedPrecondition)
 	}
 	stderr, err := cmd.StderrPipe()
@@ -142,6 +155,7 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 	if err != nil {
 		s.conn.Close()
 		b.live.Forget(s.id, s)
+		os.RemoveAll(tmp)
 		return nil, fmt.Errorf("start sandbox %s: %w: %w", spec.ID, err, errdefs.ErrUnavailable)
 	}
 	go logStderr(stderr, b.log.With("sandbox_id", spec.ID))
@@ -154,6 +168,14 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 
 func marker(serverPID int, id string) string { return strconv.Itoa(serverPID) + "/" + id }
 
+// tmpPrefix starts the name of each sandbox's temporary folder, in the host's temporary
+// folder: the server's pid and the sandbox's id follow.
+const tmpPrefix = "cellbox-local-"
+
+func tmpDir(serverPID int, id string) string {
+	return filepath.Join(os.TempDir(), tmpPrefix+strconv.Itoa(serverPID)+"-"+id)
+}
+
 // Cleanup kills the processes of sandboxes whose server is no longer running.
 // It cannot re-attach: keep is ignored.
 func (b *Backend) Cleanup(ctx context.Context, keep func(id string) bool) error {
@@ -162,6 +184,14 @@ func (b *Backend) Cleanup(ctx context.Context, keep func(id string) bool) error 
 		n, err := strconv.Atoi(pid)
 		return ok && err == nil && n != os.Getpid() && syscall.Kill(n, 0) == syscall.ESRCH
 	})
+	// And their temporary folders.
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), tmpPrefix+"*"))
+	for _, d := range dirs {
+		pid, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(d), tmpPrefix), "-")
+		if n, err := strconv.Atoi(pid); err == nil && n > 0 && n != os.Getpid() && syscall.Kill(n, 0) == syscall.ESRCH {
+			os.RemoveAll(d)
+		}
+	}
 	return nil
 }
 
@@ -170,6 +200,7 @@ type Sandbox struct {
 	id   string
 	b    *Backend
 	ws   string
+	tmp  string // the guest's TMPDIR
 	cmd  *exec.Cmd
 	conn io.ReadWriteCloser
 	done chan struct{}
@@ -206,6 +237,7 @@ func (s *Sandbox) Stop(ctx context.Context) error {
 			s.b.log.Warn("guest did not exit after SIGKILL", "sandbox_id", s.id)
 		}
 		s.conn.Close()
+		os.RemoveAll(s.tmp)
 		s.b.live.Forget(s.id, s)
 	})
 	return nil
