@@ -37,9 +37,7 @@ func TestMain(m *testing.M) {
 		srv.Shutdown(ctx)
 		cancel()
 	}
-	if srvDir != "" {
-		os.RemoveAll(srvDir)
-	}
+	testbin.RemoveStateDir(srvDir)
 	os.Exit(code)
 }
 

@@ -30,7 +30,7 @@ func TestMain(m *testing.M) {
 	}
 	stateDir = dir
 	code := m.Run()
-	os.RemoveAll(dir)
+	testbin.RemoveStateDir(dir)
 	os.Exit(code)
 }
 

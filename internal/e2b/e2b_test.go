@@ -40,6 +40,7 @@ var (
 	srvOnce sync.Once
 	srv     *server.Server
 	srvErr  error
+	srvDir  string // the server's folder (its keys and state), removed after the tests
 	// onImages: the server's sandboxes run on images (testbin.TestSetup), where a template
 	// that is no image's is not found instead of refused.
 	onImages bool
@@ -52,6 +53,7 @@ func TestMain(m *testing.M) {
 		srv.Shutdown(ctx)
 		cancel()
 	}
+	testbin.RemoveStateDir(srvDir)
 	os.Exit(code)
 }
 
@@ -78,6 +80,7 @@ func serverURL(t *testing.T) string {
 			srvErr = err
 			return
 		}
+		srvDir = dir
 		file := filepath.Join(dir, "keys")
 		os.WriteFile(file, []byte(aliceKey+" alice\n"+bobKey+" bob\n"), 0o600)
 		keys, err := auth.Load("", file)

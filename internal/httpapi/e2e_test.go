@@ -33,6 +33,7 @@ var (
 	sharedOnce sync.Once
 	sharedSrv  *server.Server
 	sharedErr  error
+	sharedDir  string // the shared server's state folder, removed after the tests
 )
 
 func TestMain(m *testing.M) {
@@ -42,6 +43,7 @@ func TestMain(m *testing.M) {
 		sharedSrv.Shutdown(ctx)
 		cancel()
 	}
+	testbin.RemoveStateDir(sharedDir)
 	os.Exit(code)
 }
 
@@ -84,6 +86,7 @@ func shared(t *testing.T) string {
 			sharedErr = err
 			return
 		}
+		sharedDir = dir
 		ctx, cancel := contextWithTimeout(2 * time.Minute)
 		defer cancel()
 		sharedSrv, sharedErr = server.Start(ctx, testConfig(setup, dir), server.Options{GuestBinary: guest})

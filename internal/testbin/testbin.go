@@ -15,6 +15,8 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+
+	"github.com/cellbox/cellbox/internal/mountinfo"
 )
 
 var (
@@ -226,4 +228,29 @@ func (s Setup) Flags() []string {
 		f = append(f, "--images-dir", s.ImagesDir)
 	}
 	return f
+}
+
+// RemoveStateDir removes a test server's state folder once the server has shut down. It
+// leaves the folder, and says so on stderr, while anything is still mounted under it: a
+// sandbox's root is a bind of the host's (or an image's) root, and a removal that walked
+// into a mount left behind would delete what lies beyond it.
+func RemoveStateDir(dir string) {
+	if dir == "" {
+		return
+	}
+	if real, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = real // as the mount table names it
+	}
+	points, err := mountinfo.Points()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "testbin: %s kept: cannot read the mounts: %v\n", dir, err)
+		return
+	}
+	for _, p := range points {
+		if p == dir || strings.HasPrefix(p, dir+string(filepath.Separator)) {
+			fmt.Fprintf(os.Stderr, "testbin: %s kept: %s is still mounted\n", dir, p)
+			return
+		}
+	}
+	os.RemoveAll(dir)
 }
