@@ -366,6 +366,16 @@ func checkEnv(env map[string]string) *guestproto.Error {
 }
 
 // startError explains why program could not be started.
+// atLimit reports whether err is a fork's or an exec's at the sandbox's limits: its pids
+// limit (EAGAIN) or its memory (ENOMEM).
+func atLimit(err error) bool {
+	return errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.ENOMEM)
+}
+
+// atLimitAdvice says what to do about atLimit.
+const atLimitAdvice = "the sandbox is at its limit of processes (pids) or of memory; " +
+	"end some of its processes, or end the session and create one with higher limits"
+
 func startError(program string, err error) string {
 	switch {
 	case errors.Is(err, unix.ENOENT):
@@ -374,6 +384,8 @@ func startError(program string, err error) string {
 		return "cannot run " + program + ": permission denied (is it executable?)"
 	case errors.Is(err, unix.ENOEXEC):
 		return "cannot run " + program + ": not an executable format"
+	case atLimit(err):
+		return "cannot run " + program + ": " + atLimitAdvice
 	}
 	var errno unix.Errno
 	if errors.As(err, &errno) {

@@ -97,6 +97,15 @@ func (s *server) restartLocked(warm bool) error {
 	return err
 }
 
+// kernelStartError classes a kernel's start failure: the sandbox at its limits, or else the
+// kernel's configuration (interpreter, environment) at fault.
+func kernelStartError(err error) error {
+	if atLimit(err) {
+		return fmt.Errorf("%s: %s: %w", err.Error(), atLimitAdvice, errdefs.ErrResourceExhausted)
+	}
+	return fmt.Errorf("%s: %w", err.Error(), errdefs.ErrInvalidArgument)
+}
+
 // startLocked starts a kernel and makes it the current one (restartLocked).
 func (s *server) startLocked(cfg *guestproto.Config, closing, warm bool) error {
 	if closing {
@@ -104,7 +113,7 @@ func (s *server) startLocked(cfg *guestproto.Config, closing, warm bool) error {
 	}
 	k, err := startKernel(s.kernelSpec(cfg))
 	if err != nil {
-		return fmt.Errorf("%s: %w", err.Error(), errdefs.ErrInvalidArgument)
+		return kernelStartError(err)
 	}
 	s.mu.Lock()
 	if s.closing {

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -556,5 +557,26 @@ func TestMplCache(t *testing.T) {
 	r := g.exec(t, "import os\nd = os.environ['MPLCONFIGDIR']\nprint(os.listdir(d), os.access(d, os.W_OK), d.startswith("+pyQuote(g.dir)+"))", 0)
 	if got := text(r, "stdout"); got != "['fontlist-test.json'] True False\n" {
 		t.Errorf("stdout %q", got)
+	}
+}
+
+// A kernel that cannot start because the sandbox is at its limits is a resource the caller
+// ran out of, said as such; any other failure is the kernel's configuration.
+func TestKernelStartErrorClasses(t *testing.T) {
+	for _, tt := range []struct {
+		err    error
+		want   error
+		advice bool
+	}{
+		{fmt.Errorf("could not start the Python interpreter %q: %w", "python3", syscall.EAGAIN), errdefs.ErrResourceExhausted, true},
+		{fmt.Errorf("could not start the Python interpreter %q: %w", "python3", syscall.ENOMEM), errdefs.ErrResourceExhausted, true},
+		{errors.New(`the Python interpreter "python9" was not found`), errdefs.ErrInvalidArgument, false},
+		{fmt.Errorf("could not start the Python interpreter %q: %w", "python3", syscall.EACCES), errdefs.ErrInvalidArgument, false},
+	} {
+		got := kernelStartError(tt.err)
+		if !errors.Is(got, tt.want) || strings.Contains(got.Error(), "limit of processes") != tt.advice ||
+			!strings.Contains(got.Error(), tt.err.Error()) {
+			t.Errorf("%v: %v, want %v (advice %v)", tt.err, got, tt.want, tt.advice)
+		}
 	}
 }

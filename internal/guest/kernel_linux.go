@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"strconv"
@@ -210,7 +211,7 @@ func startKernel(spec kernelSpec) (*kernel, error) {
 	}
 	if err != nil {
 		closeAll()
-		return nil, errors.New("could not start the Python interpreter " + strconv.Quote(spec.python) + ": " + err.Error())
+		return nil, fmt.Errorf("could not start the Python interpreter %s: %w", strconv.Quote(spec.python), err)
 	}
 	for _, fd := range []int{devnull, outW, errW, inR, prW} {
 		unix.Close(fd)

@@ -60,6 +60,56 @@ func TestMemoryLimit(t *testing.T) {
 	}
 }
 
+// With every pid held by processes that left the kernel's tree (a double fork), a command
+// cannot start, and its answer says why and what to do; a restart still can, the old
+// kernel's pids freed first.
+func TestCommandAtPidsLimitSaysWhy(t *testing.T) {
+	c := newClient(t)
+	id := c.session(api.CreateSessionRequest{Limits: &api.Limits{Pids: 40}})
+	r := c.exec(id, `import os
+n = 0
+try:
+    while True:
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                if os.fork() == 0:
+                    os.execv('/bin/sleep', ['sleep', '600'])
+                code = 0
+            finally:
+                os._exit(code)
+        if os.waitpid(pid, 0)[1] != 0:
+            break
+        n += 1
+except OSError:
+    pass
+try:  # and the last pids, as the kernel's own children
+    while True:
+        if os.fork() == 0:
+            os.execv('/bin/sleep', ['sleep', '600'])
+except OSError:
+    pass
+print("held", n)
+`, 60)
+	if !strings.HasPrefix(stdout(r), "held ") {
+		t.Fatalf("the double-fork loop: %+v", r)
+	}
+	var cr api.CommandResult
+	c.do("POST", "/v1/sessions/"+id+"/commands", api.CommandRequest{Cmd: []string{"true"}}, &cr)
+	// Under gVisor the limit is user code's RLIMIT_NPROC, which does not count a process
+	// the guest starts as it changes to that uid: a command still starts there.
+	if c.caps().HostProcesses && (cr.Status == api.StatusOK || !strings.Contains(cr.Message, "limit of processes")) {
+		t.Errorf("a command with every pid held: %+v", cr)
+	}
+	if st := c.do("POST", "/v1/sessions/"+id+"/restart", nil, nil); st != http.StatusOK {
+		t.Errorf("restart with every pid held: HTTP %d", st)
+	}
+	if r := c.exec(id, "print(6 * 7)", 0); stdout(r) != "42\n" {
+		t.Errorf("after the restart: %+v", r)
+	}
+}
+
 func TestForkBombStopsAtPidsLimit(t *testing.T) {
 	c := newClient(t)
 	id := c.session(api.CreateSessionRequest{Limits: &api.Limits{Pids: 64}})
