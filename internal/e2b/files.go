@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"mime"
 	"net/http"
 	"path"
@@ -19,6 +20,7 @@ import (
 	"github.com/cellbox/cellbox/internal/e2b/envd/filesystempb/filesystempbconnect"
 	"github.com/cellbox/cellbox/internal/e2b/envd/processpb/processpbconnect"
 	"github.com/cellbox/cellbox/internal/errdefs"
+	"github.com/cellbox/cellbox/internal/guestproto"
 	"github.com/cellbox/cellbox/internal/workspace"
 )
 
@@ -269,25 +271,47 @@ func entryOf(f api.FileInfo) *filesystempb.EntryInfo {
 		Owner: "user", Group: "user", ModifiedTime: timestamppb.New(f.ModTime)}
 }
 
-// stat describes one workspace path, from its folder's listing.
-func (h *Handler) stat(ctx context.Context, rel string) (*filesystempb.EntryInfo, error) {
-	id := sandboxID(ctx)
-	if rel == "." {
-		return &filesystempb.EntryInfo{Name: "user", Type: filesystempb.FileType_FILE_TYPE_DIRECTORY, Path: home, Owner: "user", Group: "user"}, nil
+// entryInfo is the E2B entry of a guest's stat.
+func entryInfo(e *guestproto.Entry) *filesystempb.EntryInfo {
+	info := entryOf(e.FileInfo)
+	mode := fs.FileMode(e.Mode & 0o777)
+	if e.Mode&0o4000 != 0 {
+		mode |= fs.ModeSetuid
 	}
-	dir, name := path.Split(rel)
-	if dir == "" {
-		dir = "."
+	if e.Mode&0o2000 != 0 {
+		mode |= fs.ModeSetgid
 	}
-	list, err := h.m.ListFiles(ctx, id, dir)
-	if err == nil {
-		for _, f := range list.Files {
-			if f.Name == name {
-				return entryOf(f), nil
-			}
+	if e.Mode&0o1000 != 0 {
+		mode |= fs.ModeSticky
+	}
+	switch e.Type {
+	case "dir":
+		mode |= fs.ModeDir
+	case "symlink":
+		mode |= fs.ModeSymlink
+		target := e.Target
+		if !strings.HasPrefix(target, "/") {
+			target = path.Join(path.Dir(info.Path), target)
 		}
+		info.SymlinkTarget = &target
+	case "other":
+		mode |= fs.ModeIrregular
 	}
-	if err == nil || errors.Is(err, errdefs.ErrNotFound) || errors.Is(err, errdefs.ErrInvalidArgument) {
+	info.Mode, info.Permissions = uint32(mode.Perm()), mode.String()
+	return info
+}
+
+// stat describes one workspace path, a symbolic link not followed.
+func (h *Handler) stat(ctx context.Context, rel string) (*filesystempb.EntryInfo, error) {
+	e, err := h.m.Stat(ctx, sandboxID(ctx), rel)
+	if err == nil {
+		info := entryInfo(e)
+		if rel == "." {
+			info.Name, info.Path = "user", home
+		}
+		return info, nil
+	}
+	if errors.Is(err, errdefs.ErrNotFound) || errors.Is(err, errdefs.ErrInvalidArgument) {
 		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("path '%s' does not exist", homePath(rel)))
 	}
 	return nil, err
@@ -357,39 +381,22 @@ func (s filesystemService) ListDir(ctx context.Context, req *connect.Request[fil
 	return connect.NewResponse(&filesystempb.ListDirResponse{Entries: out}), nil
 }
 
-// run runs a program in the sandbox as its user, for the file operations the guest has
-// no call for; a failure's message is its stderr.
-func (h *Handler) run(ctx context.Context, cmd ...string) error {
-	res, err := h.m.Spawn(ctx, sandboxID(ctx), api.CommandRequest{Cmd: cmd, TimeoutS: 60}, nil)
-	if err != nil {
-		return err
-	}
-	if res.Status != api.StatusOK {
-		msg := strings.TrimSpace(res.Stderr)
-		if msg == "" {
-			msg = res.Message
-		}
-		return fmt.Errorf("%s: %w", msg, errdefs.ErrInvalidArgument)
-	}
-	return nil
-}
-
 func (s filesystemService) MakeDir(ctx context.Context, req *connect.Request[filesystempb.MakeDirRequest]) (*connect.Response[filesystempb.MakeDirResponse], error) {
 	rel, err := workspacePath(req.Msg.Path)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := s.h.stat(ctx, rel); err == nil {
-		return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("path '%s' already exists", homePath(rel)))
+	e, err := s.h.m.MakeDir(ctx, sandboxID(ctx), rel)
+	if err == nil && !e.Created || errors.Is(err, errdefs.ErrFailedPrecondition) {
+		if _, serr := s.h.stat(ctx, rel); serr == nil {
+			return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("path '%s' already exists", homePath(rel)))
+		}
 	}
-	if err := s.h.run(ctx, "mkdir", "-p", "--", workspace.GuestPath(rel)); err != nil {
-		return nil, err
-	}
-	e, err := s.h.stat(ctx, rel)
 	if err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&filesystempb.MakeDirResponse{Entry: e}), nil
+	info := entryInfo(e)
+	return connect.NewResponse(&filesystempb.MakeDirResponse{Entry: info}), nil
 }
 
 func (s filesystemService) Move(ctx context.Context, req *connect.Request[filesystempb.MoveRequest]) (*connect.Response[filesystempb.MoveResponse], error) {
@@ -404,19 +411,16 @@ func (s filesystemService) Move(ctx context.Context, req *connect.Request[filesy
 	if src == "." || dst == "." {
 		return nil, fmt.Errorf("%s itself cannot be moved or replaced: %w", home, errdefs.ErrInvalidArgument)
 	}
-	if _, err := s.h.stat(ctx, src); err != nil {
-		return nil, err
+	e, err := s.h.m.Move(ctx, sandboxID(ctx), src, dst)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		if _, serr := s.h.stat(ctx, src); serr != nil {
+			return nil, serr
+		}
 	}
-	// Arguments, not a script: no path is ever parsed by the shell.
-	script := `mkdir -p -- "$1" && mv -T -- "$2" "$3"`
-	if err := s.h.run(ctx, "/bin/sh", "-c", script, "sh", path.Dir(workspace.GuestPath(dst)), workspace.GuestPath(src), workspace.GuestPath(dst)); err != nil {
-		return nil, err
-	}
-	e, err := s.h.stat(ctx, dst)
 	if err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&filesystempb.MoveResponse{Entry: e}), nil
+	return connect.NewResponse(&filesystempb.MoveResponse{Entry: entryInfo(e)}), nil
 }
 
 func (s filesystemService) Remove(ctx context.Context, req *connect.Request[filesystempb.RemoveRequest]) (*connect.Response[filesystempb.RemoveResponse], error) {
@@ -427,7 +431,8 @@ func (s filesystemService) Remove(ctx context.Context, req *connect.Request[file
 	if rel == "." {
 		return nil, fmt.Errorf("%s itself cannot be removed: %w", home, errdefs.ErrInvalidArgument)
 	}
-	if err := s.h.run(ctx, "rm", "-rf", "--", workspace.GuestPath(rel)); err != nil {
+	// Like rm -rf (and E2B's envd): a path that is not there is removed already.
+	if err := s.h.m.Remove(ctx, sandboxID(ctx), rel); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 		return nil, err
 	}
 	return connect.NewResponse(&filesystempb.RemoveResponse{}), nil

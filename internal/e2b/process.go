@@ -139,7 +139,7 @@ func (s processService) Start(ctx context.Context, req *connect.Request[processp
 	if m.Process == nil || m.Process.Cmd == "" {
 		return fmt.Errorf("process.cmd must name a program: %w", errdefs.ErrInvalidArgument)
 	}
-	// The program starts in its folder (home by default) through env --chdir, as the
+	// The program starts in its folder (home by default), entered by the guest as the
 	// user: so that it sees the folder by the path it was given (/home/user/..., not the
 	// workspace's other name), and folders beyond the workspace work too.
 	cwd := home
@@ -152,7 +152,7 @@ func (s processService) Start(ctx context.Context, req *connect.Request[processp
 	if strings.ContainsRune(cwd, 0) || len(cwd) > workspace.MaxPathLen {
 		return fmt.Errorf("cwd is longer than %d bytes or contains a NUL byte: %w", workspace.MaxPathLen, errdefs.ErrInvalidArgument)
 	}
-	creq := api.CommandRequest{Cmd: append([]string{"env", "--chdir=" + cwd, "--", m.Process.Cmd}, m.Process.Args...), Env: m.Process.Envs}
+	creq := api.CommandRequest{Cmd: append([]string{m.Process.Cmd}, m.Process.Args...), Env: m.Process.Envs}
 	// The program runs until Connect-Timeout-Ms (the SDK's timeoutMs) passes, else as long
 	// as the server allows; not until the client goes away.
 	timeout := s.h.opts.MaxExecTimeout
@@ -182,7 +182,7 @@ func (s processService) Start(ctx context.Context, req *connect.Request[processp
 
 	go func() {
 		defer kill()
-		res, err := s.h.m.Spawn(pctx, id, creq, func(o api.Output) {
+		res, err := s.h.m.Spawn(pctx, id, cwd, creq, func(o api.Output) {
 			data := &processpb.ProcessEvent_DataEvent{}
 			if o.Name == "stderr" {
 				data.Output = &processpb.ProcessEvent_DataEvent_Stderr{Stderr: []byte(o.Text)}

@@ -152,10 +152,12 @@ func (sw *streamer) close() {
 	}
 }
 
-// command runs a program. Its run ends, and its process tree is killed, when ctx does (the
+// command runs a program, in workspace folder req.Cwd or, when abs is set, in abs, an
+// absolute folder of the sandbox that the program enters itself as the sandbox's user
+// (after fork, before exec), so the kernel's permissions decide. Its run ends, and its process tree is killed, when ctx does (the
 // caller went away) or when an interrupt names runID, before or after it started. With
 // stream, its output is sent on w as it is read, and the result carries none.
-func (s *server) command(ctx context.Context, w io.Writer, runID string, req *api.CommandRequest, stream bool) guestproto.Message {
+func (s *server) command(ctx context.Context, w io.Writer, runID string, req *api.CommandRequest, abs string, stream bool) guestproto.Message {
 	if req == nil || len(req.Cmd) == 0 || req.Cmd[0] == "" {
 		return errMsg(api.CodeInvalidArgument, "cmd must name a program to run, e.g. [\"ls\", \"-l\"]")
 	}
@@ -178,25 +180,32 @@ func (s *server) command(ctx context.Context, w io.Writer, runID string, req *ap
 	}
 	env := mergeEnv(os.Environ(), cfg.Env, req.Env)
 
-	rel := "."
-	if req.Cwd != "" {
-		var perr *guestproto.Error
-		if rel, perr = cleanPath(req.Cwd); perr != nil {
-			return guestproto.Message{Error: perr}
+	dir := abs
+	if abs != "" {
+		if e := checkDir(abs, req.Cwd); e != nil {
+			return guestproto.Message{Error: e}
 		}
-	}
-	dfd, err := s.root.open(rel, unix.O_PATH|unix.O_DIRECTORY, 0)
-	if err != nil {
-		e := fsError(rel, err)
-		e.Message = "cwd: " + e.Message
-		return guestproto.Message{Error: e}
-	}
-	defer unix.Close(dfd)
-	// Through the open descriptor, the command starts in the folder that was checked, even
-	// if a symbolic link is swapped in meanwhile.
-	dir := filepath.Join(s.opts.Workspace, rel)
-	if s.procFD {
-		dir = "/proc/self/fd/" + strconv.Itoa(dfd)
+	} else {
+		rel := "."
+		if req.Cwd != "" {
+			var perr *guestproto.Error
+			if rel, perr = cleanPath(req.Cwd); perr != nil {
+				return guestproto.Message{Error: perr}
+			}
+		}
+		dfd, err := s.root.open(rel, unix.O_PATH|unix.O_DIRECTORY, 0)
+		if err != nil {
+			e := fsError(rel, err)
+			e.Message = "cwd: " + e.Message
+			return guestproto.Message{Error: e}
+		}
+		defer unix.Close(dfd)
+		// Through the open descriptor, the command starts in the folder that was checked,
+		// even if a symbolic link is swapped in meanwhile.
+		dir = filepath.Join(s.opts.Workspace, rel)
+		if s.procFD {
+			dir = "/proc/self/fd/" + strconv.Itoa(dfd)
+		}
 	}
 
 	res := &api.CommandResult{Files: []api.FileChange{}}
@@ -249,6 +258,14 @@ func (s *server) command(ctx context.Context, w io.Writer, runID string, req *ap
 	outW.Close()
 	errW.Close()
 	if err != nil {
+		if abs != "" {
+			if e := dirError(abs, err); e != nil {
+				return guestproto.Message{Error: e}
+			}
+			if errors.Is(err, unix.EACCES) {
+				return notStarted(fmt.Sprintf("cannot run %s in %q: permission denied (the program is not executable, or the sandbox's user may not enter the folder)", req.Cmd[0], abs))
+			}
+		}
 		return notStarted(startError(req.Cmd[0], err))
 	}
 	oomFirst(pid)
@@ -347,6 +364,38 @@ func (s *server) command(ctx context.Context, w io.Writer, runID string, req *ap
 		res.Message = note
 	}
 	return guestproto.Message{CommandResult: res}
+}
+
+// checkDir refuses a program's folder (Request.Dir) that is not an absolute path, or that
+// comes with a workspace cwd too.
+func checkDir(dir, cwd string) *guestproto.Error {
+	switch {
+	case cwd != "":
+		return &guestproto.Error{Code: api.CodeInvalidArgument, Message: "give the command's folder once: as a workspace cwd or as an absolute folder, not both"}
+	case !strings.HasPrefix(dir, "/") || strings.ContainsRune(dir, 0) || len(dir) >= unix.PathMax:
+		return &guestproto.Error{Code: api.CodeInvalidArgument, Message: fmt.Sprintf("cwd %.200q must be an absolute path without NUL bytes, shorter than %d bytes", dir, unix.PathMax)}
+	}
+	return nil
+}
+
+// dirError explains a failed start whose cause was the folder dir, if it was: a folder
+// that is not there (or not a folder) makes the child's chdir fail before its exec. A
+// folder that exists but that the user may not enter is not told from a program the user
+// may not run (both are EACCES); nil then.
+func dirError(dir string, err error) *guestproto.Error {
+	if !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.ENOTDIR) && !errors.Is(err, unix.ELOOP) {
+		return nil
+	}
+	var st unix.Stat_t
+	switch serr := unix.Stat(dir, &st); {
+	case serr == unix.ENOENT || serr == unix.ENOTDIR:
+		return &guestproto.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("cwd: no such folder: %q", dir)}
+	case serr == unix.ELOOP:
+		return &guestproto.Error{Code: api.CodeInvalidArgument, Message: fmt.Sprintf("cwd %q: too many levels of symbolic links", dir)}
+	case serr == nil && st.Mode&unix.S_IFMT != unix.S_IFDIR:
+		return &guestproto.Error{Code: api.CodeInvalidArgument, Message: fmt.Sprintf("cwd %q is a file, not a folder", dir)}
+	}
+	return nil
 }
 
 // checkEnv refuses what cannot be put in an environment: a name that is empty or holds '='

@@ -177,7 +177,7 @@ func streamCommand(t *testing.T, g *guestT, req api.CommandRequest, each func(ap
 		req.TimeoutS = 20
 	}
 	var outs []api.Output
-	r, err := g.CommandRun(context.Background(), "run-"+t.Name(), req, func(o api.Output) {
+	r, err := g.CommandRun(context.Background(), "run-"+t.Name(), "", req, func(o api.Output) {
 		outs = append(outs, o)
 		if each != nil {
 			each(o)

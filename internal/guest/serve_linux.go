@@ -281,7 +281,7 @@ func (s *server) handle(ctx context.Context, st *yamux.Stream) {
 	case guestproto.OpRestart:
 		writeMsg(st, s.restart())
 	case guestproto.OpCommand:
-		writeMsg(st, s.command(ctx, st, req.RunID, req.Command, req.Stream))
+		writeMsg(st, s.command(ctx, st, req.RunID, req.Command, req.Dir, req.Stream))
 	case guestproto.OpPutFile:
 		writeMsg(st, s.putFile(req.Path, br))
 	case guestproto.OpGetFile:
@@ -290,6 +290,14 @@ func (s *server) handle(ctx context.Context, st *yamux.Stream) {
 		writeMsg(st, s.listFiles(req.Path))
 	case guestproto.OpDeleteFile:
 		writeMsg(st, s.deleteFile(req.Path))
+	case guestproto.OpMakeDir:
+		writeMsg(st, s.makeDir(req.Path))
+	case guestproto.OpMove:
+		writeMsg(st, s.move(req.Path, req.To))
+	case guestproto.OpRemove:
+		writeMsg(st, s.remove(ctx, req.Path))
+	case guestproto.OpStat:
+		writeMsg(st, s.stat(req.Path))
 	case guestproto.OpDeleteContext:
 		writeMsg(st, s.deleteContext(req.Context))
 	default:

@@ -292,18 +292,20 @@ func (c *Client) Restart(ctx context.Context) error {
 // it runs, the guest kills it and everything it started, and Command still returns the
 // result (status interrupted). req.TimeoutS must be set.
 func (c *Client) Command(ctx context.Context, req api.CommandRequest) (*api.CommandResult, error) {
-	return c.CommandRun(ctx, newRunID(), req, nil)
+	return c.CommandRun(ctx, newRunID(), "", req, nil)
 }
 
-// CommandRun is Command with the run's id chosen by the caller, for InterruptRun. With
+// CommandRun is Command with the run's id chosen by the caller, for InterruptRun. dir, when
+// set, is the folder the program starts in: absolute in the sandbox, entered as the
+// sandbox's user, perhaps outside the workspace (Request.Dir); req.Cwd must then be "". With
 // onOutput, the guest streams the program's stdout and stderr: each chunk goes to onOutput
 // (from the calling goroutine) as it is read, as an api.OutputStream output named "stdout"
 // or "stderr", and the result's Stdout and Stderr stay empty.
-func (c *Client) CommandRun(ctx context.Context, id string, req api.CommandRequest, onOutput func(api.Output)) (*api.CommandResult, error) {
+func (c *Client) CommandRun(ctx context.Context, id, dir string, req api.CommandRequest, onOutput func(api.Output)) (*api.CommandResult, error) {
 	wait := time.Duration(req.TimeoutS*float64(time.Second)) + c.Slack
 	sctx, stop := c.runContext(ctx, id, wait)
 	defer stop()
-	_, br, done, err := c.call(sctx, Request{Op: OpCommand, RunID: id, Command: &req, Stream: onOutput != nil})
+	_, br, done, err := c.call(sctx, Request{Op: OpCommand, RunID: id, Command: &req, Dir: dir, Stream: onOutput != nil})
 	if err != nil {
 		return nil, err
 	}
@@ -464,4 +466,48 @@ func (c *Client) ListFiles(ctx context.Context, path string) (*api.FileList, err
 func (c *Client) DeleteFile(ctx context.Context, path string) error {
 	var m Message
 	return c.roundTrip(ctx, Request{Op: OpDeleteFile, Path: path}, &m)
+}
+
+// MakeDir makes a workspace folder and its missing parents, like mkdir -p. The entry's
+// Created says whether this call made it; a path that exists as anything but a folder
+// fails with errdefs.ErrFailedPrecondition.
+func (c *Client) MakeDir(ctx context.Context, path string) (*Entry, error) {
+	return c.entry(ctx, Request{Op: OpMakeDir, Path: path})
+}
+
+// Move renames workspace path from to to: a file, a symbolic link (itself) or a folder,
+// making to's missing parents. Like rename(2) (and mv -T), it replaces a file at to, or an
+// empty folder when from is a folder. It answers to's entry.
+func (c *Client) Move(ctx context.Context, from, to string) (*Entry, error) {
+	return c.entry(ctx, Request{Op: OpMove, Path: from, To: to})
+}
+
+// Remove removes a workspace file, symbolic link (never what it points to) or folder with
+// everything in it. A path that does not exist fails with errdefs.ErrNotFound.
+func (c *Client) Remove(ctx context.Context, path string) error {
+	var m Message
+	return c.roundTrip(ctx, Request{Op: OpRemove, Path: path}, &m)
+}
+
+// Stat describes one workspace entry; a symbolic link is described, not followed.
+func (c *Client) Stat(ctx context.Context, path string) (*Entry, error) {
+	return c.entry(ctx, Request{Op: OpStat, Path: path})
+}
+
+// entry sends req and checks the Entry it answers.
+func (c *Client) entry(ctx context.Context, req Request) (*Entry, error) {
+	var m Message
+	if err := c.roundTrip(ctx, req, &m); err != nil {
+		return nil, err
+	}
+	e := m.Entry
+	if e == nil || e.Size < 0 || e.Mode&^0o7777 != 0 || len(e.Target) > 4096 /* PATH_MAX */ {
+		return nil, fmt.Errorf("guest answered %s without a valid entry: %w", req.Op, errdefs.ErrUnavailable)
+	}
+	switch e.Type {
+	case "file", "dir", "symlink", "other":
+	default:
+		return nil, fmt.Errorf("guest reported unknown file type %q: %w", e.Type, errdefs.ErrUnavailable)
+	}
+	return e, nil
 }

@@ -102,13 +102,13 @@ func TestCommandRunStream(t *testing.T) {
 	})
 	ctx := context.Background()
 	var got []string
-	r, err := c.CommandRun(ctx, "run-1", api.CommandRequest{Cmd: []string{"x"}, TimeoutS: 5}, func(o api.Output) {
+	r, err := c.CommandRun(ctx, "run-1", "", api.CommandRequest{Cmd: []string{"x"}, TimeoutS: 5}, func(o api.Output) {
 		got = append(got, o.Name+":"+o.Text)
 	})
 	if err != nil || r.Status != api.StatusOK || strings.Join(got, ",") != "stdout:a,stderr:b,stdout:c" {
 		t.Fatalf("stream: %+v, %v, outputs %q", r, err, got)
 	}
-	if _, err := c.CommandRun(ctx, "run-2", api.CommandRequest{Cmd: []string{"bad"}, TimeoutS: 5}, func(api.Output) {}); !errors.Is(err, errdefs.ErrUnavailable) {
+	if _, err := c.CommandRun(ctx, "run-2", "", api.CommandRequest{Cmd: []string{"bad"}, TimeoutS: 5}, func(api.Output) {}); !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Errorf("a rich output in a command's stream: %v, want unavailable", err)
 	}
 	if _, err := c.Command(ctx, api.CommandRequest{Cmd: []string{"x"}, TimeoutS: 5}); !errors.Is(err, errdefs.ErrUnavailable) {
@@ -159,6 +159,8 @@ func FuzzClientMessages(f *testing.F) {
 	f.Add([]byte(`{"listing":{"files":null}}` + "\n"))
 	f.Add([]byte(`{"error":{"code":"invalid_argument","message":"x"}}` + "\n"))
 	f.Add([]byte(`{"command_result":{"status":"ok","exit_code":0}}` + "\n"))
+	f.Add([]byte(`{"entry":{"path":"/mnt/data/a","name":"a","type":"symlink","mode":511,"target":"b"}}` + "\n"))
+	f.Add([]byte(`{"entry":{"type":"dir","mode":4096,"created":true}}` + "\n"))
 	f.Fuzz(func(t *testing.T, answer []byte) {
 		c := fakeGuest(t, func(Request) []byte { return answer })
 		c.Slack = 200 * time.Millisecond
@@ -174,5 +176,47 @@ func FuzzClientMessages(f *testing.F) {
 			rc.Close()
 		}
 		c.ListFiles(ctx, "")
+		for _, do := range []func() (*Entry, error){
+			func() (*Entry, error) { return c.Stat(ctx, "a") },
+			func() (*Entry, error) { return c.MakeDir(ctx, "a") },
+			func() (*Entry, error) { return c.Move(ctx, "a", "b") },
+		} {
+			if e, err := do(); err == nil && (e.Size < 0 || e.Mode > 0o7777 || e.Type == "") {
+				t.Fatalf("entry %+v", e)
+			}
+		}
+		c.Remove(ctx, "a")
 	})
+}
+
+func TestEntryChecked(t *testing.T) {
+	var got []Request
+	c := fakeGuest(t, func(req Request) []byte {
+		got = append(got, req)
+		switch req.Path {
+		case "ok":
+			return []byte(`{"entry":{"path":"/mnt/data/ok","name":"ok","type":"dir","mode":493,"created":true}}` + "\n")
+		case "type":
+			return []byte(`{"entry":{"path":"/mnt/data/x","type":"socket"}}` + "\n")
+		case "mode":
+			return []byte(`{"entry":{"path":"/mnt/data/x","type":"file","mode":16877}}` + "\n")
+		}
+		return []byte(`{"ok":true}` + "\n")
+	})
+	ctx := context.Background()
+	if e, err := c.MakeDir(ctx, "ok"); err != nil || !e.Created || e.Mode != 0o755 || e.Type != "dir" {
+		t.Errorf("make_dir: %+v, %v", e, err)
+	}
+	for _, p := range []string{"type", "mode", "none"} {
+		if _, err := c.Stat(ctx, p); !errors.Is(err, errdefs.ErrUnavailable) {
+			t.Errorf("stat answered %q: %v, want unavailable", p, err)
+		}
+	}
+	if _, err := c.Move(ctx, "ok", "to/there"); err != nil {
+		t.Errorf("move: %v", err)
+	}
+	c.CommandRun(ctx, "r", "/tmp", api.CommandRequest{Cmd: []string{"x"}, TimeoutS: 1}, nil)
+	if len(got) != 6 || got[4].Op != OpMove || got[4].To != "to/there" || got[5].Dir != "/tmp" {
+		t.Errorf("requests: %+v", got)
+	}
 }

@@ -4,13 +4,23 @@
 // Transport: the guest's stdin/stdout, multiplexed with hashicorp/yamux. The server is the
 // yamux client and opens one stream per call; the guest accepts them. On each stream the
 // server writes one Request as a JSON line, then, for OpPutFile only, the file's bytes in
-// ChunkWriter framing (an upload without its end chunk is discarded). The guest answers with Message JSON lines: zero or more Output messages
-// and exactly one final message (Result, CommandResult, File, Listing, Hello, OK or Error).
+// ChunkWriter framing (an upload without its end chunk is discarded). The guest answers with
+// Message JSON lines: zero or more Output messages and exactly one final message (Result,
+// CommandResult, File, Listing, Entry, Hello, OK or Error).
 // For OpGetFile the final File message is followed by exactly File.Size raw bytes. A
 // command with Request.Stream set sends its output as Output messages while it runs.
 //
-// The server treats everything the guest says as untrusted: user code runs beside the guest
-// with the same uid and may replace it. Lines are capped at MaxMessageSize, and the client
+// Ops: hello, configure; execute, interrupt, restart, delete_context (the kernel); command (a
+// program, started in a workspace folder or, with Request.Dir, in any folder the sandbox's
+// user may enter); and the workspace's files: put_file, get_file, list_files, delete_file
+// (a file or an empty folder), make_dir (with its parents), move (a file or a folder, making
+// the destination's parents), remove (a folder with everything in it) and stat (one entry,
+// its symbolic link not followed). Every file op resolves its paths beneath the workspace.
+//
+// The server treats everything the guest says as untrusted: the guest is a process of the
+// sandbox (uid 0 there with a few capabilities in the runc backend, running user code as
+// another uid; in the local backend user code's own uid), and a sandbox whose user code
+// escalated may answer in its place. Lines are capped at MaxMessageSize, and the client
 // checks what it decodes.
 //
 // Not for: the public REST types (package api) or how a sandbox is started (package sandbox).
@@ -19,7 +29,7 @@ package guestproto
 import "github.com/cellbox/cellbox/api"
 
 // Version is bumped on any change of behaviour. The server refuses a guest of another version.
-const Version = 5
+const Version = 6
 
 // MaxMessageSize caps one JSON line in either direction (a PNG output is one line).
 const MaxMessageSize = 32 << 20
@@ -38,6 +48,16 @@ const (
 	OpDeleteFile = "delete_file"
 	// OpDeleteContext drops a named execution context of the kernel (Request.Context).
 	OpDeleteContext = "delete_context"
+	// OpMakeDir makes folder Request.Path and its missing parents; answers Entry.
+	OpMakeDir = "make_dir"
+	// OpMove renames Request.Path to Request.To (a file, a link or a folder), making To's
+	// missing parents; answers Entry (of To).
+	OpMove = "move"
+	// OpRemove removes Request.Path: a file, a link (not what it points to) or a folder
+	// with everything in it; answers OK.
+	OpRemove = "remove"
+	// OpStat describes Request.Path, a link not followed; answers Entry.
+	OpStat = "stat"
 )
 
 // Request is the first line the server writes on a stream.
@@ -54,14 +74,22 @@ type Request struct {
 	Execute *api.ExecuteRequest `json:"execute,omitempty"`
 	// Command.
 	Command *api.CommandRequest `json:"command,omitempty"`
+	// Command: the folder the program starts in, an absolute path in the sandbox. The
+	// program enters it itself, as the sandbox's user, after fork and before exec: the
+	// kernel's permissions apply, and it may be outside the workspace (a symbolic link in
+	// it is followed). "" means Command.Cwd, a workspace path resolved beneath the
+	// workspace. Setting both is refused.
+	Dir string `json:"dir,omitempty"`
 	// Command: send stdout and stderr as Output messages (api.OutputStream) as they are
 	// read, chunks cut at UTF-8 boundaries; the CommandResult then has no Stdout or Stderr.
 	Stream bool `json:"stream,omitempty"`
 	// DeleteContext: the context's name.
 	Context string `json:"context,omitempty"`
-	// PutFile, GetFile, ListFiles, DeleteFile: a workspace path as the API user gave it
-	// (relative, or absolute under /mnt/data); the guest resolves it safely.
+	// The file ops: a workspace path as the API user gave it (relative, or absolute under
+	// /mnt/data); the guest resolves it safely. Move: the source.
 	Path string `json:"path,omitempty"`
+	// Move: the destination, a workspace path like Path.
+	To string `json:"to,omitempty"`
 }
 
 // Config is sent once after Hello and before anything else. It starts the kernel.
@@ -94,9 +122,22 @@ type Message struct {
 	CommandResult *api.CommandResult `json:"command_result,omitempty"`
 	File          *api.FileInfo      `json:"file,omitempty"`
 	Listing       *api.FileList      `json:"listing,omitempty"`
+	Entry         *Entry             `json:"entry,omitempty"`
 	Hello         *Hello             `json:"hello,omitempty"`
 	OK            bool               `json:"ok,omitempty"`
 	Error         *Error             `json:"error,omitempty"`
+}
+
+// Entry describes one workspace entry, its symbolic link not followed: the answer to
+// OpStat, OpMakeDir and OpMove.
+type Entry struct {
+	api.FileInfo
+	// Mode is the permission bits with setuid, setgid and sticky (st_mode & 07777).
+	Mode uint32 `json:"mode"`
+	// Target is what a symbolic link points to, as written in it; "" for other types.
+	Target string `json:"target,omitempty"`
+	// Created, for OpMakeDir: this call made the folder (false: it was there already).
+	Created bool `json:"created,omitempty"`
 }
 
 // Hello is the guest's answer to OpHello.

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/internal/errdefs"
 	"github.com/cellbox/cellbox/internal/guestproto"
+	"github.com/cellbox/cellbox/internal/workspace"
 )
 
 // maxSpawns caps the programs Spawn runs at once in one session.
@@ -21,7 +23,14 @@ const maxSpawns = 16
 // passes (req.TimeoutS as for Command). It counts against the tenant's runs and Shutdown
 // ends it, but Interrupt and Restart, which act on the session's turn, leave it alone. At
 // most 16 run at once in a session; a session where one runs is not idle.
-func (m *Manager) Spawn(ctx context.Context, id string, req api.CommandRequest, onOutput func(api.Output)) (*api.CommandResult, error) {
+//
+// dir, when set, is the folder the program starts in: an absolute path in the sandbox that
+// the program enters as the sandbox's user, so it may lie outside the workspace where the
+// user may go (req.Cwd must then be empty). "" means req.Cwd, as for Command.
+func (m *Manager) Spawn(ctx context.Context, id, dir string, req api.CommandRequest, onOutput func(api.Output)) (*api.CommandResult, error) {
+	if err := checkDir(dir, req.Cwd); err != nil {
+		return nil, err
+	}
 	s, done, err := m.commandRun(ctx, id, &req)
 	if err != nil {
 		return nil, err
@@ -37,7 +46,7 @@ func (m *Manager) Spawn(ctx context.Context, id string, req api.CommandRequest, 
 		return nil, err
 	}
 	defer leave()
-	res, err := b.guest.CommandRun(rctx, newID(), req, onOutput)
+	res, err := b.guest.CommandRun(rctx, newID(), dir, req, onOutput)
 	if err != nil {
 		return m.spawnFailed(ctx, s, b, err)
 	}
@@ -93,4 +102,17 @@ func (m *Manager) spawnFailed(ctx context.Context, s *Session, b *box, err error
 	}
 	return &api.CommandResult{Status: api.StatusCrashed, ExitCode: -1, Files: []api.FileChange{},
 		Message: "the sandbox stopped unexpectedly and was restarted: files in /mnt/data are kept"}, nil
+}
+
+// checkDir checks Spawn's dir.
+func checkDir(dir, cwd string) error {
+	switch {
+	case dir == "":
+		return nil
+	case cwd != "":
+		return fmt.Errorf("give the program's folder once, as cwd or as an absolute folder: %w", errdefs.ErrInvalidArgument)
+	case !strings.HasPrefix(dir, "/") || strings.ContainsRune(dir, 0) || len(dir) >= workspace.MaxPathLen:
+		return fmt.Errorf("the program's folder must be an absolute path without NUL bytes, shorter than %d bytes: %w", workspace.MaxPathLen, errdefs.ErrInvalidArgument)
+	}
+	return nil
 }

@@ -25,7 +25,7 @@ func spawnAsync(t *testing.T, m *Manager, ctx context.Context, id string, req ap
 	t.Helper()
 	done := make(chan *api.CommandResult, 1)
 	go func() {
-		r, err := m.Spawn(ctx, id, req, onOutput)
+		r, err := m.Spawn(ctx, id, "", req, onOutput)
 		if err != nil {
 			t.Errorf("spawn %q: %v", req.Cmd, err)
 		}
@@ -68,7 +68,7 @@ func TestSpawnBesideExecution(t *testing.T) {
 	other := spawnAsync(t, m, ctx, s.ID, api.CommandRequest{Cmd: waitFor("b", "echo b")}, nil)
 	var mu sync.Mutex
 	var streamed []string
-	r, err := m.Spawn(ctx, s.ID, api.CommandRequest{Cmd: []string{"sh", "-c", "touch b; echo a; echo err >&2"}},
+	r, err := m.Spawn(ctx, s.ID, "", api.CommandRequest{Cmd: []string{"sh", "-c", "touch b; echo a; echo err >&2"}},
 		func(o api.Output) {
 			mu.Lock()
 			streamed = append(streamed, o.Name+":"+o.Text)
@@ -83,7 +83,7 @@ func TestSpawnBesideExecution(t *testing.T) {
 	if r := <-other; r == nil || r.Status != api.StatusOK || r.Stdout != "b\n" {
 		t.Errorf("the spawn that waited for another: %+v", r)
 	}
-	if r, err := m.Spawn(ctx, s.ID, api.CommandRequest{Cmd: []string{"touch", "from-spawn"}}, nil); err != nil || r.Status != api.StatusOK {
+	if r, err := m.Spawn(ctx, s.ID, "", api.CommandRequest{Cmd: []string{"touch", "from-spawn"}}, nil); err != nil || r.Status != api.StatusOK {
 		t.Fatalf("spawn: %+v, %v", r, err)
 	}
 	if r := <-cell; r == nil || r.Status != api.StatusOK {
@@ -111,7 +111,7 @@ func TestSpawnLifetime(t *testing.T) {
 	if err := m.Restart(ctx, s.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Spawn(ctx, s.ID, api.CommandRequest{Cmd: []string{"touch", "stop"}}, nil); err != nil {
+	if _, err := m.Spawn(ctx, s.ID, "", api.CommandRequest{Cmd: []string{"touch", "stop"}}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if r := <-done; r == nil || r.Status != api.StatusOK || r.Stdout != "survived\n" {
@@ -125,13 +125,13 @@ func TestSpawnLifetime(t *testing.T) {
 	if r := <-done; r == nil || r.Status != api.StatusInterrupted {
 		t.Errorf("a spawned program whose caller left: %+v", r)
 	}
-	r, err := m.Spawn(ctx, s.ID, api.CommandRequest{Cmd: []string{"sh", "-c", "sleep 3017 & sleep 3019"}, TimeoutS: 0.5}, nil)
+	r, err := m.Spawn(ctx, s.ID, "", api.CommandRequest{Cmd: []string{"sh", "-c", "sleep 3017 & sleep 3019"}, TimeoutS: 0.5}, nil)
 	if err != nil || r.Status != api.StatusTimeout {
 		t.Errorf("a spawned program past its timeout: %+v, %v", r, err)
 	}
 	// This backend shares the host's processes, other tests' among them: look for this
 	// test's programs by their own command lines.
-	ps, err := m.Spawn(ctx, s.ID, api.CommandRequest{Cmd: []string{"ps", "-eo", "args"}}, nil)
+	ps, err := m.Spawn(ctx, s.ID, "", api.CommandRequest{Cmd: []string{"ps", "-eo", "args"}}, nil)
 	if err != nil || strings.Contains(ps.Stdout, "started-never") || strings.Contains(ps.Stdout, "sleep 3017") || strings.Contains(ps.Stdout, "sleep 3019") {
 		t.Errorf("killed programs live on: %v\n%s", err, ps.Stdout)
 	}
@@ -174,11 +174,11 @@ func TestAttackSpawn(t *testing.T) {
 		{Cmd: []string{"ls"}, Env: map[string]string{"A": "a\x00b"}},
 		{Cmd: []string{"ls", "a\x00b"}},
 	} {
-		if _, err := m.Spawn(ctx, s.ID, req, nil); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		if _, err := m.Spawn(ctx, s.ID, "", req, nil); !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Errorf("spawn %+v: %v, want invalid argument", req, err)
 		}
 	}
-	if r, err := m.Spawn(ctx, s.ID, api.CommandRequest{Cmd: []string{"pwd"}}, nil); err != nil || r.Stdout != "/mnt/data\n" && r.Stdout != ws+"\n" {
+	if r, err := m.Spawn(ctx, s.ID, "", api.CommandRequest{Cmd: []string{"pwd"}}, nil); err != nil || r.Stdout != "/mnt/data\n" && r.Stdout != ws+"\n" {
 		t.Errorf("spawn pwd: %+v, %v", r, err)
 	}
 
@@ -199,7 +199,7 @@ func TestAttackSpawn(t *testing.T) {
 			t.Fatalf("%d spawns running, want %d", n, maxSpawns)
 		}
 	}
-	_, err = m.Spawn(ctx, s.ID, api.CommandRequest{Cmd: []string{"true"}}, nil)
+	_, err = m.Spawn(ctx, s.ID, "", api.CommandRequest{Cmd: []string{"true"}}, nil)
 	if !errors.Is(err, errdefs.ErrResourceExhausted) || !strings.Contains(err.Error(), "16 programs") {
 		t.Errorf("spawn %d: %v, want resource exhausted", maxSpawns+1, err)
 	}
@@ -255,7 +255,7 @@ func TestSpawnSandboxDeath(t *testing.T) {
 	if b := m.current(sess); b == old || !b.alive() {
 		t.Fatal("the session has no new sandbox")
 	}
-	r, err := m.Spawn(ctx, s.ID, api.CommandRequest{Cmd: []string{"cat", "kept.txt"}}, nil)
+	r, err := m.Spawn(ctx, s.ID, "", api.CommandRequest{Cmd: []string{"cat", "kept.txt"}}, nil)
 	if err != nil || r.Status != api.StatusOK || r.Stdout != "k" {
 		t.Errorf("after the crash: %+v, %v", r, err)
 	}
