@@ -18,6 +18,11 @@ const maxRemoveDepth = 512
 // errTooDeep: a folder tree is deeper than maxRemoveDepth.
 var errTooDeep = errors.New("folder tree too deep")
 
+// testHookRemove, when set by a test, is called as a remove goes into folder name: after
+// it found a folder there (opened false) and after it opened it (opened true). A test swaps
+// the folder for a symbolic link there.
+var testHookRemove func(name string, opened bool)
+
 // entryAt describes name in the folder open as dfd (rel is that folder's workspace path),
 // its symbolic link not followed.
 func entryAt(dfd int, rel, name string) (*guestproto.Entry, error) {
@@ -253,6 +258,9 @@ func removeAt(ctx context.Context, parent int, name string, depth int) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if testHookRemove != nil {
+		testHookRemove(name, false)
+	}
 	// O_PATH|O_NOFOLLOW opens a link itself (gVisor would follow one with O_DIRECTORY and
 	// without O_PATH); what was opened is checked, and the folder reopened through it.
 	pfd, err := unix.Openat(parent, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
@@ -267,6 +275,9 @@ func removeAt(ctx context.Context, parent int, name string, depth int) error {
 		// Swapped for something else meanwhile: that thing itself goes.
 		unix.Close(pfd)
 		return unix.Unlinkat(parent, name, 0)
+	}
+	if testHookRemove != nil {
+		testHookRemove(name, true)
 	}
 	err = emptyDir(ctx, pfd, depth)
 	unix.Close(pfd)
