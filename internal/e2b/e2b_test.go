@@ -342,6 +342,7 @@ func TestSDK(t *testing.T) {
 		if ec.Stdout != "bar\n/home/user/ctxdir\n" || ec.Tmp != "/tmp\n" {
 			t.Errorf("envs, cwd: %+v", ec)
 		}
+		r.threw(t, "cmdCwdMissing", "CommandExitError", "no such folder")
 		r.threw(t, "cmdTimeout", "TimeoutError", "")
 		r.threw(t, "cmdRoot", "SandboxError", "root")
 		var bg struct {
@@ -413,11 +414,12 @@ func TestSDK(t *testing.T) {
 			t.Errorf("exists: %+v", exists)
 		}
 		var info struct {
-			Name, Type, Path string
-			Size             int
+			Name, Type, Path, Permissions string
+			Size, Mode                    int
 		}
 		r.get(t, "getInfo", &info)
-		if info.Name != "hello.txt" || info.Type != "file" || info.Path != "/home/user/dir/hello.txt" || info.Size != 10 {
+		if info.Name != "hello.txt" || info.Type != "file" || info.Path != "/home/user/dir/hello.txt" || info.Size != 10 ||
+			info.Mode != 0o644 || info.Permissions != "-rw-r--r--" {
 			t.Errorf("getInfo: %+v", info)
 		}
 		var md struct {

@@ -297,6 +297,32 @@ func testFiles(t *testing.T, b sandbox.Backend) {
 	if _, err := x.get(t, "../etc/passwd"); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("get ../etc/passwd: %v, want invalid argument", err)
 	}
+
+	// Folders, moves, stat and a recursive remove, done by the guest.
+	if e, err := x.c.MakeDir(ctx, "made/deep"); err != nil || !e.Created || e.Type != "dir" {
+		t.Fatalf("make dir: %+v, %v", e, err)
+	}
+	if e, err := x.c.Move(ctx, "out.txt", "made/deep/moved.txt"); err != nil || e.Path != api.WorkspaceDir+"/made/deep/moved.txt" {
+		t.Fatalf("move: %+v, %v", e, err)
+	}
+	if e, err := x.c.Stat(ctx, "made/deep/moved.txt"); err != nil || e.Type != "file" || e.Size != 9 {
+		t.Errorf("stat: %+v, %v", e, err)
+	}
+	// User code may write into what the guest made for it.
+	if r := x.command(t, "sh", "-c", "echo more >> made/deep/moved.txt && touch made/deep/by-code"); r.Status != api.StatusOK {
+		t.Errorf("user code writing into the guest's folder: %+v", r)
+	}
+	if err := x.c.Remove(ctx, "made"); err != nil {
+		t.Fatalf("remove: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(x.workspace, "made")); !os.IsNotExist(err) {
+		t.Errorf("removed folder still on the host: %v", err)
+	}
+	// A command may start in a folder outside the workspace.
+	r, err := x.c.CommandRun(ctx, "in-tmp", "/tmp", api.CommandRequest{Cmd: []string{"pwd"}, TimeoutS: 30}, nil)
+	if err != nil || r.Status != api.StatusOK || strings.TrimSpace(r.Stdout) != "/tmp" {
+		t.Errorf("a command in /tmp: %+v, %v", r, err)
+	}
 }
 
 func testCommands(t *testing.T, b sandbox.Backend) {

@@ -154,6 +154,7 @@ else:
     const t = await sandbox.commands.run('pwd', { cwd: '/tmp' });
     return { stdout: r.stdout, tmp: t.stdout };
   });
+  await step('cmdCwdMissing', async () => sandbox.commands.run('pwd', { cwd: '/home/user/no-such-folder' }));
   await step('cmdTimeout', async () => sandbox.commands.run('sleep 30', { timeoutMs: 1000 }));
   await step('cmdRoot', async () => sandbox.commands.run('id', { user: 'root' }));
   await step('background', async () => {
@@ -210,7 +211,7 @@ else:
   }));
   await step('getInfo', async () => {
     const i = await sandbox.files.getInfo('/home/user/dir/hello.txt');
-    return { name: i.name, type: i.type, path: i.path, size: i.size };
+    return { name: i.name, type: i.type, path: i.path, size: i.size, mode: i.mode, permissions: i.permissions };
   });
   await step('makeDir', async () => ({
     created: await sandbox.files.makeDir('/home/user/made/deep'),
