@@ -185,31 +185,14 @@ func TestFileOpsAttacks(t *testing.T) {
 		"root/tmp", "out/secret", "out/new", "up/secret", "dir/upup/x", "abs-inside/ok.txt",
 		"passwd/x", "loop/x", "a\x00b", strings.Repeat("a/", 3000),
 	}
-	for _, p := range bad {
-		short := p[:min(len(p), 30)]
-		refused := func(op string, err error) {
-			t.Helper()
-			if err == nil {
-				t.Errorf("%s %q: not refused", op, short)
-			} else if strings.Contains(err.Error(), ws) || strings.Contains(err.Error(), "SECRET") {
-				t.Errorf("%s %q: message shows a host path: %v", op, short, err)
-			}
+	// Both resolvers: openat2, and the component walk used where it is missing.
+	for _, fallback := range []bool{false, true} {
+		serverOf(t, g).root.noOpenat2.Store(fallback)
+		for _, p := range bad {
+			refuseAll(t, g, ws, p)
 		}
-		_, err := g.MakeDir(ctx, p)
-		refused("make_dir", err)
-		_, err = g.MakeDir(ctx, p+"/sub")
-		refused("make_dir below", err)
-		_, err = g.Stat(ctx, p)
-		refused("stat", err)
-		_, err = g.Move(ctx, p, "stolen")
-		refused("move from", err)
-		os.WriteFile(filepath.Join(ws, "bait"), []byte("bait"), 0o644)
-		_, err = g.Move(ctx, "bait", p)
-		refused("move to", err)
-		_, err = g.Move(ctx, "bait", p+"/sub/bait")
-		refused("move to below", err)
-		refused("remove", g.Remove(ctx, p))
 	}
+	serverOf(t, g).root.noOpenat2.Store(false)
 	// A link itself may be described, moved and removed: what it points to is untouched.
 	if e, err := g.Stat(ctx, "out"); err != nil || e.Type != "symlink" || e.Target != outside {
 		t.Errorf("stat out: %+v, %v", e, err)
@@ -239,6 +222,36 @@ func TestFileOpsAttacks(t *testing.T) {
 	if _, err := os.Stat("/etc/passwd"); err != nil {
 		t.Fatalf("/etc/passwd: %v", err)
 	}
+}
+
+// refuseAll checks that every file op refuses path p (or a path below it), as the source,
+// the destination or a folder on the way.
+func refuseAll(t *testing.T, g *guestT, ws, p string) {
+	t.Helper()
+	ctx := context.Background()
+	short := p[:min(len(p), 30)]
+	refused := func(op string, err error) {
+		t.Helper()
+		if err == nil {
+			t.Errorf("%s %q: not refused", op, short)
+		} else if strings.Contains(err.Error(), ws) || strings.Contains(err.Error(), "SECRET") {
+			t.Errorf("%s %q: message shows a host path: %v", op, short, err)
+		}
+	}
+	_, err := g.MakeDir(ctx, p)
+	refused("make_dir", err)
+	_, err = g.MakeDir(ctx, p+"/sub")
+	refused("make_dir below", err)
+	_, err = g.Stat(ctx, p)
+	refused("stat", err)
+	_, err = g.Move(ctx, p, "stolen")
+	refused("move from", err)
+	os.WriteFile(filepath.Join(ws, "bait"), []byte("bait"), 0o644)
+	_, err = g.Move(ctx, "bait", p)
+	refused("move to", err)
+	_, err = g.Move(ctx, "bait", p+"/sub/bait")
+	refused("move to below", err)
+	refused("remove", g.Remove(ctx, p))
 }
 
 // TestRemoveSwap swaps a folder for a symbolic link to outside at the two moments a
