@@ -279,7 +279,7 @@ func TestAttackTemplateRequests(t *testing.T) {
 		{"not JSON", "hello\n", 6, true, "error"},
 		{"no env", `{"python":"` + sandboxtest.Python + `","cwd":"/"}` + "\n", 6, true, "malformed"},
 		{"another interpreter", valid("/usr/bin/python2"), 6, true, "not /usr/bin/python2"},
-		{"LD_PRELOAD", valid(sandboxtest.Python, "LD_PRELOAD=/tmp/x.so"), 6, true, "environment: LD_PRELOAD"},
+		{"LD_PRELOAD", valid(sandboxtest.Python, "LD_PRELOAD=/tmp/x.so"), 6, true, "error env environment: LD_PRELOAD"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ans, err := askTemplate(sock, c.req, c.fds, c.own)
