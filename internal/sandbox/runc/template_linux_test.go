@@ -20,8 +20,8 @@ import (
 	"github.com/cellbox/cellbox/internal/guest/pyrunner"
 	"github.com/cellbox/cellbox/internal/guestproto"
 	"github.com/cellbox/cellbox/internal/sandbox"
+	"github.com/cellbox/cellbox/internal/sandbox/runc/template"
 	"github.com/cellbox/cellbox/internal/sandbox/sandboxtest"
-	"github.com/cellbox/cellbox/internal/template"
 	"github.com/cellbox/cellbox/internal/testbin"
 )
 
