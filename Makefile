@@ -120,9 +120,21 @@ $(E2BCLIENT)/node_modules/.package-lock.json: $(E2BCLIENT)/package-lock.json
 $(BROWSER)/node_modules/.package-lock.json: $(BROWSER)/package-lock.json
 	npm ci --prefix $(BROWSER) --no-audit --no-fund --prefer-offline --loglevel=error
 
-lint: ## go vet, gofmt (fails listing the files it would change), and the macOS builds
+# staticcheck, pinned, built once from the Go module proxy into bin/tools (the version is in
+# the file's name, so a new one is built when it changes). v0.8.x reads Go 1.26's code.
+STATICCHECK_VERSION := v0.8.2
+STATICCHECK := bin/tools/staticcheck-$(STATICCHECK_VERSION)
+
+$(STATICCHECK):
+	mkdir -p $(@D)
+	GOBIN=$(CURDIR)/$(@D)/build $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	mv $(@D)/build/staticcheck $@ && rmdir $(@D)/build
+
+lint: $(STATICCHECK) ## go vet, staticcheck (Linux and macOS), gofmt (fails listing the files it would change), and the macOS builds
 	$(GO) vet ./...
 	GOOS=darwin $(GO) vet ./...
+	$(STATICCHECK) ./...
+	GOOS=darwin $(STATICCHECK) ./...
 	for arch in arm64 amd64; do GOOS=darwin GOARCH=$$arch CGO_ENABLED=0 $(GO) build -o /dev/null ./cmd/cellbox; done
 	@files=$$(git ls-files -co --exclude-standard -- '*.go' ':!:**/testdata/**'); \
 	bad=$$([[ -z $$files ]] || $(GOFMT) -l $$files); \

@@ -67,6 +67,10 @@ func TestNonJSONErrors(t *testing.T) {
 		{http.StatusUnauthorized, "", api.CodeUnauthenticated},
 		{http.StatusForbidden, "", api.CodePermissionDenied},
 		{http.StatusInternalServerError, "boom", api.CodeInternal},
+		{http.StatusMethodNotAllowed, "", api.CodeInvalidArgument},
+		{http.StatusGatewayTimeout, "", api.CodeUnavailable},
+		{http.StatusServiceUnavailable, "", api.CodeUnavailable},
+		{499, "", api.CodeCanceled},
 		{http.StatusTooManyRequests, `{"error":{"code":"resource_exhausted","message":"full"}}`, api.CodeResourceExhausted},
 	}
 	for _, tt := range tests {
@@ -108,5 +112,15 @@ func TestAPIKey(t *testing.T) {
 	want := []string{"Bearer cbx_0123456789abcdef", "Bearer cbx_0123456789abcdef", "Bearer cbx_0123456789abcdef", ""}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Authorization headers %q, want %q", got, want)
+	}
+}
+
+// An error event has the status its code has as a plain response (api.HTTPStatus, the table
+// the server answers with).
+func TestStreamErrorStatus(t *testing.T) {
+	for code, want := range map[string]int{api.CodeNotFound: 404, api.CodeTooLarge: 413, api.CodeCanceled: 499, api.CodeInternal: 500, "other": 500} {
+		if e := streamError(api.ErrorDetail{Code: code, Message: "m"}); e.StatusCode != want || e.Code != code {
+			t.Errorf("streamError(%q) = %+v, want status %d", code, e, want)
+		}
 	}
 }

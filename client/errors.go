@@ -72,46 +72,10 @@ func responseError(resp *http.Response) *Error {
 	if msg == "" || len(msg) > 512 {
 		msg = http.StatusText(resp.StatusCode)
 	}
-	return &Error{StatusCode: resp.StatusCode, Code: codeOf(resp.StatusCode), Message: fmt.Sprintf("HTTP %d: %s", resp.StatusCode, msg)}
-}
-
-// statusCodes is the API's mapping of error codes to HTTP statuses (see the OpenAPI document).
-var statusCodes = map[string]int{
-	api.CodeInvalidArgument:    http.StatusBadRequest,
-	api.CodeNotFound:           http.StatusNotFound,
-	api.CodeFailedPrecondition: http.StatusConflict,
-	api.CodeTooLarge:           http.StatusRequestEntityTooLarge,
-	api.CodeResourceExhausted:  http.StatusTooManyRequests,
-	api.CodeCanceled:           499,
-	api.CodePermissionDenied:   http.StatusForbidden,
-	api.CodeUnauthenticated:    http.StatusUnauthorized,
-	api.CodeUnavailable:        http.StatusServiceUnavailable,
-	api.CodeInternal:           http.StatusInternalServerError,
-}
-
-// codeOf is the error code of an HTTP status whose body did not say.
-func codeOf(status int) string {
-	for code, s := range statusCodes {
-		if s == status {
-			return code
-		}
-	}
-	switch {
-	case status == http.StatusMethodNotAllowed || status == http.StatusUnsupportedMediaType:
-		return api.CodeInvalidArgument
-	case status == http.StatusBadGateway || status == http.StatusGatewayTimeout:
-		return api.CodeUnavailable
-	case status >= 400 && status < 500:
-		return api.CodeInvalidArgument
-	}
-	return api.CodeInternal
+	return &Error{StatusCode: resp.StatusCode, Code: api.CodeOfHTTPStatus(resp.StatusCode), Message: fmt.Sprintf("HTTP %d: %s", resp.StatusCode, msg)}
 }
 
 // streamError is the *Error of an "error" event.
 func streamError(d api.ErrorDetail) *Error {
-	st, ok := statusCodes[d.Code]
-	if !ok {
-		st = http.StatusInternalServerError
-	}
-	return &Error{StatusCode: st, Code: d.Code, Message: d.Message}
+	return &Error{StatusCode: api.HTTPStatus(d.Code), Code: d.Code, Message: d.Message}
 }

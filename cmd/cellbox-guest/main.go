@@ -11,7 +11,7 @@ import (
 
 	"github.com/cellbox/cellbox/internal/guest"
 	"github.com/cellbox/cellbox/internal/guestbin"
-	"github.com/cellbox/cellbox/internal/template/tinit"
+	"github.com/cellbox/cellbox/internal/sandbox/runc/template/tinit"
 )
 
 func main() {

@@ -26,7 +26,7 @@ type bench struct {
 func newBench(url string, cfg config.Config, name string) (*bench, error) {
 	b := &bench{c: client.New(url), cfg: cfg, name: name}
 	if cfg.Backend == "docker" {
-		opts := []mobyclient.Opt{mobyclient.FromEnv, mobyclient.WithAPIVersionNegotiation()}
+		opts := []mobyclient.Opt{mobyclient.FromEnv}
 		if cfg.DockerHost != "" {
 			opts = append(opts, mobyclient.WithHost(cfg.DockerHost))
 		}

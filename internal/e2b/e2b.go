@@ -36,6 +36,7 @@ import (
 
 	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/internal/errdefs"
+	"github.com/cellbox/cellbox/internal/errdefs/errhttp"
 	"github.com/cellbox/cellbox/internal/session"
 )
 
@@ -252,7 +253,7 @@ func status(err error) int {
 	if errors.As(err, &mbe) {
 		return http.StatusRequestEntityTooLarge
 	}
-	return errdefs.HTTPStatus(errdefs.Code(err))
+	return errhttp.ToHTTP(err)
 }
 
 // decode reads a JSON body of at most MaxBodyBytes into v. Unknown fields are ignored:

@@ -20,6 +20,7 @@ import (
 	"github.com/cellbox/cellbox/internal/e2b/envd/filesystempb/filesystempbconnect"
 	"github.com/cellbox/cellbox/internal/e2b/envd/processpb/processpbconnect"
 	"github.com/cellbox/cellbox/internal/errdefs"
+	"github.com/cellbox/cellbox/internal/errdefs/errconnect"
 	"github.com/cellbox/cellbox/internal/guestproto"
 	"github.com/cellbox/cellbox/internal/workspace"
 )
@@ -198,25 +199,8 @@ func (h *Handler) rpcError(ctx context.Context, err error) error {
 	if errors.As(err, &ce) {
 		return err
 	}
-	var code connect.Code
-	switch errdefs.Code(err) {
-	case api.CodeInvalidArgument:
-		code = connect.CodeInvalidArgument
-	case api.CodeNotFound:
-		code = connect.CodeNotFound
-	case api.CodeResourceExhausted, api.CodeTooLarge:
-		code = connect.CodeResourceExhausted
-	case api.CodeFailedPrecondition:
-		code = connect.CodeFailedPrecondition
-	case api.CodeUnavailable:
-		code = connect.CodeUnavailable
-	case api.CodePermissionDenied:
-		code = connect.CodePermissionDenied
-	case api.CodeUnauthenticated:
-		code = connect.CodeUnauthenticated
-	case api.CodeCanceled:
-		code = connect.CodeCanceled
-	default:
+	code := errconnect.ToConnect(err)
+	if code == connect.CodeInternal {
 		if ctx.Err() != nil {
 			return connect.NewError(connect.CodeCanceled, ctx.Err())
 		}

@@ -1,12 +1,14 @@
-// Package errdefs is cellbox's error vocabulary: a few sentinel errors that every layer wraps
-// and that the HTTP layer maps to status codes in one place (and client/ maps back).
+// Package errdefs is cellbox's error vocabulary: a few sentinel errors that every layer wraps,
+// each with its code (api.Code*), which is what crosses the guest protocol and every front
+// door. The mappings of codes to each transport live beside it, one package each, each tested
+// both ways: errhttp (REST, E2B's control plane; the table itself is api's, which client/
+// reads too), errconnect (E2B's envd, Connect RPC) and errmcp (MCP's JSON-RPC errors).
 //
 // It is not for user-code failures: those are statuses in results, never errors.
 package errdefs
 
 import (
 	"errors"
-	"net/http"
 
 	"github.com/cellbox/cellbox/api"
 )
@@ -43,6 +45,11 @@ var codeOrder = []string{
 	api.CodeUnavailable,
 }
 
+// Codes returns every code of the vocabulary, api.CodeInternal (no sentinel) last.
+func Codes() []string {
+	return append(append([]string(nil), codeOrder...), api.CodeInternal)
+}
+
 // coded is an error with a message of its own that still matches its sentinel.
 type coded struct {
 	sentinel error
@@ -69,29 +76,4 @@ func Code(err error) string {
 		}
 	}
 	return api.CodeInternal
-}
-
-// HTTPStatus maps a code (api.Code*) to its HTTP status, in one place for every front door.
-func HTTPStatus(code string) int {
-	switch code {
-	case api.CodeInvalidArgument:
-		return http.StatusBadRequest
-	case api.CodeNotFound:
-		return http.StatusNotFound
-	case api.CodeResourceExhausted:
-		return http.StatusTooManyRequests
-	case api.CodeTooLarge:
-		return http.StatusRequestEntityTooLarge
-	case api.CodeFailedPrecondition:
-		return http.StatusConflict
-	case api.CodeUnavailable:
-		return http.StatusServiceUnavailable
-	case api.CodePermissionDenied:
-		return http.StatusForbidden
-	case api.CodeUnauthenticated:
-		return http.StatusUnauthorized
-	case api.CodeCanceled:
-		return 499
-	}
-	return http.StatusInternalServerError
 }

@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/cellbox/cellbox/api"
+	"github.com/cellbox/cellbox/internal/guest/relay"
 )
 
 // Options configure Serve.
@@ -98,10 +99,10 @@ func Main(args []string) int {
 		return 2
 	}
 	if *connect != "" {
-		if err := Connect(*connect, os.Stdin, os.Stdout); err != nil {
+		if err := relay.Connect(*connect, os.Stdin, os.Stdout); err != nil {
 			fmt.Fprintf(os.Stderr, "cellbox guest --connect: %v\n", err)
 			if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
-				return ExitNotListening
+				return relay.ExitNotListening
 			}
 			return 1
 		}

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -193,7 +192,7 @@ func startKernel(spec kernelSpec) (*kernel, error) {
 		pid, exit, preimported, err = forkKernel(spec.template, forkRequest{Python: spec.python, Cwd: spec.dir, Env: spec.env, Preimport: spec.preimport},
 			[5]int{devnull, outW, errW, inR, prW})
 		switch {
-		case err != nil && strings.HasPrefix(err.Error(), "environment: "):
+		case errors.Is(err, errTemplateEnv):
 			spec.log.Info("the kernel's environment is not the template's: starting it afresh", "error", err)
 		case err != nil:
 			spec.log.Warn("the kernel template could not fork a kernel: starting one afresh", "error", err)

@@ -102,3 +102,22 @@ func TestDiffIncomplete(t *testing.T) {
 		t.Errorf("diff of an incomplete snapshot = %+v", got)
 	}
 }
+
+// A file of the same size is modified when its mtime, inode or mode is not the same.
+func TestDiffSameSize(t *testing.T) {
+	was := fileState{size: 1, mtime: 10, ino: 20, mode: 0o100644}
+	for name, now := range map[string]fileState{
+		"mtime": {size: 1, mtime: 11, ino: 20, mode: 0o100644},
+		"inode": {size: 1, mtime: 10, ino: 21, mode: 0o100644},
+		"mode":  {size: 1, mtime: 10, ino: 20, mode: 0o100755},
+	} {
+		a := snapshot{files: map[string]fileState{"f": was}, complete: true}
+		b := snapshot{files: map[string]fileState{"f": now}, complete: true}
+		if got := diff(a, b); len(got) != 1 || got[0].Change != api.ChangeModified {
+			t.Errorf("%s changed: diff = %+v", name, got)
+		}
+		if got := diff(a, a); len(got) != 0 {
+			t.Errorf("nothing changed: diff = %+v", got)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"strconv"
@@ -63,11 +64,40 @@ func forkKernel(socket string, fr forkRequest, fds [5]int) (pid int, exit <-chan
 		}
 	}
 	conn.CloseWrite()
-	// "pid N" from the template's child, errors from any of its processes, then EOF once
-	// each has closed its copy of the connection (the kernel closes its own before it runs
-	// anything).
+	pid, preimported, err = readAnswer(conn)
+	switch {
+	case pid > 0:
+		// The kernel runs, whatever else was said: it is ours to reap, and to kill if it
+		// cannot be used.
+		exit = procs().adopt(pid)
+		if err != nil {
+			killTree(pid, true)
+			select {
+			case <-exit:
+			case <-time.After(5 * time.Second):
+			}
+			return 0, nil, false, err
+		}
+		return pid, exit, preimported, nil
+	case err != nil:
+		return 0, nil, false, err
+	}
+	return 0, nil, false, errors.New("the template closed the connection without an answer")
+}
+
+// errTemplateEnv is the template's "env" code: the request's environment differs from the
+// template's where Python reads it at start, so the kernel must be started afresh.
+var errTemplateEnv = errors.New("the environment differs from the kernel template's")
+
+// readAnswer reads the template's answer to the end: "pid N" (and " preimported") from the
+// template's child, "error CODE MESSAGE" lines from any of its processes, then EOF once each
+// has closed its copy of the connection (the kernel closes its own before it runs
+// anything). A pid with an error means a kernel that runs but cannot be used. The error
+// wraps errTemplateEnv when a line's code is "env"; the messages are for people only.
+func readAnswer(r io.Reader) (pid int, preimported bool, err error) {
 	var msgs []string
-	sc := bufio.NewScanner(conn)
+	env := false
+	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 4096), 4096)
 	for sc.Scan() {
 		line := sc.Text()
@@ -76,11 +106,13 @@ func forkKernel(socket string, fr forkRequest, fds [5]int) (pid int, exit <-chan
 			f := strings.Fields(line)
 			p, err := strconv.Atoi(f[1])
 			if err != nil || p <= 1 || len(f) > 3 || len(f) == 3 && f[2] != "preimported" {
-				return 0, nil, false, fmt.Errorf("the template answered %q", line)
+				return pid, false, fmt.Errorf("the template answered %q", line)
 			}
 			pid, preimported = p, len(f) == 3
 		case strings.HasPrefix(line, "error "):
-			msgs = append(msgs, strings.TrimPrefix(line, "error "))
+			code, msg, _ := strings.Cut(strings.TrimPrefix(line, "error "), " ")
+			env = env || code == "env"
+			msgs = append(msgs, msg)
 		default:
 			msgs = append(msgs, "unexpected answer "+strconv.Quote(line))
 		}
@@ -89,21 +121,10 @@ func forkKernel(socket string, fr forkRequest, fds [5]int) (pid int, exit <-chan
 		msgs = append(msgs, err.Error())
 	}
 	switch {
-	case pid > 0:
-		// The kernel runs, whatever else was said: it is ours to reap, and to kill if it
-		// cannot be used.
-		exit = procs().adopt(pid)
-		if len(msgs) > 0 {
-			killTree(pid, true)
-			select {
-			case <-exit:
-			case <-time.After(5 * time.Second):
-			}
-			return 0, nil, false, errors.New(strings.Join(msgs, "; "))
-		}
-		return pid, exit, preimported, nil
-	case len(msgs) > 0:
-		return 0, nil, false, errors.New(strings.Join(msgs, "; "))
+	case len(msgs) == 0:
+		return pid, preimported, nil
+	case env:
+		return pid, false, fmt.Errorf("%s: %w", strings.Join(msgs, "; "), errTemplateEnv)
 	}
-	return 0, nil, false, errors.New("the template closed the connection without an answer")
+	return pid, false, errors.New(strings.Join(msgs, "; "))
 }

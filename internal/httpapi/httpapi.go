@@ -25,6 +25,7 @@ import (
 	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/internal/auth"
 	"github.com/cellbox/cellbox/internal/errdefs"
+	"github.com/cellbox/cellbox/internal/errdefs/errhttp"
 	"github.com/cellbox/cellbox/internal/llm"
 	"github.com/cellbox/cellbox/internal/session"
 	"github.com/cellbox/cellbox/internal/tool"
@@ -173,7 +174,7 @@ func (s *server) wrap(mux *http.ServeMux) http.Handler {
 					break
 				}
 			}
-			writeJSON(rw, code, api.ErrorBody{Error: api.ErrorDetail{Code: codeForStatus(code), Message: msg}})
+			writeJSON(rw, code, api.ErrorBody{Error: api.ErrorDetail{Code: errhttp.Code(code), Message: msg}})
 		} else if !s.routeInCluster(rw, r, pattern) {
 			mux.ServeHTTP(rw, r)
 		}
@@ -242,13 +243,6 @@ func loopbackHost(hostport string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-func codeForStatus(status int) string {
-	if status == http.StatusMethodNotAllowed {
-		return api.CodeInvalidArgument
-	}
-	return api.CodeNotFound
-}
-
 type statusWriter struct {
 	http.ResponseWriter
 	status int
@@ -296,7 +290,7 @@ func (s *server) errorDetail(r *http.Request, err error) api.ErrorDetail {
 
 func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	d := s.errorDetail(r, err)
-	writeJSON(w, errdefs.HTTPStatus(d.Code), api.ErrorBody{Error: d})
+	writeJSON(w, errhttp.Status(d.Code), api.ErrorBody{Error: d})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

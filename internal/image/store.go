@@ -16,7 +16,6 @@ import (
 
 	"github.com/cellbox/cellbox/internal/errdefs"
 	"github.com/cellbox/cellbox/internal/statefile"
-	"github.com/cellbox/cellbox/internal/tool"
 )
 
 // DefaultMirror is the Debian archive images are built from when none is given.
@@ -310,7 +309,7 @@ func buildFontCache(ctx context.Context, root string) (bool, error) {
 	cmd := exec.CommandContext(ctx, "chroot", root, "/usr/bin/python3", "-c", "import matplotlib.font_manager")
 	cmd.Env = []string{"MPLCONFIGDIR=" + MPLCachePath, "HOME=/tmp", "LC_ALL=C.UTF-8", "PATH=/usr/bin:/bin"}
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return false, fmt.Errorf("build matplotlib's font cache in the image: %w: %s", err, tool.Prefix(string(out), 2048))
+		return false, fmt.Errorf("build matplotlib's font cache in the image: %w: %s", err, lastLines(string(out), 15))
 	}
 	// Read by the sandbox's user.
 	return true, filepath.WalkDir(filepath.Join(root, MPLCachePath), func(p string, d fs.DirEntry, err error) error {

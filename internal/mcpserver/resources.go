@@ -18,6 +18,7 @@ import (
 
 	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/internal/errdefs"
+	"github.com/cellbox/cellbox/internal/errdefs/errmcp"
 	"github.com/cellbox/cellbox/internal/tool"
 	"github.com/cellbox/cellbox/internal/workspace"
 )
@@ -190,15 +191,11 @@ func (s *Server) readResource(ctx context.Context, req *mcp.ReadResourceRequest)
 
 // protocolError writes a service failure for a resources call, hiding internal details.
 func (s *Server) protocolError(err error) error {
-	code := errdefs.Code(err)
-	if code == api.CodeInternal {
+	if errdefs.Code(err) == api.CodeInternal {
 		s.log.Error("mcp resources", "err", err)
-		return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "internal error; the server log has the details"}
+		return errmcp.ToJSONRPC(err, "internal error; the server log has the details")
 	}
-	if code == api.CodeInvalidArgument {
-		return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}
-	}
-	return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: err.Error()}
+	return errmcp.ToJSONRPC(err, err.Error())
 }
 
 // mimeTypes are the types of common data files, the same on every machine (unlike the

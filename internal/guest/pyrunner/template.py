@@ -360,8 +360,14 @@ def _template():
         gc.enable()
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
 
+    class EnvDiffers(ValueError):
+        pass  # the guest starts this kernel afresh: expected, not a failure
+
     def fail(conn, e):
-        text = ("error %s\n" % str(e).replace("\n", " ")[:1000]).encode()
+        # "error CODE MESSAGE": the guest classifies by CODE ("env" or "failed"), never by
+        # the message, which is for people.
+        code = "env" if isinstance(e, EnvDiffers) else "failed"
+        text = ("error %s %s\n" % (code, str(e).replace("\n", " ")[:1000])).encode()
         if phase["kernel"]:
             os.write(2, b"cellbox: the kernel could not start: " + text)
         else:
@@ -403,7 +409,7 @@ def _template():
                 raise ValueError("this template runs %s, not %s" % (python, req.get("python")))
             k = runner["env_differs"](req["env"], ("PYTHONPATH",))
             if k:
-                raise ValueError("environment: %s differs from the template's" % k)
+                raise EnvDiffers("environment: %s differs from the template's" % k)
             if fdinfo_pid(fds[0]) != peer:
                 raise ValueError("the first descriptor must be a pidfd of the guest that asks")
         except BaseException:

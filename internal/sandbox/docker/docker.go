@@ -122,7 +122,7 @@ func New(cfg Config) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts := []client.Opt{client.FromEnv, client.WithAPIVersionNegotiation()}
+	opts := []client.Opt{client.FromEnv} // the API version is negotiated by default
 	if cfg.Host != "" {
 		opts = append(opts, client.WithHost(cfg.Host))
 	}

@@ -18,7 +18,7 @@ import (
 
 	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/internal/errdefs"
-	"github.com/cellbox/cellbox/internal/guest"
+	guestrelay "github.com/cellbox/cellbox/internal/guest/relay"
 	"github.com/cellbox/cellbox/internal/guestproto"
 	"github.com/cellbox/cellbox/internal/image"
 	"github.com/cellbox/cellbox/internal/sandbox"
@@ -240,7 +240,7 @@ func (s *Sandbox) notListening(execID string) bool {
 			return false
 		}
 		if !r.Running {
-			return r.ExitCode == guest.ExitNotListening
+			return r.ExitCode == guestrelay.ExitNotListening
 		}
 		select {
 		case <-ctx.Done():

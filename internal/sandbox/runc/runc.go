@@ -49,6 +49,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -380,7 +381,7 @@ func (s *Sandbox) attach(ctx context.Context) error {
 func (b *Backend) runningPid(ctx context.Context, id string) (int, error) {
 	out, err := b.command(ctx, "state", id)
 	if err != nil {
-		if isNotExist(err) {
+		if b.gone(ctx, id) {
 			return 0, fmt.Errorf("%w: %w", errLost, err)
 		}
 		return 0, err
@@ -405,24 +406,18 @@ func (b *Backend) Cleanup(ctx context.Context, keep func(id string) bool) error 
 	if keep == nil {
 		keep = sandbox.KeepNone
 	}
-	out, err := b.command(ctx, "list", "--format", "json")
+	ids, err := b.list(ctx)
 	if err != nil {
-		return fmt.Errorf("list sandboxes: %w", err)
-	}
-	var list []struct {
-		ID string `json:"id"`
-	}
-	if err := json.Unmarshal(bytes.TrimSpace(out), &list); err != nil && len(bytes.TrimSpace(out)) > 0 {
-		return fmt.Errorf("list sandboxes: decode %s output: %w: %w", filepath.Base(b.runtime), err, errdefs.ErrUnavailable)
+		return err
 	}
 	var errs []error
-	for _, c := range list {
-		if b.live.Has(c.ID) || keep(c.ID) {
+	for _, id := range ids {
+		if b.live.Has(id) || keep(id) {
 			continue
 		}
-		b.log.Info("removing a sandbox left behind", "sandbox_id", c.ID)
-		b.command(ctx, "kill", c.ID, "KILL")
-		if err := b.delete(ctx, c.ID); err != nil {
+		b.log.Info("removing a sandbox left behind", "sandbox_id", id)
+		b.command(ctx, "kill", id, "KILL")
+		if err := b.delete(ctx, id); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -468,20 +463,44 @@ func (b *Backend) argv(args ...string) []string {
 	return append(global, args...)
 }
 
-// delete removes a container, whatever its state; one that is gone already is no error.
+// list returns the ids of the containers under the backend's runtime root.
+func (b *Backend) list(ctx context.Context) ([]string, error) {
+	out, err := b.command(ctx, "list", "--format", "json")
+	if err != nil {
+		return nil, fmt.Errorf("list sandboxes: %w", err)
+	}
+	var list []struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(bytes.TrimSpace(out), &list); err != nil && len(bytes.TrimSpace(out)) > 0 {
+		return nil, fmt.Errorf("list sandboxes: decode %s output: %w: %w", filepath.Base(b.runtime), err, errdefs.ErrUnavailable)
+	}
+	ids := make([]string, len(list))
+	for i, c := range list {
+		ids[i] = c.ID
+	}
+	return ids, nil
+}
+
+// gone reports, after a command on container id failed, whether that container does not
+// exist: whether the runtime's list leaves it out. The runtimes (runc, crun, runsc) say "no
+// such container" only in their stderr, each in its own words, with an exit status that any
+// failure has; their list is JSON and the same in all three. A list that fails says
+// nothing: the container is not taken for gone.
+func (b *Backend) gone(ctx context.Context, id string) bool {
+	ids, err := b.list(ctx)
+	return err == nil && !slices.Contains(ids, id)
+}
+
+// delete removes a container, whatever its state; one that is gone already is no error
+// (the runtimes answer 0 to a forced delete of an unknown container; gone covers those
+// that do not).
 func (b *Backend) delete(ctx context.Context, id string) error {
 	_, err := b.command(ctx, "delete", "--force", id)
-	if err != nil && !isNotExist(err) {
+	if err != nil && !b.gone(ctx, id) {
 		return fmt.Errorf("delete sandbox %s: %w", id, err)
 	}
 	return nil
-}
-
-// isNotExist recognizes the runtimes' "no such container" messages.
-func isNotExist(err error) bool {
-	msg := strings.ToLower(err.Error())
-	return strings.Contains(msg, "does not exist") || strings.Contains(msg, "not found") ||
-		strings.Contains(msg, "no such file")
 }
 
 var logMsg = regexp.MustCompile(`msg="((?:[^"\\]|\\.)*)"`)

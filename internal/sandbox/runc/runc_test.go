@@ -639,3 +639,38 @@ func TestAttachDeadSandbox(t *testing.T) {
 		t.Errorf("bundle left: %v", err)
 	}
 }
+
+// A container the runtime does not know is told apart by the runtime's list, not by its
+// words: runningPid says lost and delete succeeds, on each runtime. When the runtime cannot
+// list either, nothing is taken for gone.
+func TestUnknownContainer(t *testing.T) {
+	ctx := context.Background()
+	for _, name := range []string{"runc", "crun", "runsc"} {
+		t.Run(name, func(t *testing.T) {
+			needRuntime(t, name)
+			path, err := exec.LookPath(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := &Backend{runtime: path, root: t.TempDir(), gvisor: name == "runsc"}
+			if _, err := b.runningPid(ctx, "nope"); !errors.Is(err, errLost) {
+				t.Errorf("state of an unknown container: %v, want lost", err)
+			}
+			if err := b.delete(ctx, "nope"); err != nil {
+				t.Errorf("delete of an unknown container: %v", err)
+			}
+			if !b.gone(ctx, "nope") {
+				t.Error("an unknown container is not gone")
+			}
+		})
+	}
+	t.Run("a runtime that fails", func(t *testing.T) {
+		b := &Backend{runtime: "/bin/false", root: t.TempDir()}
+		if _, err := b.runningPid(ctx, "nope"); err == nil || errors.Is(err, errLost) {
+			t.Errorf("state: %v, want an error that is not lost", err)
+		}
+		if err := b.delete(ctx, "nope"); err == nil {
+			t.Error("delete through a failing runtime succeeded")
+		}
+	})
+}

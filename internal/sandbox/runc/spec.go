@@ -14,8 +14,8 @@ import (
 	"github.com/cellbox/cellbox/internal/errdefs"
 	"github.com/cellbox/cellbox/internal/image"
 	"github.com/cellbox/cellbox/internal/sandbox"
+	"github.com/cellbox/cellbox/internal/sandbox/runc/template"
 	"github.com/cellbox/cellbox/internal/sandbox/seccomp"
-	"github.com/cellbox/cellbox/internal/template"
 )
 
 // Paths inside the sandbox.

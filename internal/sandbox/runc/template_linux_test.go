@@ -20,8 +20,8 @@ import (
 	"github.com/cellbox/cellbox/internal/guest/pyrunner"
 	"github.com/cellbox/cellbox/internal/guestproto"
 	"github.com/cellbox/cellbox/internal/sandbox"
+	"github.com/cellbox/cellbox/internal/sandbox/runc/template"
 	"github.com/cellbox/cellbox/internal/sandbox/sandboxtest"
-	"github.com/cellbox/cellbox/internal/template"
 	"github.com/cellbox/cellbox/internal/testbin"
 )
 
@@ -279,7 +279,7 @@ func TestAttackTemplateRequests(t *testing.T) {
 		{"not JSON", "hello\n", 6, true, "error"},
 		{"no env", `{"python":"` + sandboxtest.Python + `","cwd":"/"}` + "\n", 6, true, "malformed"},
 		{"another interpreter", valid("/usr/bin/python2"), 6, true, "not /usr/bin/python2"},
-		{"LD_PRELOAD", valid(sandboxtest.Python, "LD_PRELOAD=/tmp/x.so"), 6, true, "environment: LD_PRELOAD"},
+		{"LD_PRELOAD", valid(sandboxtest.Python, "LD_PRELOAD=/tmp/x.so"), 6, true, "error env environment: LD_PRELOAD"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ans, err := askTemplate(sock, c.req, c.fds, c.own)

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/cellbox/cellbox/internal/image"
-	"github.com/cellbox/cellbox/internal/template"
+	"github.com/cellbox/cellbox/internal/sandbox/runc/template"
 )
 
 // templates keeps one kernel template per root filesystem, each in a folder of its own under

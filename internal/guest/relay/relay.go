@@ -1,4 +1,11 @@
-package guest
+// Package relay is `cellbox guest --connect`: it joins a process's stdin and stdout to the
+// Unix socket of a guest that listens in the same sandbox, for a backend that can start a
+// process there (the engine's exec) but cannot reach the socket from outside. The backend
+// reads ExitNotListening from the exec's status, so both sides share this leaf package and
+// the backend links none of the guest.
+//
+// Not for: the guest protocol that crosses the relay (package guestproto).
+package relay
 
 import (
 	"errors"
