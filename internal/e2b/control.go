@@ -16,6 +16,7 @@ import (
 
 	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/internal/errdefs"
+	"github.com/cellbox/cellbox/internal/httpapi"
 	"github.com/cellbox/cellbox/internal/session"
 )
 
@@ -274,7 +275,7 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 	out := []listed{}
 	var all []api.Session
 	if running { // in a cluster, the other nodes' too (httpapi gathers them)
-		all = append(h.m.List(r.Context()), session.Elsewhere(r.Context())...)
+		all = append(h.m.List(r.Context()), httpapi.Elsewhere(r.Context())...)
 	}
 	sort.Slice(all, func(i, j int) bool { return cursorOf(all[i]).before(cursorOf(all[j])) })
 	var last cursor

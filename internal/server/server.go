@@ -176,9 +176,9 @@ func prepareImages(ctx context.Context, cfg config.Config, backend sandbox.Backe
 	return nil
 }
 
-// fontCache builds matplotlib's font cache once (see session.PrepareFontCache).
+// fontCache builds matplotlib's font cache once (see prepareFontCache).
 func fontCache(cfg config.Config, log *slog.Logger) string {
-	dir, err := session.PrepareFontCache(context.Background(), cfg.Python, filepath.Join(cfg.StateDir, "mplcache"))
+	dir, err := prepareFontCache(context.Background(), cfg.Python, filepath.Join(cfg.StateDir, "mplcache"))
 	if err != nil {
 		log.Warn("could not build matplotlib's font cache; each sandbox will build its own", "err", err)
 		return ""

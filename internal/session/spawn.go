@@ -7,12 +7,8 @@ import (
 	"time"
 
 	"github.com/cellbox/cellbox/api"
-	"github.com/cellbox/cellbox/internal/errdefs"
 	"github.com/cellbox/cellbox/internal/guestproto"
 )
-
-// maxSpawns caps the programs Spawn runs at once in one session.
-const maxSpawns = 16
 
 // Spawn runs a program in a session beside whatever runs there, as processes run in E2B's
 // sandboxes: unlike Command it does not wait for the session's turn. Its stdout and stderr
@@ -22,50 +18,21 @@ const maxSpawns = 16
 // ends it, but Interrupt and Restart, which act on the session's turn, leave it alone. At
 // most 16 run at once in a session; a session where one runs is not idle.
 func (m *Manager) Spawn(ctx context.Context, id string, req api.CommandRequest, onOutput func(api.Output)) (*api.CommandResult, error) {
-	s, done, err := m.commandRun(ctx, id, &req)
+	s, err := m.commandSession(ctx, id, &req)
 	if err != nil {
 		return nil, err
 	}
-	defer done()
-	rctx, _, end, err := m.startRun(ctx)
+	b, rctx, release, err := m.admitIn(ctx, s, kindSpawn)
 	if err != nil {
 		return nil, err
 	}
-	defer end()
-	b, leave, err := m.spawnSlot(s)
-	if err != nil {
-		return nil, err
-	}
-	defer leave()
+	defer release()
 	res, err := b.guest.CommandRun(rctx, newID(), req, onOutput)
 	if err != nil {
 		return m.spawnFailed(ctx, s, b, err)
 	}
 	m.metrics.observe("command", res.Status, time.Duration(res.DurationMS)*time.Millisecond)
 	return res, nil
-}
-
-// spawnSlot takes one of the session's places for spawned programs and returns its box;
-// leave gives the place back. Both count as activity.
-func (m *Manager) spawnSlot(s *Session) (_ *box, leave func(), _ error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil, nil, notFound(s.id)
-	}
-	if s.spawns >= maxSpawns {
-		return nil, nil, fmt.Errorf("this session runs %d programs beside its executions, the most it may: "+
-			"wait for one to end or stop one: %w", maxSpawns, errdefs.ErrResourceExhausted)
-	}
-	s.spawns++
-	s.lastActive = time.Now()
-	return s.box, func() {
-		s.mu.Lock()
-		s.spawns--
-		s.lastActive = time.Now()
-		s.mu.Unlock()
-		m.save(s)
-	}, nil
 }
 
 // spawnFailed handles a guest that failed under a spawned program, as Command does: the
@@ -76,13 +43,16 @@ func (m *Manager) spawnFailed(ctx context.Context, s *Session, b *box, err error
 	if b.alive() && !errors.Is(err, guestproto.ErrGuestGone) {
 		return nil, err
 	}
+	// The turn alone: the spawn is admitted already (its run and the tenant's count).
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 	defer cancel()
-	_, _, release, aerr := m.acquire(wctx, s)
-	if aerr != nil {
-		return nil, fmt.Errorf("the sandbox stopped while the program ran: %w", aerr)
+	if err := s.turn.take(wctx, nil); err != nil {
+		return nil, fmt.Errorf("the sandbox stopped while the program ran: waiting for the session's running execution to finish: %w", err)
 	}
-	defer release()
+	defer s.turn.give()
+	if m.adm.isClosed() {
+		return nil, fmt.Errorf("the sandbox stopped while the program ran: %w", errShuttingDown)
+	}
 	s.mu.Lock()
 	replaced := s.box != b
 	s.mu.Unlock()
