@@ -173,7 +173,6 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, r, err)
 		return
 	}
-	h.sweep()
 	writeJSON(w, http.StatusCreated, h.sandboxOf(r, s.ID, template))
 }
 

@@ -76,6 +76,7 @@ type Handler struct {
 	interpreter http.Handler
 	envd        http.Handler
 
+	live  sessionEvents // the manager, for the sandbox state (state.go)
 	mu    sync.Mutex
 	boxes map[string]*sandboxState // by session id
 }
@@ -87,6 +88,7 @@ func New(m *session.Manager, opts Options) (*Handler, error) {
 		return nil, err
 	}
 	h := &Handler{m: m, opts: opts, log: opts.Logger, key: key, boxes: map[string]*sandboxState{}}
+	h.follow(m)
 	h.control = h.controlRoutes()
 	h.interpreter = h.interpreterRoutes()
 	h.envd = h.envdRoutes()
