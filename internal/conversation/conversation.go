@@ -3,8 +3,9 @@
 // bounded, with approvals decided and answers stopped by other requests while an answer
 // streams. The REST API's /v1/conversations (and so the web page) is built on it.
 //
-// A conversation lives as long as its session: one whose session has ended is dropped when
-// next looked at. With a Dir, each is also kept in a file there (after each answer), so that
+// A conversation lives as long as its session: the session manager tells the store when a
+// session ends (session.Manager.Subscribe), and its conversations are dropped then. With a
+// Dir, each is also kept in a file there (after each answer), so that
 // conversations, like sessions, outlive a restart of the server.
 //
 // Not for: the loop itself (package agent), HTTP (package httpapi), sessions (package
@@ -44,6 +45,8 @@ type Sessions interface {
 	Create(ctx context.Context, req api.CreateSessionRequest) (*api.Session, error)
 	Get(ctx context.Context, id string) (*api.Session, error)
 	GetFile(ctx context.Context, id, path string) (*api.FileInfo, io.ReadCloser, error)
+	// Subscribe tells f of sessions created and ended (session.Manager.Subscribe).
+	Subscribe(f func(session.Event)) (stop func())
 }
 
 // Defaults of Options.
@@ -138,6 +141,8 @@ func New(opts Options) (*Store, error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Store{opts: opts, convs: map[string]*conv{}, starting: map[string]int{}}
+	// Before the files are read: a session that ends meanwhile is dropped either way.
+	opts.Sessions.Subscribe(s.sessionEvent)
 	if opts.Dir != "" {
 		if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
 			return nil, fmt.Errorf("conversations: %w", err)
@@ -168,7 +173,6 @@ func (s *Store) Create(ctx context.Context, req api.ConversationRequest) (*api.C
 		return nil, err
 	}
 	tenant := session.Tenant(ctx)
-	s.dropEnded(ctx, tenant)
 	// A place is taken before the session is made, so that requests at once cannot pass
 	// the cap together; it is given back unless the conversation is made.
 	s.mu.Lock()
@@ -248,7 +252,9 @@ func checkApprove(mode string) error {
 	return nil
 }
 
-// lookup finds the caller's conversation id; another tenant's is not found either.
+// lookup finds the caller's conversation id; another tenant's is not found either. The
+// session's end drops a conversation (sessionEvent); lookup also asks for the session, as it
+// is about to be used, for the moment between a session's end and the store hearing of it.
 func (s *Store) lookup(ctx context.Context, id string) (*conv, error) {
 	s.mu.Lock()
 	c, ok := s.convs[id]
@@ -282,20 +288,22 @@ func (s *Store) forget(c *conv) {
 	}
 }
 
-// dropEnded forgets the tenant's conversations whose sessions have ended.
-func (s *Store) dropEnded(ctx context.Context, tenant string) {
+// sessionEvent drops the conversations of a session that ended, files and all. A session
+// that outlives the server process (detached at its exit) keeps them.
+func (s *Store) sessionEvent(ev session.Event) {
+	if ev.Kind != session.SessionEnded || ev.Detached {
+		return
+	}
 	s.mu.Lock()
-	var mine []*conv
+	var gone []*conv
 	for _, c := range s.convs {
-		if c.tenant == tenant {
-			mine = append(mine, c)
+		if c.info.SessionID == ev.SessionID && c.tenant == ev.Tenant {
+			gone = append(gone, c)
 		}
 	}
 	s.mu.Unlock()
-	for _, c := range mine {
-		if _, err := s.opts.Sessions.Get(ctx, c.info.SessionID); errdefs.Code(err) == api.CodeNotFound {
-			s.forget(c)
-		}
+	for _, c := range gone {
+		s.forget(c)
 	}
 }
 
@@ -319,7 +327,6 @@ func (s *Store) Get(ctx context.Context, id string) (*api.Conversation, error) {
 // used first, without their turns.
 func (s *Store) List(ctx context.Context, sessionID string) []api.Conversation {
 	tenant := session.Tenant(ctx)
-	s.dropEnded(ctx, tenant)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := []api.Conversation{}

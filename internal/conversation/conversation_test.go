@@ -25,6 +25,27 @@ import (
 type fakeSessions struct {
 	mu    sync.Mutex
 	owner map[string]string // session id → tenant
+	subs  []func(session.Event)
+}
+
+func (f *fakeSessions) Subscribe(fn func(session.Event)) func() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.subs = append(f.subs, fn)
+	return func() {}
+}
+
+// end ends session id and tells the subscribers, as the manager does (here before end
+// returns).
+func (f *fakeSessions) end(id string, why session.EndReason) {
+	f.mu.Lock()
+	tenant := f.owner[id]
+	delete(f.owner, id)
+	subs := f.subs
+	f.mu.Unlock()
+	for _, fn := range subs {
+		fn(session.Event{Kind: session.SessionEnded, SessionID: id, Tenant: tenant, Reason: why})
+	}
 }
 
 func (f *fakeSessions) Execute(context.Context, string, api.ExecuteRequest, func(api.Output)) (*api.ExecuteResult, error) {
@@ -123,9 +144,7 @@ func TestTenantCapAndEndedSessions(t *testing.T) {
 		t.Errorf("bob's first conversation: %v", err)
 	}
 	// Alice's session ends: her conversation goes with it, and frees her place.
-	f.mu.Lock()
-	delete(f.owner, c.SessionID)
-	f.mu.Unlock()
+	f.end(c.SessionID, session.EndIdle)
 	if list := s.List(alice, ""); len(list) != 0 {
 		t.Errorf("alice's list after her session ended: %+v", list)
 	}
@@ -374,5 +393,42 @@ func TestSlim(t *testing.T) {
 	}
 	if res.Outputs[1].Data["image/png"] != big {
 		t.Error("the original turn was changed")
+	}
+}
+
+// TestSessionEndDropsConversation: when the manager tells the store that a session ended,
+// its conversations go at once, files and all, with no call needed to notice; a session
+// that outlives the server (detached at its exit) keeps them.
+func TestSessionEndDropsConversation(t *testing.T) {
+	dir := t.TempDir()
+	s, f := newStore(t, func(o *Options) { o.Dir = dir })
+	alice := session.WithTenant(context.Background(), "alice")
+	c, err := s.Create(alice, api.ConversationRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept, err := s.Create(alice, api.ConversationRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	subs := f.subs
+	f.mu.Unlock()
+	for _, fn := range subs {
+		fn(session.Event{Kind: session.SessionEnded, SessionID: kept.SessionID, Tenant: "alice", Reason: session.EndServerExit, Detached: true})
+	}
+	f.end(c.SessionID, session.EndDeleted)
+	s.mu.Lock()
+	_, gone := s.convs[c.ID]
+	_, stays := s.convs[kept.ID]
+	s.mu.Unlock()
+	if gone || !stays {
+		t.Errorf("after the events: ended session's conversation kept %v, detached one's kept %v", gone, stays)
+	}
+	if _, err := os.Stat(filepath.Join(dir, c.ID+".json")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the dropped conversation's file: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, kept.ID+".json")); err != nil {
+		t.Errorf("the kept conversation's file: %v", err)
 	}
 }

@@ -232,3 +232,14 @@ func TestFrontDoorsNoBackends(t *testing.T) {
 		bad: none("a front door (or the session layer) sees sandbox.Backend, not a backend",
 			"internal/sandbox/runc/...", "internal/sandbox/docker/...", "internal/sandbox/local/...")}.check(t)
 }
+
+// Each front door stands on the session manager alone: none links another's package, so
+// that one is changed or left out without the others (the server wires them together).
+// httpapi mounts the others through interfaces it owns.
+func TestFrontDoorsApart(t *testing.T) {
+	rule{from: []string{"internal/mcpserver/...", "internal/e2b/...", "internal/conversation/...", "internal/agent/..."},
+		bad: none("a front door links another front door's package", "internal/httpapi/...")}.check(t)
+	rule{from: []string{"internal/session/..."},
+		bad: none("the session layer links a front door",
+			"internal/httpapi/...", "internal/mcpserver/...", "internal/e2b/...", "internal/conversation/...", "internal/agent/...")}.check(t)
+}

@@ -172,7 +172,6 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, r, err)
 		return
 	}
-	h.sweep()
 	writeJSON(w, http.StatusCreated, h.sandboxOf(r, s.ID, template))
 }
 
@@ -274,7 +273,10 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 	out := []listed{}
 	var all []api.Session
 	if running { // in a cluster, the other nodes' too (httpapi gathers them)
-		all = append(h.m.List(r.Context()), session.Elsewhere(r.Context())...)
+		all = h.m.List(r.Context())
+		if h.opts.Elsewhere != nil {
+			all = append(all, h.opts.Elsewhere(r.Context())...)
+		}
 	}
 	sort.Slice(all, func(i, j int) bool { return cursorOf(all[i]).before(cursorOf(all[j])) })
 	var last cursor

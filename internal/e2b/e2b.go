@@ -63,7 +63,11 @@ type Options struct {
 	// MaxIdleTimeout is the idle timeout of E2B sandboxes: their E2B timeout (a lifetime)
 	// is what ends them.
 	MaxIdleTimeout time.Duration
-	Logger         *slog.Logger
+	// Elsewhere returns the caller's sessions on a cluster's other nodes, which the
+	// request's forwarding gathered into its context, so that the sandbox list is the
+	// cluster's (httpapi.Elsewhere); nil outside a cluster.
+	Elsewhere func(context.Context) []api.Session
+	Logger    *slog.Logger
 }
 
 // Handler serves the E2B-compatible API.
@@ -77,6 +81,7 @@ type Handler struct {
 	interpreter http.Handler
 	envd        http.Handler
 
+	live  sessionEvents // the manager, for the sandbox state (state.go)
 	mu    sync.Mutex
 	boxes map[string]*sandboxState // by session id
 }
@@ -88,6 +93,7 @@ func New(m *session.Manager, opts Options) (*Handler, error) {
 		return nil, err
 	}
 	h := &Handler{m: m, opts: opts, log: opts.Logger, key: key, boxes: map[string]*sandboxState{}}
+	h.follow(m)
 	h.control = h.controlRoutes()
 	h.interpreter = h.interpreterRoutes()
 	h.envd = h.envdRoutes()

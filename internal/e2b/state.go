@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/cellbox/cellbox/internal/errdefs"
+	"github.com/cellbox/cellbox/internal/session"
 	"github.com/cellbox/cellbox/internal/statefile"
 )
 
@@ -23,6 +24,7 @@ const maxContexts = 64
 // and the processes started through envd (in memory: they end with the server process).
 type sandboxState struct {
 	file string // where the contexts are kept
+	gone bool   // forgotten (its sandbox ended): the file is not written again; under mu
 
 	mu       sync.Mutex
 	contexts map[string]codeContext
@@ -30,8 +32,46 @@ type sandboxState struct {
 	nextPID  uint32
 }
 
-// state returns the state of sandbox id, loading it on first use.
+// sessionEvents is what the state needs of the session manager: to hear that a sandbox's
+// session ended, and, once at start, which sessions live.
+type sessionEvents interface {
+	Owner(id string) (tenant string, ok bool)
+	Subscribe(f func(session.Event)) (stop func())
+}
+
+// follow forgets the state of each sandbox whose session ends from now on (one that
+// outlives the server process, detached at its exit, keeps it), and, once, the files of
+// sandboxes that ended while no server ran.
+func (h *Handler) follow(m sessionEvents) {
+	h.live = m
+	m.Subscribe(func(ev session.Event) {
+		if ev.Kind == session.SessionEnded && !ev.Detached {
+			h.forget(ev.SessionID)
+		}
+	})
+	entries, _ := os.ReadDir(filepath.Join(h.opts.StateDir, "e2b", "contexts"))
+	for _, e := range entries {
+		id, ok := strings.CutSuffix(e.Name(), ".json")
+		if _, live := m.Owner(id); ok && !live {
+			h.forget(id)
+		}
+	}
+}
+
+// state returns the state of sandbox id, loading it on first use. A request that found its
+// sandbox live may ask for it just after the sandbox ended, and its end was heard (follow):
+// such a state is not kept.
 func (h *Handler) state(id string) *sandboxState {
+	st, added := h.stateOf(id)
+	if added {
+		if _, live := h.live.Owner(id); !live {
+			h.forget(id)
+		}
+	}
+	return st
+}
+
+func (h *Handler) stateOf(id string) (_ *sandboxState, added bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	st, ok := h.boxes[id]
@@ -48,7 +88,7 @@ func (h *Handler) state(id string) *sandboxState {
 		}
 		h.boxes[id] = st
 	}
-	return st
+	return st, !ok
 }
 
 // forget drops the state of an ended sandbox.
@@ -61,31 +101,9 @@ func (h *Handler) forget(id string) {
 	if st != nil {
 		st.mu.Lock()
 		defer st.mu.Unlock()
+		st.gone = true
 	}
 	os.Remove(file)
-}
-
-// sweep forgets the state of sandboxes that ended without a kill (timeout, idle, restart
-// of the server), in memory and on disk.
-func (h *Handler) sweep() {
-	h.mu.Lock()
-	var gone []string
-	for id := range h.boxes {
-		if _, ok := h.m.Owner(id); !ok {
-			gone = append(gone, id)
-		}
-	}
-	h.mu.Unlock()
-	entries, _ := os.ReadDir(filepath.Join(h.opts.StateDir, "e2b", "contexts"))
-	for _, e := range entries {
-		id, ok := strings.CutSuffix(e.Name(), ".json")
-		if _, live := h.m.Owner(id); ok && !live {
-			gone = append(gone, id)
-		}
-	}
-	for _, id := range gone {
-		h.forget(id)
-	}
 }
 
 func (st *sandboxState) context(id string) (codeContext, bool) {
@@ -128,6 +146,9 @@ func (st *sandboxState) removeContext(id string) {
 
 // saveLocked writes the contexts (atomically: a new file renamed over the old).
 func (st *sandboxState) saveLocked() error {
+	if st.gone {
+		return nil
+	}
 	list := make([]codeContext, 0, len(st.contexts))
 	for _, c := range st.contexts {
 		list = append(list, c)

@@ -18,7 +18,6 @@ import (
 	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/internal/cluster"
 	"github.com/cellbox/cellbox/internal/errdefs"
-	"github.com/cellbox/cellbox/internal/session"
 )
 
 // Cluster is what the API needs of the cluster this server is a node of (package cluster):
@@ -129,11 +128,28 @@ func (s *server) routeE2B(w http.ResponseWriter, r *http.Request) (*http.Request
 		for _, l := range theirs {
 			all = append(all, l.Sessions...)
 		}
-		return r.WithContext(session.WithElsewhere(r.Context(), all)), false
+		return r.WithContext(withElsewhere(r.Context(), all)), false
 	case strings.HasPrefix(p, "/sandboxes/"):
 		return r, s.toNodeOf(w, r, idIn(p, "/sandboxes/"), fd.WriteError)
 	}
 	return r, false
+}
+
+type elsewhereKey struct{}
+
+// withElsewhere returns ctx carrying the caller's sessions on the other nodes of a cluster,
+// for a front door's list that is the whole cluster's (the E2B API's, whose pages it cuts
+// itself).
+func withElsewhere(ctx context.Context, sessions []api.Session) context.Context {
+	return context.WithValue(ctx, elsewhereKey{}, sessions)
+}
+
+// Elsewhere returns the caller's sessions on the other nodes of the cluster that the
+// cluster forwarding put in the context of a front door's list request; none outside a
+// cluster.
+func Elsewhere(ctx context.Context) []api.Session {
+	s, _ := ctx.Value(elsewhereKey{}).([]api.Session)
+	return s
 }
 
 // toSessionNode forwards a request whose body names a session_id of another node to that

@@ -19,6 +19,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -55,9 +56,21 @@ type Options struct {
 	IDPrefix string
 }
 
+// Sessions is what the MCP server needs of the session manager (*session.Manager).
+type Sessions interface {
+	tool.Runner
+	Create(ctx context.Context, req api.CreateSessionRequest) (*api.Session, error)
+	Get(ctx context.Context, id string) (*api.Session, error)
+	Delete(ctx context.Context, id string) error
+	ListFiles(ctx context.Context, id, path string) (*api.FileList, error)
+	GetFile(ctx context.Context, id, path string) (*api.FileInfo, io.ReadCloser, error)
+	// Subscribe tells f of sessions created and ended (session.Manager.Subscribe).
+	Subscribe(f func(session.Event)) (stop func())
+}
+
 // Server is cellbox's MCP server over a session manager.
 type Server struct {
-	m     *session.Manager
+	m     Sessions
 	opts  Options
 	log   *slog.Logger
 	srv   *mcp.Server
@@ -65,6 +78,7 @@ type Server struct {
 	bound http.Handler    // http, for requests with a tenant: see Handler
 	stop  context.Context // done at Close: ends the open event streams
 	halt  context.CancelFunc
+	quit  func() // ends the subscription to session events
 
 	mu     sync.Mutex
 	conns  map[*mcp.ServerSession]*conn
@@ -74,10 +88,11 @@ type Server struct {
 
 // conn is what a server keeps of one MCP connection.
 type conn struct {
-	tenant string     // of the requests that opened it; the SDK refuses other tenants'
-	mu     sync.Mutex // held while the connection's own session starts
-	own    string     // the session this connection started; "" before its first tool call
-	last   string     // the session of its latest tool call: the one its resources list
+	tenant string            // of the requests that opened it; the SDK refuses other tenants'
+	mu     sync.Mutex        // held while the connection's own session starts
+	own    string            // the session this connection started; "" before its first tool call
+	last   string            // the session of its latest tool call: the one its resources list
+	ended  session.EndReason // why its own session ended, until the next call is told
 	closed bool
 }
 
@@ -89,13 +104,14 @@ const instructions = "cellbox runs Python (a stateful IPython session, like a no
 	"isError set means the code failed (an exception, a timeout, ...) or the call could not run: read it, fix, retry."
 
 // New returns a server over m.
-func New(m *session.Manager, opts Options) *Server {
+func New(m Sessions, opts Options) *Server {
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{m: m, opts: opts, log: log, conns: map[*mcp.ServerSession]*conn{}}
 	s.stop, s.halt = context.WithCancel(context.Background())
+	s.quit = m.Subscribe(s.sessionEvent)
 	s.srv = mcp.NewServer(&mcp.Implementation{Name: "cellbox", Title: "cellbox code interpreter", Version: Version},
 		&mcp.ServerOptions{
 			Instructions: instructions,
@@ -198,6 +214,32 @@ func (s *Server) Close() {
 	s.mu.Unlock()
 	s.halt()
 	s.ending.Wait()
+	s.quit()
+}
+
+// sessionEvent forgets an ended session in every connection that used it: a connection
+// whose own session ended starts a new one at its next call (and tells the model why), and
+// its resources list nothing until then.
+func (s *Server) sessionEvent(ev session.Event) {
+	if ev.Kind != session.SessionEnded {
+		return
+	}
+	s.mu.Lock()
+	conns := make([]*conn, 0, len(s.conns))
+	for _, c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.mu.Lock()
+		if c.own == ev.SessionID {
+			c.own, c.ended = "", ev.Reason
+		}
+		if c.last == ev.SessionID {
+			c.last = ""
+		}
+		c.mu.Unlock()
+	}
 }
 
 // conn returns the state of a connection, watching for its end on first use; nil once
@@ -252,10 +294,16 @@ func (s *Server) ownSession(ctx context.Context, c *conn) (id, note string, err 
 		return "", "", errClosed
 	}
 	if c.own != "" {
+		// The session's end clears c.own (sessionEvent); this is for the moment before the
+		// server hears of it.
 		if _, err := s.m.Get(ctx, c.own); err == nil {
 			return c.own, "", nil
 		}
-		note = "[note: this connection's earlier session had ended (idle too long, or deleted), so this call ran in a new one: variables and files from before are gone]\n"
+		c.own, c.ended = "", "ended"
+	}
+	if c.ended != "" {
+		note = "[note: this connection's earlier session had ended (" + endedWhy(c.ended) + "), so this call ran in a new one: variables and files from before are gone]\n"
+		c.ended = ""
 	}
 	sess, err := s.m.Create(ctx, api.CreateSessionRequest{})
 	if err != nil {
@@ -265,6 +313,23 @@ func (s *Server) ownSession(ctx context.Context, c *conn) (id, note string, err 
 	s.log.Debug("mcp connection started its session", "session_id", sess.ID)
 	note += "[session_id: " + sess.ID + " is this connection's session. Another connection can use it, while this one is open, by passing it as session_id.]"
 	return sess.ID, note, nil
+}
+
+// endedWhy says why a session ended, for the model.
+func endedWhy(r session.EndReason) string {
+	switch r {
+	case session.EndDeleted:
+		return "it was deleted"
+	case session.EndIdle:
+		return "idle too long"
+	case session.EndLifetime:
+		return "its lifetime ran out"
+	case session.EndFailed:
+		return "its sandbox failed and could not be replaced"
+	case session.EndServerExit:
+		return "the server stopped"
+	}
+	return "idle too long, or deleted"
 }
 
 // session returns the session a call or a read is about: the connection's latest.

@@ -424,3 +424,55 @@ func FuzzParseURI(f *testing.F) {
 		}
 	})
 }
+
+// told is the manager, saying when the server has handled each session event.
+type told struct {
+	*session.Manager
+	handled chan session.Event
+}
+
+func (m told) Subscribe(f func(session.Event)) func() {
+	return m.Manager.Subscribe(func(ev session.Event) {
+		f(ev)
+		m.handled <- ev
+	})
+}
+
+// TestSessionEndClearsConnection: when its session ends, a connection forgets it at once,
+// with no call needed to notice: its resources list nothing, and its next call starts a
+// new session, telling the model why the earlier one ended.
+func TestSessionEndClearsConnection(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts sandboxes; not in -short mode")
+	}
+	m := told{sessiontest.New(t, nil), make(chan session.Event, 16)}
+	s := New(m, Options{})
+	t.Cleanup(s.Close)
+	a := connect(t, s)
+	res, _ := a.call("python", map[string]any{"code": "open('kept.txt', 'w').write('x')"})
+	id := sessionOf(t, res)
+	if err := m.Delete(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	for ev := range m.handled {
+		if ev.Kind == session.SessionEnded && ev.SessionID == id {
+			break
+		}
+	}
+	s.mu.Lock()
+	for _, c := range s.conns {
+		c.mu.Lock()
+		if c.own != "" || c.last != "" || c.ended != session.EndDeleted {
+			t.Errorf("a connection after its session ended: own %q, last %q, ended %q", c.own, c.last, c.ended)
+		}
+		c.mu.Unlock()
+	}
+	s.mu.Unlock()
+	if l, err := a.cs.ListResources(context.Background(), nil); err != nil || len(l.Resources) != 0 {
+		t.Errorf("resources of an ended session: %v %+v", err, l)
+	}
+	res, out := a.call("python", map[string]any{"code": "print('again')"})
+	if res.IsError || !strings.Contains(out, "earlier session had ended (it was deleted)") || sessionOf(t, res) == id {
+		t.Fatalf("the call after: %q", out)
+	}
+}

@@ -176,9 +176,9 @@ func prepareImages(ctx context.Context, cfg config.Config, backend sandbox.Backe
 	return nil
 }
 
-// fontCache builds matplotlib's font cache once (see session.PrepareFontCache).
+// fontCache builds matplotlib's font cache once (see prepareFontCache).
 func fontCache(cfg config.Config, log *slog.Logger) string {
-	dir, err := session.PrepareFontCache(context.Background(), cfg.Python, filepath.Join(cfg.StateDir, "mplcache"))
+	dir, err := prepareFontCache(context.Background(), cfg.Python, filepath.Join(cfg.StateDir, "mplcache"))
 	if err != nil {
 		log.Warn("could not build matplotlib's font cache; each sandbox will build its own", "err", err)
 		return ""
@@ -274,7 +274,7 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (_ *Server, err
 	}
 	var front httpapi.FrontDoor
 	if !cfg.NoE2B {
-		e, err := e2b.New(m, e2b.Options{StateDir: cfg.StateDir, MaxBodyBytes: cfg.MaxBodyBytes, MaxUploadBytes: cfg.MaxUploadBytes,
+		e, err := e2b.New(m, e2b.Options{Elsewhere: httpapi.Elsewhere, StateDir: cfg.StateDir, MaxBodyBytes: cfg.MaxBodyBytes, MaxUploadBytes: cfg.MaxUploadBytes,
 			MaxExecTimeout: cfg.MaxExecTimeout, MaxIdleTimeout: cfg.MaxIdleTimeout, Logger: log})
 		if err != nil {
 			ln.Close()

@@ -158,3 +158,44 @@ func (b *box) alive() bool {
 		return true
 	}
 }
+
+// obtain returns a ready box: from its image's warm pool, given the request's limits and
+// env (adapt) when they are not the pool's, else a new one.
+func (m *Manager) obtain(ctx context.Context, spec boxSpec) (*box, error) {
+	// A warm sandbox has the default disk quota, which cannot change.
+	if p := m.pools[spec.image]; p != nil && spec.limits.DiskMB == m.defaults().DiskMB {
+		if b := p.take(); b != nil {
+			changed, err := m.adapt(ctx, b, spec)
+			if err == nil {
+				m.metrics.poolHits.Inc()
+				return b, nil
+			}
+			m.log.Debug("a warm sandbox could not take the request's limits or env: starting a new one", "sandbox_id", b.id, "error", err)
+			if changed || !p.put(b) { // unchanged, it waits for the next request
+				go p.discard(b)
+			}
+		}
+		m.metrics.poolMisses.Inc()
+	}
+	return m.startBox(ctx, m.newSessionID(), spec, "")
+}
+
+// discard stops a box and releases (keep) or removes its workspace.
+func (m *Manager) discard(ctx context.Context, b *box, keep bool) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+	defer cancel()
+	err := b.stop(ctx)
+	if err != nil {
+		m.log.Warn("stop sandbox", "sandbox_id", b.id, "err", err)
+	}
+	var werr error
+	if keep {
+		werr = m.store.Release(ctx, b.id)
+	} else {
+		werr = m.store.Remove(ctx, b.id)
+	}
+	if werr != nil {
+		m.log.Warn("release workspace", "session_id", b.id, "err", werr)
+	}
+	return errors.Join(err, werr)
+}

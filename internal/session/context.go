@@ -35,7 +35,7 @@ func (m *Manager) DeleteContext(ctx context.Context, id, name string) error {
 	if err := guestproto.CheckContext(name); err != nil {
 		return err
 	}
-	b, rctx, release, err := m.acquire(ctx, s)
+	b, rctx, release, err := m.admitIn(ctx, s, kindContext)
 	if err != nil {
 		return err
 	}

@@ -92,7 +92,7 @@ func (m *Manager) endExpired(ctx context.Context, now time.Time) (next time.Time
 		case expired:
 			wg.Go(func() {
 				m.log.Info("ending a session whose lifetime ran out", "session_id", s.id, "tenant", s.tenant)
-				m.end(ctx, s.id)
+				m.end(ctx, s.id, EndLifetime)
 			})
 		case exp.IsZero():
 		case next.IsZero() || exp.Before(next):

@@ -75,30 +75,25 @@ func (m *Manager) OneShot(ctx context.Context, req api.OneShotRequest, onOutput 
 	if err != nil {
 		return nil, err
 	}
-	tenant := Tenant(ctx)
-	if err := m.reserve(tenant); err != nil {
-		return nil, err
-	}
-	defer m.unreserve(tenant)
-	done, err := m.takeRun(tenant, "execute")
+	ctx, release, err := m.adm.admit(ctx, Tenant(ctx), kindOneShot, nil)
 	if err != nil {
 		return nil, err
 	}
-	defer done()
-	ctx, _, end, err := m.startRun(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer end()
+	defer release()
 	b, err := m.obtain(ctx, spec)
 	if err != nil {
 		return nil, err
 	}
-	// The sandbox is discarded after the answer is sent; Shutdown waits for it.
+	// The sandbox is discarded after the answer is sent; Shutdown waits for it. (Tracked
+	// while the run still counts, so that Shutdown cannot have stopped waiting.)
 	defer func() {
-		m.discards.Add(1)
+		done, ok := m.adm.track()
+		if !ok {
+			m.discard(context.WithoutCancel(ctx), b, false)
+			return
+		}
 		go func() {
-			defer m.discards.Done()
+			defer done()
 			m.discard(context.WithoutCancel(ctx), b, false)
 		}()
 	}()

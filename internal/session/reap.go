@@ -43,19 +43,17 @@ func (m *Manager) reap(ctx context.Context) {
 func (m *Manager) endIdle(ctx context.Context, now time.Time) {
 	all := m.live()
 	for _, s := range all {
-		select {
-		case s.turn <- struct{}{}:
-		default:
+		if !s.turn.tryTake() {
 			continue // something runs: not idle
 		}
 		s.mu.Lock()
-		idle := !s.closed && s.spawns == 0 && now.Sub(s.lastActive) > s.idle
+		idle := !s.closed && s.turn.spawning() == 0 && now.Sub(s.lastActive) > s.idle
 		s.mu.Unlock()
 		if idle {
 			m.log.Info("ending idle session", "session_id", s.id)
-			m.end(ctx, s.id)
+			m.end(ctx, s.id, EndIdle)
 		}
-		<-s.turn
+		s.turn.give()
 	}
 }
 

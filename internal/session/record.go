@@ -178,20 +178,14 @@ func (m *Manager) saveSoon(s *Session) {
 			m.save(s)
 		}
 	}
-	// Shutdown waits for the writers started before it closed the manager; after, the
-	// caller writes.
-	m.mu.Lock()
-	bg := !m.closed
-	if bg {
-		m.saves.Add(1)
-	}
-	m.mu.Unlock()
-	if !bg {
+	// Shutdown waits for the writers; once it waits for nothing more, the caller writes.
+	done, ok := m.adm.track()
+	if !ok {
 		write()
 		return
 	}
 	go func() {
-		defer m.saves.Done()
+		defer done()
 		write()
 	}()
 }

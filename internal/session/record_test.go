@@ -1,6 +1,7 @@
 package session
 
 import (
+	"context"
 	"testing"
 )
 
@@ -8,7 +9,7 @@ import (
 // session is after its last change, however many changes came while a write was going
 // on; once the manager is closed, the caller writes itself.
 func TestSaveSoonWritesTheLastState(t *testing.T) {
-	m := &Manager{records: records{dir: t.TempDir()}, log: testLog}
+	m := &Manager{records: records{dir: t.TempDir()}, log: testLog, adm: newAdmission(caps{}, nil)}
 	s := &Session{id: "abc123", box: &box{id: "abc123"}}
 	for i := 1; i <= 200; i++ {
 		s.mu.Lock()
@@ -16,7 +17,8 @@ func TestSaveSoonWritesTheLastState(t *testing.T) {
 		s.mu.Unlock()
 		m.saveSoon(s)
 	}
-	m.saves.Wait()
+	m.adm.close() // as Shutdown does: then it waits for the writers
+	m.adm.wait(context.Background())
 	load := func() record {
 		t.Helper()
 		recs, bad, err := m.records.load()
@@ -29,9 +31,6 @@ func TestSaveSoonWritesTheLastState(t *testing.T) {
 		t.Errorf("after 200 changes the record has execution count %d, busy %v; want 200, false", r.ExecutionCount, r.Busy)
 	}
 
-	m.mu.Lock()
-	m.closed = true
-	m.mu.Unlock()
 	s.mu.Lock()
 	s.execCount = 201
 	s.mu.Unlock()

@@ -109,7 +109,7 @@ func (m *Manager) restore(ctx context.Context, recs []record) {
 func (m *Manager) restoreOne(ctx context.Context, r record) string {
 	s := &Session{id: r.ID, tenant: r.Tenant, language: r.Language,
 		idle: time.Duration(r.IdleTimeoutS * float64(time.Second)), created: r.CreatedAt,
-		lastActive: r.LastActiveAt, execCount: r.ExecutionCount, notice: r.Notice, turn: make(chan struct{}, 1),
+		lastActive: r.LastActiveAt, execCount: r.ExecutionCount, notice: r.Notice, turn: newTurn(),
 		metadata: r.Metadata}
 	if r.ExpiresAt != nil {
 		s.expires = *r.ExpiresAt // the reaper's first round ends it if it passes meanwhile
@@ -146,9 +146,11 @@ func (m *Manager) restoreOne(ctx context.Context, r record) string {
 		if err := m.store.Release(ctx, r.ID); err != nil {
 			m.log.Warn("release workspace", "session_id", r.ID, "err", err)
 		}
+		m.events.publish(Event{Kind: SessionEnded, SessionID: r.ID, Tenant: r.Tenant, Reason: EndFailed})
 		return "ended"
 	}
 	s.box = b
+	s.slot = m.adm.hold(s.tenant)
 	m.mu.Lock()
 	m.sessions[s.id] = s
 	m.mu.Unlock()

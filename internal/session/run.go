@@ -3,37 +3,59 @@ package session
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/cellbox/cellbox/internal/errdefs"
 )
 
-// run is one execution or command, a one-shot's included. Its context is its caller's:
-// the caller going away ends it, and so do an Interrupt of its session and Shutdown. The
-// guest protocol client turns that end into an interrupt addressed to the run, which the
-// guest keeps even when it overtakes the run.
-type run struct {
-	cancel context.CancelFunc
+// admitIn admits work of kind k in session s (see admission): it returns the session's box,
+// the run's context, which ends with ctx, with an Interrupt of the session while the run
+// holds its turn, and with Shutdown; and release, which gives back everything it took. It
+// counts as activity; while the run holds the turn the session is busy.
+func (m *Manager) admitIn(ctx context.Context, s *Session, k kind) (_ *box, _ context.Context, release func(), _ error) {
+	rctx, free, err := m.adm.admit(ctx, s.tenant, k, s.turn)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	turn := uses[k].turn
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		free()
+		return nil, nil, nil, fmt.Errorf("session %s ended: %w", s.id, errdefs.ErrNotFound)
+	}
+	s.busy = s.busy || turn
+	s.lastActive = time.Now()
+	b := s.box
+	s.mu.Unlock()
+	if turn {
+		m.saveSoon(s)
+	}
+	return b, rctx, func() {
+		s.mu.Lock()
+		if turn {
+			s.busy = false
+		}
+		s.lastActive = time.Now()
+		s.mu.Unlock()
+		if turn {
+			m.saveSoon(s)
+		} else {
+			m.save(s)
+		}
+		free()
+	}, nil
 }
 
-// startRun registers a run whose context ends with ctx or at cancel. end unregisters it;
-// Shutdown waits for every registered run to end. After Shutdown began no run starts.
-func (m *Manager) startRun(ctx context.Context) (_ context.Context, _ *run, end func(), _ error) {
-	ctx, cancel := context.WithCancel(ctx)
-	r := &run{cancel: cancel}
-	m.mu.Lock()
-	if m.closed {
-		m.mu.Unlock()
-		cancel()
-		return nil, nil, nil, fmt.Errorf("the server is shutting down: %w", errdefs.ErrUnavailable)
+// current returns the session's box for a file call, which counts as activity.
+func (m *Manager) current(s *Session) *box {
+	s.mu.Lock()
+	s.lastActive = time.Now()
+	b := s.box
+	stale := s.lastActive.Sub(s.saved) > saveEvery
+	s.mu.Unlock()
+	if stale {
+		m.saveSoon(s)
 	}
-	m.runs[r] = true
-	m.running.Add(1)
-	m.mu.Unlock()
-	return ctx, r, func() {
-		m.mu.Lock()
-		delete(m.runs, r)
-		m.mu.Unlock()
-		cancel()
-		m.running.Done()
-	}, nil
+	return b
 }

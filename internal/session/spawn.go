@@ -13,9 +13,6 @@ import (
 	"github.com/cellbox/cellbox/internal/workspace"
 )
 
-// maxSpawns caps the programs Spawn runs at once in one session.
-const maxSpawns = 16
-
 // Spawn runs a program in a session beside whatever runs there, as processes run in E2B's
 // sandboxes: unlike Command it does not wait for the session's turn. Its stdout and stderr
 // go to onOutput as they are read (nil: into the result, as with Command). It ends, its
@@ -31,50 +28,21 @@ func (m *Manager) Spawn(ctx context.Context, id, dir string, req api.CommandRequ
 	if err := checkDir(dir, req.Cwd); err != nil {
 		return nil, err
 	}
-	s, done, err := m.commandRun(ctx, id, &req)
+	s, err := m.commandSession(ctx, id, &req)
 	if err != nil {
 		return nil, err
 	}
-	defer done()
-	rctx, _, end, err := m.startRun(ctx)
+	b, rctx, release, err := m.admitIn(ctx, s, kindSpawn)
 	if err != nil {
 		return nil, err
 	}
-	defer end()
-	b, leave, err := m.spawnSlot(s)
-	if err != nil {
-		return nil, err
-	}
-	defer leave()
+	defer release()
 	res, err := b.guest.CommandRun(rctx, newID(), dir, req, onOutput)
 	if err != nil {
 		return m.spawnFailed(ctx, s, b, err)
 	}
 	m.metrics.observe("command", res.Status, time.Duration(res.DurationMS)*time.Millisecond)
 	return res, nil
-}
-
-// spawnSlot takes one of the session's places for spawned programs and returns its box;
-// leave gives the place back. Both count as activity.
-func (m *Manager) spawnSlot(s *Session) (_ *box, leave func(), _ error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil, nil, notFound(s.id)
-	}
-	if s.spawns >= maxSpawns {
-		return nil, nil, fmt.Errorf("this session runs %d programs beside its executions, the most it may: "+
-			"wait for one to end or stop one: %w", maxSpawns, errdefs.ErrResourceExhausted)
-	}
-	s.spawns++
-	s.lastActive = time.Now()
-	return s.box, func() {
-		s.mu.Lock()
-		s.spawns--
-		s.lastActive = time.Now()
-		s.mu.Unlock()
-		m.save(s)
-	}, nil
 }
 
 // spawnFailed handles a guest that failed under a spawned program, as Command does: the
@@ -85,13 +53,16 @@ func (m *Manager) spawnFailed(ctx context.Context, s *Session, b *box, err error
 	if b.alive() && !errors.Is(err, guestproto.ErrGuestGone) {
 		return nil, err
 	}
+	// The turn alone: the spawn is admitted already (its run and the tenant's count).
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 	defer cancel()
-	_, _, release, aerr := m.acquire(wctx, s)
-	if aerr != nil {
-		return nil, fmt.Errorf("the sandbox stopped while the program ran: %w", aerr)
+	if err := s.turn.take(wctx, nil); err != nil {
+		return nil, fmt.Errorf("the sandbox stopped while the program ran: waiting for the session's running execution to finish: %w", err)
 	}
-	defer release()
+	defer s.turn.give()
+	if m.adm.isClosed() {
+		return nil, fmt.Errorf("the sandbox stopped while the program ran: %w", errShuttingDown)
+	}
 	s.mu.Lock()
 	replaced := s.box != b
 	s.mu.Unlock()

@@ -189,9 +189,7 @@ func TestAttackSpawn(t *testing.T) {
 	// Every place is taken once every program started.
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		sess, _ := m.lookup(ctx, s.ID)
-		sess.mu.Lock()
-		n := sess.spawns
-		sess.mu.Unlock()
+		n := sess.turn.spawning()
 		if n == maxSpawns {
 			break
 		}

@@ -200,3 +200,50 @@ func TestOwner(t *testing.T) {
 		}
 	}
 }
+
+// TestAttackTenantExecutionCapCountsRestartAndContextDelete: a restart and a context
+// delete run in the sandbox like an execution, so --tenant-max-executions counts them: at
+// the cap they are refused as an execution would be, in the session that runs and in
+// another, and a refused restart leaves the running cell alone.
+func TestAttackTenantExecutionCapCountsRestartAndContextDelete(t *testing.T) {
+	m := newManager(t, func(c *config.Config) { c.TenantMaxExecutions = 1 })
+	alice := WithTenant(context.Background(), "alice")
+	var ids []string
+	for range 2 {
+		s, err := m.Create(alice, api.CreateSessionRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, s.ID)
+	}
+	a1, a2 := ids[0], ids[1]
+	done := startCell(t, m, alice, a1, "print('started', flush=True); import time; time.sleep(60)")
+	refused := map[string]func() error{
+		"restart of the running session":        func() error { return m.Restart(alice, a1) },
+		"restart of another session":            func() error { return m.Restart(alice, a2) },
+		"context delete in the running session": func() error { return m.DeleteContext(alice, a1, "scratch") },
+		"context delete in another session":     func() error { return m.DeleteContext(alice, a2, "scratch") },
+	}
+	for name, f := range refused {
+		if err := f(); !errors.Is(err, errdefs.ErrResourceExhausted) || !strings.Contains(err.Error(), "--tenant-max-executions") {
+			t.Errorf("%s: %v, want resource exhausted naming the cap", name, err)
+		}
+	}
+	select {
+	case r := <-done:
+		t.Fatalf("a refused restart ended the running cell: %+v", r)
+	default:
+	}
+	if err := m.Interrupt(alice, a1); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-done; r == nil || r.Status != api.StatusInterrupted {
+		t.Fatalf("the running cell: %+v", r)
+	}
+	if err := m.Restart(alice, a2); err != nil {
+		t.Errorf("a restart under the cap: %v", err)
+	}
+	if err := m.DeleteContext(alice, a2, "scratch"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("a context delete under the cap: %v, want not found (no such context)", err)
+	}
+}

@@ -1,4 +1,4 @@
-package session
+package server
 
 import (
 	"context"
@@ -9,10 +9,10 @@ import (
 	"time"
 )
 
-// PrepareFontCache builds matplotlib's font cache into dir with the given interpreter,
+// prepareFontCache builds matplotlib's font cache into dir with the given interpreter,
 // once: without it every new kernel spends about a second rebuilding it and warns on
 // stderr. The guest seeds each kernel's MPLCONFIGDIR from it. Returns dir.
-func PrepareFontCache(ctx context.Context, python, dir string) (string, error) {
+func prepareFontCache(ctx context.Context, python, dir string) (string, error) {
 	if m, _ := filepath.Glob(filepath.Join(dir, "fontlist-*.json")); len(m) > 0 {
 		return dir, nil
 	}

@@ -1,0 +1,126 @@
+package session
+
+import (
+	"context"
+	"time"
+
+	"github.com/cellbox/cellbox/api"
+)
+
+// Execute runs code in a session, after any execution already running there. Outputs go
+// to onOutput as they happen (may be nil).
+func (m *Manager) Execute(ctx context.Context, id string, req api.ExecuteRequest, onOutput func(api.Output)) (*api.ExecuteResult, error) {
+	s, err := m.lookup(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if req.TimeoutS, err = m.timeout(req.TimeoutS); err != nil {
+		return nil, err
+	}
+	if err := checkExecute(&req); err != nil {
+		return nil, err
+	}
+	b, rctx, release, err := m.admitIn(ctx, s, kindExecute)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	res, err := b.guest.Execute(rctx, req, onOutput)
+	if err != nil {
+		if res, err = m.afterGuestFailure(ctx, s, b, err); err != nil {
+			return nil, err
+		}
+	}
+	s.mu.Lock()
+	s.execCount = res.ExecutionCount
+	notice := s.notice
+	if notice != "" {
+		res.Outputs = append([]api.Output{{Type: api.OutputStream, Name: "stderr", Text: notice}}, res.Outputs...)
+		s.notice = ""
+	}
+	s.mu.Unlock()
+	m.metrics.observe("execute", res.Status, time.Duration(res.DurationMS)*time.Millisecond)
+	return res, nil
+}
+
+// Interrupt stops what runs in the session, if anything: a cell is interrupted (its state
+// kept), a command killed with everything it started. The run's caller gets its result.
+func (m *Manager) Interrupt(ctx context.Context, id string) error {
+	s, err := m.lookup(ctx, id)
+	if err != nil {
+		return err
+	}
+	s.interrupt()
+	return nil
+}
+
+// interrupt ends the run holding the session's turn, if any.
+func (s *Session) interrupt() {
+	s.mu.Lock()
+	s.lastActive = time.Now()
+	s.mu.Unlock()
+	s.turn.interrupt()
+}
+
+// Restart interrupts whatever runs and gives the session a fresh kernel; files stay.
+func (m *Manager) Restart(ctx context.Context, id string) error {
+	s, err := m.lookup(ctx, id)
+	if err != nil {
+		return err
+	}
+	// Admitted as a run of the tenant, it interrupts whatever holds the turn and takes it.
+	b, rctx, release, err := m.admitIn(ctx, s, kindRestart)
+	if err != nil {
+		return err
+	}
+	defer release()
+	err = b.guest.Restart(rctx)
+	if err != nil && !b.alive() {
+		_, err = m.afterGuestFailure(ctx, s, b, err)
+	}
+	if err == nil {
+		s.mu.Lock()
+		s.execCount = 0
+		s.mu.Unlock()
+	}
+	return err
+}
+
+// commandSession finds the session of a command (Command, Spawn), after checking the
+// request and filling in its timeout.
+func (m *Manager) commandSession(ctx context.Context, id string, req *api.CommandRequest) (*Session, error) {
+	s, err := m.lookup(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if err = checkCommand(req); err == nil {
+		req.TimeoutS, err = m.timeout(req.TimeoutS)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Command runs a program in a session, after any execution already running there.
+func (m *Manager) Command(ctx context.Context, id string, req api.CommandRequest) (*api.CommandResult, error) {
+	s, err := m.commandSession(ctx, id, &req)
+	if err != nil {
+		return nil, err
+	}
+	b, rctx, release, err := m.admitIn(ctx, s, kindCommand)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	res, err := b.guest.Command(rctx, req)
+	if err != nil {
+		if _, ferr := m.afterGuestFailure(ctx, s, b, err); ferr != nil {
+			return nil, ferr
+		}
+		return &api.CommandResult{Status: api.StatusCrashed, ExitCode: -1, Files: []api.FileChange{},
+			Message: "the sandbox stopped unexpectedly and was restarted: files in /mnt/data are kept"}, nil
+	}
+	m.metrics.observe("command", res.Status, time.Duration(res.DurationMS)*time.Millisecond)
+	return res, nil
+}
