@@ -289,10 +289,14 @@ func removeAt(ctx context.Context, parent int, name string, depth int) error {
 
 // emptyDir removes everything in the folder open as fd. It reads a batch of names afresh
 // each round (removing shifts the folder's offsets) until a read finds none, and gives up
-// on a round that removed nothing.
+// on a round that removed nothing. It checks ctx every round: user code that keeps adding
+// files as fast as they go would otherwise hold the remove (and the guest) for ever.
 func emptyDir(ctx context.Context, fd int, depth int) error {
 	buf := make([]byte, 8<<10)
 	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		names, err := readDirNames(fd, 256, buf)
 		if err != nil {
 			return err

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -440,4 +441,38 @@ func FuzzFileOps(f *testing.F) {
 			t.Fatalf("%q, %q: outside holds %s, want %s", a, b, got, want)
 		}
 	})
+}
+
+// TestFileOpsRemoveRefilled: a remove stops once its caller has gone, even in a folder of
+// files only. Were it to go on, user code that keeps adding files as fast as the remove
+// takes them away would hold it (and a guest goroutine, and a core) for as long as it liked.
+// The caller goes once the remove has opened the folder.
+func TestFileOpsRemoveRefilled(t *testing.T) {
+	ws := t.TempDir()
+	r, err := openRoot(ws, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.close()
+	s := &server{root: r}
+	full := filepath.Join(ws, "full")
+	os.Mkdir(full, 0o755)
+	for i := range 600 {
+		os.WriteFile(filepath.Join(full, "f-"+strconv.Itoa(i)), nil, 0o644)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	defer func() { testHookRemove = nil }()
+	testHookRemove = func(name string, opened bool) {
+		if name == "full" && opened {
+			cancel()
+		}
+	}
+	m := s.remove(ctx, "full")
+	if m.Error == nil || m.Error.Code != api.CodeCanceled {
+		t.Errorf("remove of a folder of files after the caller went: %+v, want canceled", m)
+	}
+	if n, _ := os.ReadDir(full); len(n) != 600 {
+		t.Errorf("the remove went on after its caller had gone: %d files left of 600", len(n))
+	}
 }
