@@ -259,7 +259,7 @@ func (s *server) command(ctx context.Context, w io.Writer, runID string, req *ap
 	errW.Close()
 	if err != nil {
 		if abs != "" {
-			if e := dirError(abs, err); e != nil {
+			if e := dirError(abs, s.user, err); e != nil {
 				return guestproto.Message{Error: e}
 			}
 			if errors.Is(err, unix.EACCES) {
@@ -379,21 +379,32 @@ func checkDir(dir, cwd string) *guestproto.Error {
 }
 
 // dirError explains a failed start whose cause was the folder dir, if it was: a folder
-// that is not there (or not a folder) makes the child's chdir fail before its exec. A
-// folder that exists but that the user may not enter is not told from a program the user
-// may not run (both are EACCES); nil then.
-func dirError(dir string, err error) *guestproto.Error {
+// that is not there (or not a folder) makes the child's chdir fail before its exec. The
+// same errors can come from the exec (a script's interpreter that is missing), so the
+// folder is tried again, as the user and never as the guest: a child started like the
+// program enters dir and then execs "/", which fails with EACCES once the chdir worked.
+// The guest's own look (a stat as root, through its own /proc/self) would tell the caller
+// what the user may not see, and could be raced with a link swapped in after the chdir.
+// A folder that exists but that the user may not enter is not told from a program the
+// user may not run (both are EACCES); nil then.
+func dirError(dir string, user *syscall.Credential, err error) *guestproto.Error {
 	if !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.ENOTDIR) && !errors.Is(err, unix.ELOOP) {
 		return nil
 	}
-	var st unix.Stat_t
-	switch serr := unix.Stat(dir, &st); {
-	case serr == unix.ENOENT || serr == unix.ENOTDIR:
+	var sys *syscall.SysProcAttr
+	if user != nil {
+		sys = &syscall.SysProcAttr{Credential: user}
+	}
+	_, _, perr := procs().start("/", []string{"/"}, &syscall.ProcAttr{Dir: dir, Sys: sys})
+	switch {
+	case perr == nil: // cannot be: "/" is a folder
+		return nil
+	case errors.Is(perr, unix.ENOENT):
 		return &guestproto.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("cwd: no such folder: %q", dir)}
-	case serr == unix.ELOOP:
+	case errors.Is(perr, unix.ENOTDIR):
+		return &guestproto.Error{Code: api.CodeInvalidArgument, Message: fmt.Sprintf("cwd %q is not a folder (it, or a folder on its way, is a file)", dir)}
+	case errors.Is(perr, unix.ELOOP):
 		return &guestproto.Error{Code: api.CodeInvalidArgument, Message: fmt.Sprintf("cwd %q: too many levels of symbolic links", dir)}
-	case serr == nil && st.Mode&unix.S_IFMT != unix.S_IFDIR:
-		return &guestproto.Error{Code: api.CodeInvalidArgument, Message: fmt.Sprintf("cwd %q is a file, not a folder", dir)}
 	}
 	return nil
 }

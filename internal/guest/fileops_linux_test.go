@@ -476,3 +476,31 @@ func TestFileOpsRemoveRefilled(t *testing.T) {
 		t.Errorf("the remove went on after its caller had gone: %d files left of 600", len(n))
 	}
 }
+
+// TestCommandDirOracle: when a program fails to start with "not found" in an absolute
+// folder (its script's interpreter is missing, say, and a link is swapped meanwhile), the
+// folder is judged as the user sees it, never as the guest (root) does: what is inside a
+// folder the user may not enter is not told.
+func TestCommandDirOracle(t *testing.T) {
+	testbin.NeedRoot(t, "switching user code to another uid")
+	t.Parallel()
+	base := t.TempDir()
+	os.Chmod(filepath.Dir(base), 0o711)
+	os.Chmod(base, 0o711)
+	closed := filepath.Join(base, "closed")
+	os.Mkdir(closed, 0o700) // root's: the user may not enter it
+	os.WriteFile(filepath.Join(closed, "file"), nil, 0o644)
+	user := &syscall.Credential{Uid: 1000, Gid: 1000, Groups: []uint32{}}
+	for _, p := range []string{"file", "nope", "."} {
+		if e := dirError(filepath.Join(closed, p), user, unix.ENOENT); e != nil {
+			t.Errorf("%s in a folder the user may not enter: %+v, want nothing told", p, e)
+		}
+	}
+	// What the user sees is told.
+	if e := dirError(filepath.Join(base, "nope"), user, unix.ENOENT); e == nil || e.Code != api.CodeNotFound {
+		t.Errorf("a missing folder: %+v", e)
+	}
+	if e := dirError("/tmp", user, unix.ENOENT); e != nil {
+		t.Errorf("a folder the user may enter: %+v", e)
+	}
+}
