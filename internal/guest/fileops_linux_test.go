@@ -410,35 +410,54 @@ func TestCommandDirAsUser(t *testing.T) {
 // that lead out: nothing outside it is ever made, moved or removed.
 func FuzzFileOps(f *testing.F) {
 	for _, s := range [][2]string{{"dir/ok.txt", "dir/new"}, {"out/x", "y"}, {"root", "root/tmp/x"},
-		{"up/secret", "a"}, {"dir/upup", "dir/upup/x"}, {"a/b", "out/b"}, {"dir", "up/dir"}, {"../x", "/mnt/data/x"}} {
+		{"up/secret", "a"}, {"dir/upup", "dir/upup/x"}, {"a/b", "out/b"}, {"dir", "up/dir"}, {"../x", "/mnt/data/x"},
+		{"dir/upup/secret", "dir"}, {"up/sub", "dir/upup"}} {
 		f.Add(s[0], s[1])
 	}
 	base := f.TempDir()
-	ws, outside := filepath.Join(base, "ws"), filepath.Join(base, "outside")
-	os.MkdirAll(filepath.Join(outside, "sub"), 0o755)
-	os.WriteFile(filepath.Join(outside, "sub", "secret"), []byte("SECRET"), 0o644)
-	os.Mkdir(ws, 0o755)
-	r, err := openRoot(ws, nil)
-	if err != nil {
-		f.Fatal(err)
+	// Both resolvers: openat2, and the component walk of kernels without it.
+	type fuzzWS struct {
+		ws, outside string
+		s           *server
 	}
-	s := &server{root: r}
+	var wss []fuzzWS
+	for i, noOpenat2 := range []bool{false, true} {
+		ws, outside := filepath.Join(base, "ws"+strconv.Itoa(i)), filepath.Join(base, "outside"+strconv.Itoa(i))
+		os.MkdirAll(filepath.Join(outside, "sub"), 0o755)
+		os.WriteFile(filepath.Join(outside, "sub", "secret"), []byte("SECRET"), 0o644)
+		os.Mkdir(ws, 0o755)
+		r, err := openRoot(ws, nil)
+		if err != nil {
+			f.Fatal(err)
+		}
+		r.noOpenat2.Store(noOpenat2)
+		wss = append(wss, fuzzWS{ws, outside, &server{root: r}})
+	}
 	ctx := context.Background()
 	want := "sub/secret:f sub:d"
 	f.Fuzz(func(t *testing.T, a, b string) {
-		os.MkdirAll(filepath.Join(ws, "dir"), 0o755)
-		os.WriteFile(filepath.Join(ws, "dir", "ok.txt"), nil, 0o644)
-		os.Symlink("/", filepath.Join(ws, "root"))
-		os.Symlink(outside, filepath.Join(ws, "out"))
-		os.Symlink("../outside", filepath.Join(ws, "up"))
-		os.Symlink("../../outside/sub", filepath.Join(ws, "dir", "upup"))
-		s.stat(a)
-		s.makeDir(a)
-		s.move(a, b)
-		s.move(b, a)
-		s.remove(ctx, b)
-		if got := tree(t, outside); got != want {
-			t.Fatalf("%q, %q: outside holds %s, want %s", a, b, got, want)
+		for _, w := range wss {
+			ws, s := w.ws, w.s
+			os.MkdirAll(filepath.Join(ws, "dir"), 0o755)
+			os.WriteFile(filepath.Join(ws, "dir", "ok.txt"), nil, 0o644)
+			os.Symlink("/", filepath.Join(ws, "root"))
+			os.Symlink(w.outside, filepath.Join(ws, "out"))
+			os.Symlink("../"+filepath.Base(w.outside), filepath.Join(ws, "up"))
+			os.Symlink("../../"+filepath.Base(w.outside)+"/sub", filepath.Join(ws, "dir", "upup"))
+			s.stat(a)
+			s.stat(b)
+			s.makeDir(a)
+			s.move(a, b)
+			s.makeDir(b)
+			s.move(b, a)
+			s.remove(ctx, b)
+			s.remove(ctx, a)
+			if got := tree(t, w.outside); got != want {
+				t.Fatalf("%q, %q (openat2 %v): outside holds %s, want %s", a, b, !s.root.noOpenat2.Load(), got, want)
+			}
+			if got, err := os.ReadFile(filepath.Join(w.outside, "sub", "secret")); err != nil || string(got) != "SECRET" {
+				t.Fatalf("%q, %q: the secret outside is now %q, %v", a, b, got, err)
+			}
 		}
 	})
 }
