@@ -219,6 +219,13 @@ func (s *Store) Create(ctx context.Context, req api.ConversationRequest) (*api.C
 	s.convs[c.info.ID] = c
 	info := c.info
 	s.mu.Unlock()
+	// The session may have ended since it was found or made, its end told before the
+	// conversation was in the store to be dropped: asked again now that it is, the session
+	// is either gone or its end will find the conversation.
+	if _, err := s.opts.Sessions.Get(ctx, req.SessionID); errdefs.Code(err) == api.CodeNotFound {
+		s.forget(c)
+		return nil, fmt.Errorf("session %s ended while the conversation was made: %w", req.SessionID, errdefs.ErrNotFound)
+	}
 	s.save(c)
 	return &info, nil
 }

@@ -26,12 +26,21 @@ type fakeSessions struct {
 	mu    sync.Mutex
 	owner map[string]string // session id → tenant
 	subs  []func(session.Event)
+	// answered, when set, runs after Create or Get answered (outside the lock): what
+	// happens between the manager's answer and the caller's next step.
+	answered func(id string)
+	// subscribed, when set, runs in a goroutine of its own once Subscribe returns, as the
+	// manager's deliveries do.
+	subscribed func(fn func(session.Event))
 }
 
 func (f *fakeSessions) Subscribe(fn func(session.Event)) func() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.subs = append(f.subs, fn)
+	if f.subscribed != nil {
+		go f.subscribed(fn)
+	}
 	return func() {}
 }
 
@@ -58,17 +67,26 @@ func (f *fakeSessions) Command(context.Context, string, api.CommandRequest) (*ap
 
 func (f *fakeSessions) Create(ctx context.Context, _ api.CreateSessionRequest) (*api.Session, error) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	id := fmt.Sprintf("s%d", len(f.owner))
 	f.owner[id] = session.Tenant(ctx)
+	answered := f.answered
+	f.mu.Unlock()
+	if answered != nil {
+		answered(id)
+	}
 	return &api.Session{ID: id}, nil
 }
 
 func (f *fakeSessions) Get(ctx context.Context, id string) (*api.Session, error) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	if t, ok := f.owner[id]; !ok || t != session.Tenant(ctx) {
+	t, ok := f.owner[id]
+	answered := f.answered
+	f.mu.Unlock()
+	if !ok || t != session.Tenant(ctx) {
 		return nil, fmt.Errorf("session %s: %w", id, errdefs.ErrNotFound)
+	}
+	if answered != nil {
+		answered(id)
 	}
 	return &api.Session{ID: id}, nil
 }
@@ -430,5 +448,73 @@ func TestSessionEndDropsConversation(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, kept.ID+".json")); err != nil {
 		t.Errorf("the kept conversation's file: %v", err)
+	}
+}
+
+// TestSessionEndsWhileCreating: a session that ends while a conversation is being made on
+// it (after the manager said it lives, before the conversation is in the store, so the end
+// finds nothing to drop) leaves no conversation behind: none in the list, none holding a
+// place under the cap, no file. The request says the session ended.
+func TestSessionEndsWhileCreating(t *testing.T) {
+	for _, named := range []bool{false, true} {
+		t.Run(fmt.Sprint("named session ", named), func(t *testing.T) {
+			dir := t.TempDir()
+			s, f := newStore(t, func(o *Options) { o.Dir = dir; o.MaxPerTenant = 1 })
+			alice := session.WithTenant(context.Background(), "alice")
+			req := api.ConversationRequest{}
+			if named {
+				sess, err := f.Create(alice, api.CreateSessionRequest{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				req.SessionID = sess.ID
+			}
+			var once sync.Once
+			f.mu.Lock()
+			f.answered = func(id string) { once.Do(func() { f.end(id, session.EndDeleted) }) }
+			f.mu.Unlock()
+			c, err := s.Create(alice, req)
+			if errdefs.Code(err) != api.CodeNotFound {
+				t.Errorf("a conversation on a session that ended meanwhile: %+v, %v; want not found", c, err)
+			}
+			if list := s.List(alice, ""); len(list) != 0 {
+				t.Errorf("the list keeps %+v", list)
+			}
+			if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+				t.Errorf("files left: %v", entries)
+			}
+			f.mu.Lock()
+			f.answered = nil
+			f.mu.Unlock()
+			if _, err := s.Create(alice, api.ConversationRequest{}); err != nil {
+				t.Errorf("the next conversation, under a cap of 1: %v", err)
+			}
+		})
+	}
+}
+
+// TestSessionEndsWhileLoading: the manager tells of an ending from its own goroutine, also
+// while a new store reads its files (it subscribes first, so as to miss none).
+func TestSessionEndsWhileLoading(t *testing.T) {
+	dir := t.TempDir()
+	s, f := newStore(t, func(o *Options) { o.Dir = dir })
+	alice := session.WithTenant(context.Background(), "alice")
+	for range 3 {
+		if _, err := s.Create(alice, api.ConversationRequest{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	delivered := make(chan struct{})
+	f.subscribed = func(fn func(session.Event)) {
+		defer close(delivered)
+		fn(session.Event{Kind: session.SessionEnded, SessionID: "elsewhere", Tenant: "alice", Reason: session.EndIdle})
+	}
+	again, err := New(Options{Dir: dir, Sessions: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-delivered
+	if list := again.List(alice, ""); len(list) != 3 {
+		t.Errorf("the next store has %d conversations, want 3", len(list))
 	}
 }

@@ -89,10 +89,19 @@ func (s *Store) load() error {
 			}
 			c.sizes[i] = jsonSize(c.turns[i])
 		}
+		// Under the lock: the manager may tell of a session's end (sessionEvent) meanwhile.
+		s.mu.Lock()
 		s.convs[c.info.ID] = c
+		s.mu.Unlock()
 	}
 	// Those whose sessions ended while no server ran go now, files and all.
+	s.mu.Lock()
+	all := make([]*conv, 0, len(s.convs))
 	for _, c := range s.convs {
+		all = append(all, c)
+	}
+	s.mu.Unlock()
+	for _, c := range all {
 		ctx := session.WithTenant(context.Background(), c.tenant)
 		if _, err := s.opts.Sessions.Get(ctx, c.info.SessionID); errdefs.Code(err) == api.CodeNotFound {
 			s.forget(c)

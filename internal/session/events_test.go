@@ -150,3 +150,52 @@ func TestSessionEvents(t *testing.T) {
 		}
 	})
 }
+
+// TestOneEndEvent: a session ended from every side at once (its tenant's Delete, the idle
+// reaper, its deadline) ends once, and its subscribers hear of it once, after its creation.
+func TestOneEndEvent(t *testing.T) {
+	m := newManager(t, nil)
+	got := make(chan Event, 100)
+	m.Subscribe(func(ev Event) { got <- ev })
+	alice := WithTenant(context.Background(), "alice")
+	sess, err := m.Create(alice, api.CreateSessionRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := m.lookup(alice, sess.ID)
+	s.mu.Lock()
+	s.lastActive, s.expires = time.Now().Add(-time.Hour), time.Now().Add(-time.Second)
+	s.mu.Unlock()
+	var wg sync.WaitGroup
+	wg.Go(func() { m.Delete(alice, sess.ID) })
+	wg.Go(func() { m.endIdle(context.Background(), time.Now()) })
+	wg.Go(func() { m.endExpired(context.Background(), time.Now()) })
+	wg.Wait()
+	// Each ending told its event before it returned; a marker session's end, told in order
+	// after them, shows that every one has been delivered.
+	marker, err := m.Create(alice, api.CreateSessionRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Delete(alice, marker.ID); err != nil {
+		t.Fatal(err)
+	}
+	var evs []Event
+	for {
+		select {
+		case ev := <-got:
+			if ev.SessionID == sess.ID {
+				evs = append(evs, ev)
+			}
+			if ev.SessionID != marker.ID || ev.Kind != SessionEnded {
+				continue
+			}
+		case <-time.After(time.Minute):
+			t.Fatalf("no end of the marker session; events of the other: %+v", evs)
+		}
+		break
+	}
+	if len(evs) != 2 || evs[0].Kind != SessionCreated || evs[1].Kind != SessionEnded {
+		t.Errorf("events %+v; want created, then ended once", evs)
+	}
+}
