@@ -53,7 +53,9 @@ test: ## install test needs, build the default image and a Kubernetes control pl
 	@# etcd, kube-apiserver and kubectl for the cluster tests, built once from the Go module proxy.
 	tools=$$(scripts/kube-tools.sh) && CELLBOX_KUBE_TOOLS=$$tools CELLBOX_TEST_IMAGES=$(TEST_STATE)/images scripts/with-dockerd.sh $(MAKE) --no-print-directory test-suites
 
-# The suites, with the default image built and a Docker engine answering (make test).
+# The suites, with the default image built and a Docker engine answering (make test). The
+# tests run ./bin/cellbox (make build), linked once, instead of each package building its own.
+test-suites: export CELLBOX_TEST_BINARY := $(CURDIR)/bin/cellbox
 test-suites:
 	@# The image a Kubernetes node runs in, for TestNodeImage (built once per package list and binary).
 	CELLBOX_TEST_NODE_IMAGE=$$(STATE=$(TEST_STATE) scripts/node-image.sh cellbox/node:test) && export CELLBOX_TEST_NODE_IMAGE && \

@@ -35,7 +35,7 @@ func loopStore(t *testing.T, dir string) *Store {
 	return s
 }
 
-func needLoop(t *testing.T) {
+func needLoop(t testing.TB) {
 	t.Helper()
 	testbin.NeedRoot(t, "workspace quotas are loop mounts")
 	if _, err := os.Stat("/dev/loop-control"); err != nil {
@@ -367,9 +367,7 @@ func TestStoreAuto(t *testing.T) {
 }
 
 func BenchmarkStoreCreate(b *testing.B) {
-	if os.Geteuid() != 0 {
-		b.Skip("needs root")
-	}
+	needLoop(b)
 	s, err := NewStore(StoreConfig{Dir: b.TempDir(), Quota: "loop"})
 	if err != nil {
 		b.Fatal(err)
