@@ -159,7 +159,7 @@ print("second")`}, func(o api.Output) {
 			onC = append(onC, id)
 		}
 	}
-	waitFor(t, "node-c's sessions answer unavailable", func() error {
+	testbin.WaitFor(t, time.Minute, "node-c's sessions answer unavailable", func() error {
 		_, err := clients["node-a"].GetSession(ctx, onC[0])
 		if !client.IsUnavailable(err) {
 			return fmt.Errorf("GetSession through node-a: %v", err)
@@ -199,7 +199,7 @@ print("second")`}, func(o api.Output) {
 			break
 		}
 	}
-	waitFor(t, "node-b's sessions answer restarting", func() error {
+	testbin.WaitFor(t, time.Minute, "node-b's sessions answer restarting", func() error {
 		_, err := clients["node-a"].GetSession(ctx, onB)
 		if !client.IsUnavailable(err) || !strings.Contains(err.Error(), "restarting") {
 			return fmt.Errorf("GetSession through node-a: %v; want unavailable, restarting", err)
@@ -473,7 +473,7 @@ func (tc *testCluster) waitLive(t testing.TB, want ...string) {
 		if tc.nodes[n].cmd.ProcessState != nil {
 			continue
 		}
-		waitFor(t, n+" sees every node live", func() error {
+		testbin.WaitFor(t, time.Minute, n+" sees every node live", func() error {
 			v, err := tc.clients[n].Cluster(t.Context())
 			if err != nil {
 				return err
@@ -490,18 +490,6 @@ func (tc *testCluster) waitLive(t testing.TB, want ...string) {
 			return nil
 		})
 	}
-}
-
-// waitFor polls cond until it holds, for at most a minute.
-func waitFor(t testing.TB, what string, cond func() error) {
-	t.Helper()
-	var err error
-	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		if err = cond(); err == nil {
-			return
-		}
-	}
-	t.Fatalf("%s: not within a minute: %v", what, err)
 }
 
 func mustRun(t testing.TB, c *client.Client, id, code, want string) {

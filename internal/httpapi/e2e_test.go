@@ -334,15 +334,13 @@ func TestInterruptAndRestart(t *testing.T) {
 // then on reaches the run, even if the guest has not begun the cell yet.
 func waitBusy(t *testing.T, c *client, id string) {
 	t.Helper()
-	for i := 0; i < 200; i++ {
+	if !testbin.Eventually(5*time.Second, func() bool {
 		var s api.Session
 		c.do("GET", "/v1/sessions/"+id, nil, &s)
-		if s.State == "busy" {
-			return
-		}
-		time.Sleep(25 * time.Millisecond)
+		return s.State == "busy"
+	}) {
+		t.Fatal("session never became busy")
 	}
-	t.Fatal("session never became busy")
 }
 
 // TestSSEWhileRunning proves outputs stream before the cell ends: the cell prints, then
@@ -614,12 +612,12 @@ func TestAttackCommandOutlivesCaller(t *testing.T) {
 			resp.Body.Close()
 		}
 	}()
-	for {
-		if st := c.do("GET", "/v1/sessions/"+id+"/files/started", nil, nil); st == http.StatusOK {
-			break
+	testbin.WaitFor(t, time.Minute, "the command to start", func() error {
+		if st := c.do("GET", "/v1/sessions/"+id+"/files/started", nil, nil); st != http.StatusOK {
+			return fmt.Errorf("GET its file started: HTTP %d", st)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	cancel() // the client goes away
 	<-gone
 	var r api.CommandResult

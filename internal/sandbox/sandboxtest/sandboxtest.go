@@ -26,6 +26,7 @@ import (
 	"github.com/cellbox/cellbox/internal/errdefs"
 	"github.com/cellbox/cellbox/internal/guestproto"
 	"github.com/cellbox/cellbox/internal/sandbox"
+	"github.com/cellbox/cellbox/internal/testbin"
 )
 
 // Python is the interpreter the suite configures the guest with.
@@ -381,17 +382,6 @@ func processesWith(marker string) []string {
 	return pids
 }
 
-func eventually(d time.Duration, f func() bool) bool {
-	for end := time.Now().Add(d); ; time.Sleep(20 * time.Millisecond) {
-		if f() {
-			return true
-		}
-		if time.Now().After(end) {
-			return false
-		}
-	}
-}
-
 func testStop(t *testing.T, b sandbox.Backend) {
 	x := start(t, b, limits)
 	// Two processes that left the guest's process groups: a child of the kernel in a
@@ -412,7 +402,7 @@ func testStop(t *testing.T, b sandbox.Backend) {
 	hostProcs := runtime.GOOS == "linux" && b.Capabilities().HostProcesses
 	if hostProcs {
 		for _, m := range markers {
-			if !eventually(5*time.Second, func() bool { return len(processesWith(m)) > 0 }) {
+			if !testbin.Eventually(5*time.Second, func() bool { return len(processesWith(m)) > 0 }) {
 				t.Fatalf("%q does not show in the host's /proc", m)
 			}
 		}
@@ -443,7 +433,7 @@ func testStop(t *testing.T, b sandbox.Backend) {
 		t.Errorf("second stop: %v", err)
 	}
 	for _, m := range markers {
-		if hostProcs && !eventually(5*time.Second, func() bool { return len(processesWith(m)) == 0 }) {
+		if hostProcs && !testbin.Eventually(5*time.Second, func() bool { return len(processesWith(m)) == 0 }) {
 			t.Errorf("%q survived Stop: pids %v", m, processesWith(m))
 		}
 	}
@@ -663,7 +653,7 @@ func testPids(t *testing.T, b sandbox.Backend) {
 	if got := x.run(t, "print(1 + 1, end='')"); got != "2" {
 		t.Errorf("after the fork bomb the kernel printed %q", got)
 	}
-	ok := eventually(30*time.Second, func() bool {
+	ok := testbin.Eventually(30*time.Second, func() bool {
 		r, err := x.c.Command(ctxT(t, 30*time.Second), api.CommandRequest{Cmd: []string{"echo", "ok"}, TimeoutS: 5})
 		return err == nil && r.Status == api.StatusOK && r.Stdout == "ok\n"
 	})
