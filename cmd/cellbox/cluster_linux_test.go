@@ -83,7 +83,7 @@ func TestCluster(t *testing.T) {
 	}
 	// Another tenant, through a node that forwards: none of it is there.
 	for _, n := range names {
-		c := client.New(tc.nodes[n].url, client.WithAPIKey(tc.otherKey))
+		c := client.New(tc.nodes[n].URL, client.WithAPIKey(tc.otherKey))
 		if l, err := c.SessionList(ctx); err != nil || len(l.Sessions) != 0 {
 			t.Errorf("the other tenant lists through %s: %+v, %v; want none", n, l, err)
 		}
@@ -97,13 +97,13 @@ func TestCluster(t *testing.T) {
 			break
 		}
 	}
-	if _, err := client.New(tc.nodes["node-a"].url, client.WithAPIKey("cbk_wrong")).GetSession(ctx, ids[0]); !client.IsUnauthenticated(err) {
+	if _, err := client.New(tc.nodes["node-a"].URL, client.WithAPIKey("cbk_wrong")).GetSession(ctx, ids[0]); !client.IsUnauthenticated(err) {
 		t.Errorf("a wrong key through node-a: %v; want unauthenticated", err)
 	}
 	// A body past --max-body-bytes (8 MiB) is refused, whichever node would take the
 	// session; the node serves on.
 	for _, n := range names {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, tc.nodes[n].url+"/v1/sessions", bytes.NewReader(bytes.Repeat([]byte(" "), 9<<20)))
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, tc.nodes[n].URL+"/v1/sessions", bytes.NewReader(bytes.Repeat([]byte(" "), 9<<20)))
 		req.Header.Set("Authorization", "Bearer "+tc.key)
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -190,8 +190,8 @@ print("second")`}, func(o api.Output) {
 	}
 
 	// node-b stops gracefully: the others say at once that it is restarting.
-	nodes["node-b"].cmd.Process.Signal(syscall.SIGTERM)
-	<-nodes["node-b"].exited
+	nodes["node-b"].Cmd.Process.Signal(syscall.SIGTERM)
+	<-nodes["node-b"].Exited
 	var onB string
 	for _, id := range ids {
 		if nodeOf(id) == "node-b" {
@@ -250,7 +250,7 @@ func TestClusterOtherAPIs(t *testing.T) {
 			b, _ := json.Marshal(body)
 			rd = bytes.NewReader(b)
 		}
-		req, _ := http.NewRequestWithContext(ctx, method, tc.nodes[node].url+path, rd)
+		req, _ := http.NewRequestWithContext(ctx, method, tc.nodes[node].URL+path, rd)
 		req.Header.Set("Authorization", "Bearer "+tc.key)
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -298,9 +298,9 @@ func TestClusterOtherAPIs(t *testing.T) {
 	// An MCP client that opens its session through node-a and sends the session's requests
 	// through node-b: the MCP session, and the cellbox session its tools run in, are on
 	// node-a, and node-b forwards to it.
-	hop := &hopper{to: tc.nodes["node-b"].url, key: tc.key}
+	hop := &hopper{to: tc.nodes["node-b"].URL, key: tc.key}
 	mc := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
-	cs, err := mc.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: tc.nodes["node-a"].url + "/mcp", HTTPClient: &http.Client{Transport: hop}}, nil)
+	cs, err := mc.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: tc.nodes["node-a"].URL + "/mcp", HTTPClient: &http.Client{Transport: hop}}, nil)
 	if err != nil {
 		t.Fatalf("MCP connect through node-a: %v", err)
 	}
@@ -340,7 +340,7 @@ func TestClusterOtherAPIs(t *testing.T) {
 	}
 	// E2B's SDK, unmodified, with its control plane on node-a and the sandbox's traffic on
 	// node-b: whichever node the sandbox is on, one of them forwards.
-	r := runE2BProgram(t, tc.nodes["node-a"].url, tc.nodes["node-b"].url, tc.key)
+	r := runE2BProgram(t, tc.nodes["node-a"].URL, tc.nodes["node-b"].URL, tc.key)
 	if !strings.Contains(r, "8000 rows") || !strings.Contains(r, `"killed":true`) {
 		t.Errorf("the E2B program across nodes: %s", r)
 	}
@@ -451,7 +451,7 @@ func (tc *testCluster) start(t testing.TB, name string) {
 	tc.nodes[name] = serve(t, tc.states[name], "--end-sessions-on-exit=false", "--pool-size", "2",
 		"--cluster", "kubernetes", "--kubeconfig", tc.kubeconfig, "--cluster-node", name,
 		"--cluster-namespace", "cellbox", "--cluster-lease-duration", "5s")
-	tc.clients[name] = client.New(tc.nodes[name].url, client.WithAPIKey(tc.key))
+	tc.clients[name] = client.New(tc.nodes[name].URL, client.WithAPIKey(tc.key))
 }
 
 // nodeOf is the node a session id names.
@@ -470,7 +470,7 @@ func (tc *testCluster) nodeOf(t testing.TB, id string) string {
 func (tc *testCluster) waitLive(t testing.TB, want ...string) {
 	t.Helper()
 	for _, n := range tc.names {
-		if tc.nodes[n].cmd.ProcessState != nil {
+		if tc.nodes[n].Cmd.ProcessState != nil {
 			continue
 		}
 		testbin.WaitFor(t, time.Minute, n+" sees every node live", func() error {
@@ -510,8 +510,8 @@ func joinText(res *api.ExecuteResult) string {
 
 func crash(t testing.TB, s *served) {
 	t.Helper()
-	s.cmd.Process.Kill()
-	<-s.exited
+	s.Cmd.Process.Kill()
+	<-s.Exited
 }
 
 func randBytes(t testing.TB, n int) []byte {
@@ -630,8 +630,8 @@ func BenchmarkClusterJoin(b *testing.B) {
 		}
 		fromStart, fromReady = append(fromStart, time.Since(t0)), append(fromReady, time.Since(ready))
 		seen = append(seen, seenAt)
-		tc.nodes[name].cmd.Process.Signal(syscall.SIGTERM)
-		<-tc.nodes[name].exited
+		tc.nodes[name].Cmd.Process.Signal(syscall.SIGTERM)
+		<-tc.nodes[name].Exited
 	}
 	b.ReportMetric(millis(percentile(seen, 50)), "ms-seen-live-p50")
 	b.ReportMetric(millis(percentile(fromStart, 50)), "ms-from-start-p50")

@@ -23,89 +23,32 @@ import (
 	"time"
 
 	"github.com/cellbox/cellbox/api"
-	"github.com/cellbox/cellbox/internal/config"
 	"github.com/cellbox/cellbox/internal/sandbox"
-	"github.com/cellbox/cellbox/internal/server"
 	"github.com/cellbox/cellbox/internal/testbin"
+	"github.com/cellbox/cellbox/internal/testserver"
 )
 
-var (
-	sharedOnce sync.Once
-	sharedSrv  *server.Server
-	sharedErr  error
-	sharedDir  string // the shared server's state folder, removed after the tests
-)
+// shared is the server the tests of this package share, on testbin.TestSetup's setup.
+var shared = &testserver.Shared{Prefix: "e2e", FromSetup: true}
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if sharedSrv != nil {
-		ctx, cancel := contextWithTimeout(60 * time.Second)
-		sharedSrv.Shutdown(ctx)
-		cancel()
-	}
-	testbin.RemoveStateDir(sharedDir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testserver.Main(m, shared) }
+
+// testRuntime is the OCI runtime of the shared server.
+func testRuntime() string { return testserver.Runtime() }
 
 // sharedOnImages: the shared server's sandboxes run on the default image, not on the host's
 // root filesystem.
-var sharedOnImages bool
-
-// testRuntime is the OCI runtime of the shared server: $CELLBOX_TEST_RUNTIME, else runc.
-func testRuntime() string {
-	if rt := os.Getenv("CELLBOX_TEST_RUNTIME"); rt != "" {
-		return rt
-	}
-	return "runc"
-}
-
-// testConfig is a server config for tests on setup, with its own state dir.
-func testConfig(setup testbin.Setup, dir string) config.Config {
-	cfg := config.Default()
-	cfg.Backend, cfg.RootFS, cfg.ImagesDir = setup.Backend, setup.RootFS, setup.ImagesDir
-	cfg.Runtime = testRuntime()
-	cfg.Addr = "127.0.0.1:0"
-	cfg.StateDir = dir
-	cfg.EndSessionsOnExit = true // nothing outlives the test
-	cfg.PoolSize = 2
-	cfg.LogLevel = "warn"
-	cfg.InterruptGrace = 2 * time.Second
-	return cfg
-}
-
-// shared returns the URL of one server shared by the tests of this package.
-func shared(t *testing.T) string {
-	t.Helper()
-	setup := testbin.TestSetup(t)
-	sharedOnImages = setup.ImagesDir != ""
-	testbin.NeedProgram(t, testRuntime(), testRuntime())
-	guest := testbin.Cellbox(t)
-	sharedOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "cellbox-e2e-")
-		if err != nil {
-			sharedErr = err
-			return
-		}
-		sharedDir = dir
-		ctx, cancel := contextWithTimeout(2 * time.Minute)
-		defer cancel()
-		sharedSrv, sharedErr = server.Start(ctx, testConfig(setup, dir), server.Options{GuestBinary: guest})
-	})
-	if sharedErr != nil {
-		t.Fatalf("start server: %v", sharedErr)
-	}
-	return sharedSrv.URL
-}
+func sharedOnImages() bool { return shared.Setup().ImagesDir != "" }
 
 type client struct {
 	t   *testing.T
 	url string
 }
 
-func newClient(t *testing.T) *client { return &client{t: t, url: shared(t)} }
+func newClient(t *testing.T) *client { return &client{t: t, url: shared.Start(t).URL} }
 
 // caps is what the shared server's backend enforces.
-func (c *client) caps() sandbox.Capabilities { return sharedSrv.Backend.Capabilities() }
+func (c *client) caps() sandbox.Capabilities { return shared.Start(c.t).Backend.Capabilities() }
 
 // do sends a request and decodes a JSON answer into out (if not nil); it returns the status.
 func (c *client) do(method, path string, body any, out any) int {
