@@ -10,6 +10,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -534,19 +535,29 @@ func endSessions(t testing.TB, state string) {
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	for deadline := time.Now().Add(2 * time.Minute); !strings.Contains(out.String(), "cellbox serving"); time.Sleep(20 * time.Millisecond) {
+	var gone bool
+	var exitErr error
+	serving := testbin.Poll(2*time.Minute, func() error {
+		if strings.Contains(out.String(), "cellbox serving") {
+			return nil
+		}
 		select {
-		case err := <-exited:
-			t.Errorf("end the sessions on %s: the server exited: %v\n%s", state, err, out.String())
-			return
+		case exitErr = <-exited:
+			gone = true
+			return nil
 		default:
+			return errors.New("not serving yet")
 		}
-		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			<-exited
-			t.Errorf("end the sessions on %s: the server did not start in 2 minutes:\n%s", state, out.String())
-			return
-		}
+	})
+	if gone {
+		t.Errorf("end the sessions on %s: the server exited: %v\n%s", state, exitErr, out.String())
+		return
+	}
+	if serving != nil {
+		cmd.Process.Kill()
+		<-exited
+		t.Errorf("end the sessions on %s: the server did not start in 2 minutes:\n%s", state, out.String())
+		return
 	}
 	cmd.Process.Signal(syscall.SIGTERM)
 	if err := <-exited; err != nil {

@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -131,18 +132,16 @@ func TestMCPServeShutdown(t *testing.T) {
 		running <- answer{res, err}
 	}()
 	rc := client.New(srv.URL)
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+	testbin.WaitFor(t, time.Minute, "the session busy", func() error {
 		list, err := rc.ListSessions(t.Context())
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(list) == 1 && list[0].State == "busy" {
-			break
+		if len(list) != 1 || list[0].State != "busy" {
+			return fmt.Errorf("sessions %+v", list)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sessions %+v after a minute", list)
-		}
-	}
+		return nil
+	})
 	srv.Cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case a := <-running:

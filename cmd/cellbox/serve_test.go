@@ -63,7 +63,7 @@ func TestServeShutdown(t *testing.T) {
 		running <- answer{res, err}
 	}()
 	// Busy, and the pool refilled: every sandbox of the server is running.
-	for deadline := time.Now().Add(time.Minute); ; {
+	testbin.WaitFor(t, time.Minute, "the session busy and the pool refilled", func() error {
 		s, err := c.GetSession(ctx, sess.ID)
 		if err != nil {
 			t.Fatal(err)
@@ -72,14 +72,11 @@ func TestServeShutdown(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if s.State == "busy" && h.Pool == 1 {
-			break
+		if s.State != "busy" || h.Pool != 1 {
+			return fmt.Errorf("session %s, pool %d", s.State, h.Pool)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("session %s, pool %d after a minute", s.State, h.Pool)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	runcRoot := filepath.Join(state, "runc", "runtime") // runc.Config.StateDir is <state>/runc
 	ids := runcList(t, runcRoot)
 	if len(ids) != 2 {

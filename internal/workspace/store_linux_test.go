@@ -71,13 +71,9 @@ func loopDevices(t *testing.T, dir string) int {
 // noLoopDevices waits briefly for autoclear, then fails if a loop device of dir is left.
 func noLoopDevices(t *testing.T, dir string) {
 	t.Helper()
-	for range 50 {
-		if loopDevices(t, dir) == 0 {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !testbin.Eventually(time.Second, func() bool { return loopDevices(t, dir) == 0 }) {
+		t.Errorf("%d loop devices leaked", loopDevices(t, dir))
 	}
-	t.Errorf("%d loop devices leaked", loopDevices(t, dir))
 }
 
 // asOwner runs a shell script in dir as the workspace's owner, as a sandbox would.
