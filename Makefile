@@ -53,9 +53,11 @@ STAGE := scripts/stage.sh
 test: ## install test needs, build the default image and a Kubernetes control plane, start dockerd, run every test with the race detector (as root)
 	$(STAGE) deps scripts/install-deps.sh --test
 	$(STAGE) npm $(MAKE) --no-print-directory $(TSCLIENT)/node_modules/.package-lock.json $(E2BCLIENT)/node_modules/.package-lock.json $(BROWSER)/node_modules/.package-lock.json
-	$(STAGE) lint $(MAKE) --no-print-directory lint
 	$(STAGE) build $(MAKE) --no-print-directory build
-	$(STAGE) image ./bin/cellbox image build --state-dir $(TEST_STATE) >/dev/null
+	@# The default image's build (downloads and dpkg, kept between runs) beside lint's compiles.
+	$(STAGE) image ./bin/cellbox image build --state-dir $(TEST_STATE) >/dev/null & image=$$!; \
+		lint=0; $(STAGE) lint $(MAKE) --no-print-directory lint || lint=$$?; \
+		wait $$image && ((lint == 0))
 	@# etcd, kube-apiserver and kubectl for the cluster tests, built once from the Go module proxy.
 	tools=$$($(STAGE) kube-tools scripts/kube-tools.sh) && CELLBOX_KUBE_TOOLS=$$tools CELLBOX_TEST_IMAGES=$(TEST_STATE)/images scripts/with-dockerd.sh $(MAKE) --no-print-directory test-suites
 
