@@ -2,7 +2,8 @@ package httpapi_test
 
 // End-to-end tests of the REST contract on the runc backend: a real server (in process),
 // real runc sandboxes, the real guest binary, real IPython. CELLBOX_TEST_RUNTIME picks
-// the OCI runtime (runc by default; make test runs them again with runsc).
+// the OCI runtime and CELLBOX_TEST_SETUP the setup (runc on the host's root by default);
+// what a backend changes is the conformance suite's (internal/sandbox/sandboxtest).
 
 import (
 	"bufio"
