@@ -46,25 +46,39 @@ run: deps build ## run the server on 127.0.0.1:8080 with the runc backend, state
 # server): kept between runs, so a machine builds it once per package list.
 TEST_STATE ?= /var/lib/cellbox
 
-test: ## install test needs, build the default image and a Kubernetes control plane, start dockerd, run every test with the race detector (as root)
-	scripts/install-deps.sh --test
-	$(MAKE) --no-print-directory $(TSCLIENT)/node_modules/.package-lock.json $(E2BCLIENT)/node_modules/.package-lock.json $(BROWSER)/node_modules/.package-lock.json lint build
-	./bin/cellbox image build --state-dir $(TEST_STATE) >/dev/null
-	@# etcd, kube-apiserver and kubectl for the cluster tests, built once from the Go module proxy.
-	tools=$$(scripts/kube-tools.sh) && CELLBOX_KUBE_TOOLS=$$tools CELLBOX_TEST_IMAGES=$(TEST_STATE)/images scripts/with-dockerd.sh $(MAKE) --no-print-directory test-suites
+# Each step of make test is a stage (scripts/stage.sh): it says how long it took, and .ci/run
+# prints a table of them at its end.
+STAGE := scripts/stage.sh
 
-# The suites, with the default image built and a Docker engine answering (make test).
+test: ## install test needs, build the default image and a Kubernetes control plane, start dockerd, run every test with the race detector (as root)
+	$(STAGE) deps scripts/install-deps.sh --test
+	$(STAGE) npm $(MAKE) --no-print-directory $(TSCLIENT)/node_modules/.package-lock.json $(E2BCLIENT)/node_modules/.package-lock.json $(BROWSER)/node_modules/.package-lock.json
+	$(STAGE) build $(MAKE) --no-print-directory build
+	@# The default image's build (downloads and dpkg, kept between runs) beside lint's compiles.
+	$(STAGE) image ./bin/cellbox image build --state-dir $(TEST_STATE) >/dev/null & image=$$!; \
+		lint=0; $(STAGE) lint $(MAKE) --no-print-directory lint || lint=$$?; \
+		wait $$image && ((lint == 0))
+	@# etcd, kube-apiserver and kubectl for the cluster tests, built once from the Go module proxy.
+	tools=$$($(STAGE) kube-tools scripts/kube-tools.sh) && CELLBOX_KUBE_TOOLS=$$tools CELLBOX_TEST_IMAGES=$(TEST_STATE)/images scripts/with-dockerd.sh $(MAKE) --no-print-directory test-suites
+
+# The suites, with the default image built and a Docker engine answering (make test). The
+# tests run ./bin/cellbox (make build), linked once, instead of each package building its own.
+#
+# Every package runs once, on runc on the host's root. What a backend changes is the
+# conformance suite's (internal/sandbox/sandboxtest), which ./... runs on runc, crun, runsc,
+# runc and runsc on the default image, docker and local-unsafe; the REST, E2B and MCP suites
+# don't run again per backend (docs/ARCHITECTURE.md, Testing). Two targeted runs remain for
+# what the setup changes above the backend: a template that is no image's through the E2B
+# API (refused on the host's root, not found on images), and cellbox serve and cellbox mcp
+# wired to runc on images and to docker by their flags (TestMCPTypeScriptClient).
+test-suites: export CELLBOX_TEST_BINARY := $(CURDIR)/bin/cellbox
 test-suites:
 	@# The image a Kubernetes node runs in, for TestNodeImage (built once per package list and binary).
-	CELLBOX_TEST_NODE_IMAGE=$$(STATE=$(TEST_STATE) scripts/node-image.sh cellbox/node:test) && export CELLBOX_TEST_NODE_IMAGE && \
-		CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 25m ./...
-	@echo "== the REST tests again on gVisor (--runtime runsc)"
-	CELLBOX_TEST_RUNTIME=runsc CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 15m ./internal/httpapi/
-	@# The conformance suite runs on images and on docker within ./... (packages runc, docker).
+	CELLBOX_TEST_NODE_IMAGE=$$($(STAGE) node-image env STATE=$(TEST_STATE) BINARY=$(CURDIR)/bin/cellbox scripts/node-image.sh cellbox/node:test) && export CELLBOX_TEST_NODE_IMAGE && \
+		$(STAGE) 'go test ./...' env CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 25m ./...
 	for setup in runc-image docker; do \
-		echo "== the REST, E2B and MCP client tests on $$setup"; \
-		CELLBOX_TEST_SETUP=$$setup CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 15m ./internal/httpapi/ ./internal/e2b/; \
-		CELLBOX_TEST_SETUP=$$setup CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 10m -run '^TestMCPTypeScriptClient$$' ./cmd/cellbox/; \
+		CELLBOX_TEST_SETUP=$$setup $(STAGE) "go test on $$setup: MCP clients, E2B templates" env CGO_ENABLED=1 \
+			$(GO) test -race -count=1 -timeout 10m -run '^(TestMCPTypeScriptClient|TestControlPlaneErrors)$$' ./cmd/cellbox/ ./internal/e2b/; \
 	done
 
 # The reference node-image builds (make node-image NODE_IMAGE=REGISTRY/cellbox:TAG).

@@ -9,9 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,52 +18,22 @@ import (
 	"github.com/cellbox/cellbox/client"
 	"github.com/cellbox/cellbox/internal/config"
 	"github.com/cellbox/cellbox/internal/server"
-	"github.com/cellbox/cellbox/internal/testbin"
+	"github.com/cellbox/cellbox/internal/testserver"
 )
 
-var (
-	srvOnce sync.Once
-	srv     *server.Server
-	srvErr  error
-	srvDir  string
-)
+// shared is the server of this package's tests (runc on the host's root).
+var shared = &testserver.Shared{Prefix: "client", Prepare: func(_ string, cfg *config.Config, _ *server.Options) error {
+	cfg.PoolSize = 1
+	return nil
+}}
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if srv != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		srv.Shutdown(ctx)
-		cancel()
-	}
-	testbin.RemoveStateDir(srvDir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testserver.Main(m, shared) }
 
 // newClient returns a client of a server shared by this package's tests, skipping when this
 // machine cannot run it. `make test` runs as root with runc and IPython: nothing is skipped.
 func newClient(t *testing.T, opts ...client.Option) *client.Client {
 	t.Helper()
-	testbin.NeedRunc(t)
-	guest := testbin.Cellbox(t)
-	srvOnce.Do(func() {
-		if srvDir, srvErr = os.MkdirTemp("", "cellbox-client-"); srvErr != nil {
-			return
-		}
-		cfg := config.Default()
-		cfg.Addr = "127.0.0.1:0"
-		cfg.StateDir = srvDir
-		cfg.EndSessionsOnExit = true // nothing outlives the test
-		cfg.PoolSize = 1
-		cfg.LogLevel = "warn"
-		cfg.InterruptGrace = 2 * time.Second
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		srv, srvErr = server.Start(ctx, cfg, server.Options{GuestBinary: guest})
-	})
-	if srvErr != nil {
-		t.Fatalf("start server: %v", srvErr)
-	}
-	return client.New(srv.URL, opts...)
+	return client.New(shared.Start(t).URL, opts...)
 }
 
 func newSession(t *testing.T, c *client.Client) string {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # node-image.sh [REF]: builds the container image a cellbox node runs in on Kubernetes
 # (deploy/kubernetes), from Debian's packages and this checkout, into the local Docker engine
-# as REF (default cellbox/node:latest), and prints REF. No base image is pulled.
+# as REF (default cellbox/node:latest), and prints REF. No base image is pulled. BINARY: a
+# cellbox binary scripts/build.sh built, to use instead of building one.
 #
 # The image is Debian with the sandbox image's packages (internal/image/default.list: a
 # node's sandboxes see its /usr, --rootfs host), runc and runsc, and cellbox, built static, at
@@ -26,9 +27,13 @@ command -v docker >/dev/null || { say "docker not found: apt-get install docker.
 work=$(mktemp -d "${TMPDIR:-/tmp}/cellbox-node-image.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
-say "building cellbox"
 mkdir -p "$work/extra/usr/local/bin" "$work/extra/node-etc"
-scripts/build.sh "$work/extra/usr/local/bin/cellbox"
+if [[ -n ${BINARY:-} ]]; then
+	cp "$BINARY" "$work/extra/usr/local/bin/cellbox" # built already (make test's ./bin/cellbox)
+else
+	say "building cellbox"
+	scripts/build.sh "$work/extra/usr/local/bin/cellbox"
+fi
 cellbox=$work/extra/usr/local/bin/cellbox
 
 # The sandbox image's list, and the OCI runtimes.

@@ -7,6 +7,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -107,16 +108,17 @@ func servedLog(t *testing.T, env []string, want string, args ...string) string {
 	exited := make(chan struct{})
 	go func() { cmd.Wait(); close(exited) }()
 	t.Cleanup(func() { cmd.Process.Kill(); <-exited })
-	for deadline := time.Now().Add(time.Minute); !strings.Contains(out.String(), want); time.Sleep(20 * time.Millisecond) {
+	testbin.WaitFor(t, time.Minute, fmt.Sprintf("%q in the log", want), func() error {
 		select {
 		case <-exited:
 			t.Fatalf("cellbox serve exited:\n%s", out.String())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no %q in a minute:\n%s", want, out.String())
+		if !strings.Contains(out.String(), want) {
+			return fmt.Errorf("the log so far:\n%s", out.String())
 		}
-	}
+		return nil
+	})
 	return out.String()
 }
 

@@ -10,6 +10,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -83,7 +84,7 @@ func TestCluster(t *testing.T) {
 	}
 	// Another tenant, through a node that forwards: none of it is there.
 	for _, n := range names {
-		c := client.New(tc.nodes[n].url, client.WithAPIKey(tc.otherKey))
+		c := client.New(tc.nodes[n].URL, client.WithAPIKey(tc.otherKey))
 		if l, err := c.SessionList(ctx); err != nil || len(l.Sessions) != 0 {
 			t.Errorf("the other tenant lists through %s: %+v, %v; want none", n, l, err)
 		}
@@ -97,13 +98,13 @@ func TestCluster(t *testing.T) {
 			break
 		}
 	}
-	if _, err := client.New(tc.nodes["node-a"].url, client.WithAPIKey("cbk_wrong")).GetSession(ctx, ids[0]); !client.IsUnauthenticated(err) {
+	if _, err := client.New(tc.nodes["node-a"].URL, client.WithAPIKey("cbk_wrong")).GetSession(ctx, ids[0]); !client.IsUnauthenticated(err) {
 		t.Errorf("a wrong key through node-a: %v; want unauthenticated", err)
 	}
 	// A body past --max-body-bytes (8 MiB) is refused, whichever node would take the
 	// session; the node serves on.
 	for _, n := range names {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, tc.nodes[n].url+"/v1/sessions", bytes.NewReader(bytes.Repeat([]byte(" "), 9<<20)))
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, tc.nodes[n].URL+"/v1/sessions", bytes.NewReader(bytes.Repeat([]byte(" "), 9<<20)))
 		req.Header.Set("Authorization", "Bearer "+tc.key)
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -159,7 +160,7 @@ print("second")`}, func(o api.Output) {
 			onC = append(onC, id)
 		}
 	}
-	waitFor(t, "node-c's sessions answer unavailable", func() error {
+	testbin.WaitFor(t, time.Minute, "node-c's sessions answer unavailable", func() error {
 		_, err := clients["node-a"].GetSession(ctx, onC[0])
 		if !client.IsUnavailable(err) {
 			return fmt.Errorf("GetSession through node-a: %v", err)
@@ -190,8 +191,8 @@ print("second")`}, func(o api.Output) {
 	}
 
 	// node-b stops gracefully: the others say at once that it is restarting.
-	nodes["node-b"].cmd.Process.Signal(syscall.SIGTERM)
-	<-nodes["node-b"].exited
+	nodes["node-b"].Cmd.Process.Signal(syscall.SIGTERM)
+	<-nodes["node-b"].Exited
 	var onB string
 	for _, id := range ids {
 		if nodeOf(id) == "node-b" {
@@ -199,7 +200,7 @@ print("second")`}, func(o api.Output) {
 			break
 		}
 	}
-	waitFor(t, "node-b's sessions answer restarting", func() error {
+	testbin.WaitFor(t, time.Minute, "node-b's sessions answer restarting", func() error {
 		_, err := clients["node-a"].GetSession(ctx, onB)
 		if !client.IsUnavailable(err) || !strings.Contains(err.Error(), "restarting") {
 			return fmt.Errorf("GetSession through node-a: %v; want unavailable, restarting", err)
@@ -250,7 +251,7 @@ func TestClusterOtherAPIs(t *testing.T) {
 			b, _ := json.Marshal(body)
 			rd = bytes.NewReader(b)
 		}
-		req, _ := http.NewRequestWithContext(ctx, method, tc.nodes[node].url+path, rd)
+		req, _ := http.NewRequestWithContext(ctx, method, tc.nodes[node].URL+path, rd)
 		req.Header.Set("Authorization", "Bearer "+tc.key)
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -298,9 +299,9 @@ func TestClusterOtherAPIs(t *testing.T) {
 	// An MCP client that opens its session through node-a and sends the session's requests
 	// through node-b: the MCP session, and the cellbox session its tools run in, are on
 	// node-a, and node-b forwards to it.
-	hop := &hopper{to: tc.nodes["node-b"].url, key: tc.key}
+	hop := &hopper{to: tc.nodes["node-b"].URL, key: tc.key}
 	mc := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
-	cs, err := mc.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: tc.nodes["node-a"].url + "/mcp", HTTPClient: &http.Client{Transport: hop}}, nil)
+	cs, err := mc.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: tc.nodes["node-a"].URL + "/mcp", HTTPClient: &http.Client{Transport: hop}}, nil)
 	if err != nil {
 		t.Fatalf("MCP connect through node-a: %v", err)
 	}
@@ -340,7 +341,7 @@ func TestClusterOtherAPIs(t *testing.T) {
 	}
 	// E2B's SDK, unmodified, with its control plane on node-a and the sandbox's traffic on
 	// node-b: whichever node the sandbox is on, one of them forwards.
-	r := runE2BProgram(t, tc.nodes["node-a"].url, tc.nodes["node-b"].url, tc.key)
+	r := runE2BProgram(t, tc.nodes["node-a"].URL, tc.nodes["node-b"].URL, tc.key)
 	if !strings.Contains(r, "8000 rows") || !strings.Contains(r, `"killed":true`) {
 		t.Errorf("the E2B program across nodes: %s", r)
 	}
@@ -451,7 +452,7 @@ func (tc *testCluster) start(t testing.TB, name string) {
 	tc.nodes[name] = serve(t, tc.states[name], "--end-sessions-on-exit=false", "--pool-size", "2",
 		"--cluster", "kubernetes", "--kubeconfig", tc.kubeconfig, "--cluster-node", name,
 		"--cluster-namespace", "cellbox", "--cluster-lease-duration", "5s")
-	tc.clients[name] = client.New(tc.nodes[name].url, client.WithAPIKey(tc.key))
+	tc.clients[name] = client.New(tc.nodes[name].URL, client.WithAPIKey(tc.key))
 }
 
 // nodeOf is the node a session id names.
@@ -470,10 +471,10 @@ func (tc *testCluster) nodeOf(t testing.TB, id string) string {
 func (tc *testCluster) waitLive(t testing.TB, want ...string) {
 	t.Helper()
 	for _, n := range tc.names {
-		if tc.nodes[n].cmd.ProcessState != nil {
+		if tc.nodes[n].Cmd.ProcessState != nil {
 			continue
 		}
-		waitFor(t, n+" sees every node live", func() error {
+		testbin.WaitFor(t, time.Minute, n+" sees every node live", func() error {
 			v, err := tc.clients[n].Cluster(t.Context())
 			if err != nil {
 				return err
@@ -490,18 +491,6 @@ func (tc *testCluster) waitLive(t testing.TB, want ...string) {
 			return nil
 		})
 	}
-}
-
-// waitFor polls cond until it holds, for at most a minute.
-func waitFor(t testing.TB, what string, cond func() error) {
-	t.Helper()
-	var err error
-	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		if err = cond(); err == nil {
-			return
-		}
-	}
-	t.Fatalf("%s: not within a minute: %v", what, err)
 }
 
 func mustRun(t testing.TB, c *client.Client, id, code, want string) {
@@ -522,8 +511,8 @@ func joinText(res *api.ExecuteResult) string {
 
 func crash(t testing.TB, s *served) {
 	t.Helper()
-	s.cmd.Process.Kill()
-	<-s.exited
+	s.Cmd.Process.Kill()
+	<-s.Exited
 }
 
 func randBytes(t testing.TB, n int) []byte {
@@ -546,19 +535,29 @@ func endSessions(t testing.TB, state string) {
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	for deadline := time.Now().Add(2 * time.Minute); !strings.Contains(out.String(), "cellbox serving"); time.Sleep(20 * time.Millisecond) {
+	var gone bool
+	var exitErr error
+	serving := testbin.Poll(2*time.Minute, func() error {
+		if strings.Contains(out.String(), "cellbox serving") {
+			return nil
+		}
 		select {
-		case err := <-exited:
-			t.Errorf("end the sessions on %s: the server exited: %v\n%s", state, err, out.String())
-			return
+		case exitErr = <-exited:
+			gone = true
+			return nil
 		default:
+			return errors.New("not serving yet")
 		}
-		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			<-exited
-			t.Errorf("end the sessions on %s: the server did not start in 2 minutes:\n%s", state, out.String())
-			return
-		}
+	})
+	if gone {
+		t.Errorf("end the sessions on %s: the server exited: %v\n%s", state, exitErr, out.String())
+		return
+	}
+	if serving != nil {
+		cmd.Process.Kill()
+		<-exited
+		t.Errorf("end the sessions on %s: the server did not start in 2 minutes:\n%s", state, out.String())
+		return
 	}
 	cmd.Process.Signal(syscall.SIGTERM)
 	if err := <-exited; err != nil {
@@ -642,8 +641,8 @@ func BenchmarkClusterJoin(b *testing.B) {
 		}
 		fromStart, fromReady = append(fromStart, time.Since(t0)), append(fromReady, time.Since(ready))
 		seen = append(seen, seenAt)
-		tc.nodes[name].cmd.Process.Signal(syscall.SIGTERM)
-		<-tc.nodes[name].exited
+		tc.nodes[name].Cmd.Process.Signal(syscall.SIGTERM)
+		<-tc.nodes[name].Exited
 	}
 	b.ReportMetric(millis(percentile(seen, 50)), "ms-seen-live-p50")
 	b.ReportMetric(millis(percentile(fromStart, 50)), "ms-from-start-p50")

@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -116,7 +117,7 @@ func TestMCPServeShutdown(t *testing.T) {
 	needRunc(t)
 	srv := serve(t, t.TempDir(), "--pool-size", "0", "--log-level", "info")
 	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
-	cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: srv.url + "/mcp"}, nil)
+	cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: srv.URL + "/mcp"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,35 +131,33 @@ func TestMCPServeShutdown(t *testing.T) {
 		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "python", Arguments: map[string]any{"code": "import time; time.sleep(600)"}})
 		running <- answer{res, err}
 	}()
-	rc := client.New(srv.url)
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+	rc := client.New(srv.URL)
+	testbin.WaitFor(t, time.Minute, "the session busy", func() error {
 		list, err := rc.ListSessions(t.Context())
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(list) == 1 && list[0].State == "busy" {
-			break
+		if len(list) != 1 || list[0].State != "busy" {
+			return fmt.Errorf("sessions %+v", list)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sessions %+v after a minute", list)
-		}
-	}
-	srv.cmd.Process.Signal(syscall.SIGTERM)
+		return nil
+	})
+	srv.Cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case a := <-running:
 		if a.err != nil || !a.res.IsError || !strings.Contains(text(a.res), "interrupted") {
 			t.Errorf("running call's answer: %+v, %v; want an interrupted result", a.res, a.err)
 		}
 	case <-time.After(time.Minute):
-		t.Fatalf("no answer to the running call\n%s", srv.output())
+		t.Fatalf("no answer to the running call\n%s", srv.Output())
 	}
 	select {
-	case <-srv.exited:
-		if srv.err != nil {
-			t.Errorf("cellbox serve: %v, want exit 0\n%s", srv.err, srv.output())
+	case <-srv.Exited:
+		if srv.Err != nil {
+			t.Errorf("cellbox serve: %v, want exit 0\n%s", srv.Err, srv.Output())
 		}
 	case <-time.After(40 * time.Second): // its own shutdown gives up after 30 s
-		t.Fatalf("cellbox serve still runs 40 s after SIGTERM\n%s", srv.output())
+		t.Fatalf("cellbox serve still runs 40 s after SIGTERM\n%s", srv.Output())
 	}
 }
 
@@ -256,6 +255,6 @@ func TestMCPTypeScriptClient(t *testing.T) {
 	})
 	t.Run("streamable HTTP", func(t *testing.T) {
 		srv := serve(t, t.TempDir(), append([]string{"--pool-size", "1"}, setup.Flags()...)...)
-		check(t, run(t, "http", srv.url+"/mcp"))
+		check(t, run(t, "http", srv.URL+"/mcp"))
 	})
 }

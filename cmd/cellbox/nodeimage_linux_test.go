@@ -75,7 +75,7 @@ func TestNodeImage(t *testing.T) {
 		defer docker("rm", "-f", end)
 		container(end, "--end-sessions-on-exit", "--pool-size", "0")
 		c := client.New("http://"+addr, client.WithAPIKey(key))
-		waitFor(t, "the last node container answers", func() error { _, err := c.Health(context.Background()); return err })
+		testbin.WaitFor(t, time.Minute, "the last node container answers", func() error { _, err := c.Health(context.Background()); return err })
 		if out, err := docker("stop", "-t", "60", end); err != nil {
 			t.Errorf("stop the last node container: %v\n%s", err, out)
 		}
@@ -86,7 +86,7 @@ func TestNodeImage(t *testing.T) {
 	ctx := t.Context()
 	healthy := func(what string) {
 		t.Helper()
-		waitFor(t, what, func() error {
+		testbin.WaitFor(t, time.Minute, what, func() error {
 			if _, err := c.Health(ctx); err != nil {
 				return fmt.Errorf("%v\n%s", err, logs())
 			}

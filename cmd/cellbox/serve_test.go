@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,79 +20,19 @@ import (
 	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/client"
 	"github.com/cellbox/cellbox/internal/testbin"
+	"github.com/cellbox/cellbox/internal/testserver"
 )
 
 // served is a `cellbox serve` process.
-type served struct {
-	cmd    *exec.Cmd
-	url    string
-	log    string        // path of its stdout and stderr
-	exited chan struct{} // closed when it has exited; err is then its Wait error
-	err    error
-}
+// served is a `cellbox serve` process of a test.
+type served = testserver.Served
 
 // serve starts `cellbox serve` on a free port and the state dir and waits until it answers
-// /healthz. A server still running when the test ends gets SIGTERM, then SIGKILL. It ends
-// its sessions on exit unless args say --end-sessions-on-exit=false.
+// /healthz (testserver.Serve), skipping when this machine cannot run runc.
 func serve(t testing.TB, state string, args ...string) *served {
 	t.Helper()
 	needRunc(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	s := &served{url: "http://" + addr, log: filepath.Join(t.TempDir(), "serve.log"), exited: make(chan struct{})}
-	logf, err := os.Create(s.log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.cmd = exec.Command(testbin.Cellbox(t), append([]string{"serve", "--addr", addr, "--state-dir", state, "--end-sessions-on-exit"}, args...)...)
-	s.cmd.Stdout, s.cmd.Stderr = logf, logf
-	if err := s.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		s.err = s.cmd.Wait()
-		logf.Close()
-		close(s.exited)
-	}()
-	t.Cleanup(func() {
-		s.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-s.exited:
-		case <-time.After(time.Minute):
-			s.cmd.Process.Kill()
-			<-s.exited
-		}
-		if t.Failed() { // what the server said is where a failure is explained
-			out := s.output()
-			t.Logf("cellbox serve on %s, the end of its log:\n%s", s.url, out[max(0, len(out)-8000):])
-		}
-	})
-	c := client.New(s.url)
-	for deadline := time.Now().Add(2 * time.Minute); ; {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, err := c.Health(ctx)
-		cancel()
-		if err == nil {
-			return s
-		}
-		select {
-		case <-s.exited:
-			t.Fatalf("cellbox serve exited: %v\n%s", s.err, s.output())
-		case <-time.After(10 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("cellbox serve does not answer /healthz: %v\n%s", err, s.output())
-		}
-	}
-}
-
-func (s *served) output() string {
-	b, _ := os.ReadFile(s.log)
-	return string(b)
+	return testserver.Serve(t, state, args...)
 }
 
 // TestServeShutdown sends SIGTERM to a server that ends its sessions on exit, while a cell
@@ -103,7 +42,7 @@ func TestServeShutdown(t *testing.T) {
 	needRunc(t)
 	state := t.TempDir()
 	srv := serve(t, state, "--pool-size", "1", "--log-level", "info")
-	c := client.New(srv.url)
+	c := client.New(srv.URL)
 	ctx := t.Context()
 
 	sess, err := c.CreateSession(ctx, api.CreateSessionRequest{})
@@ -124,7 +63,7 @@ func TestServeShutdown(t *testing.T) {
 		running <- answer{res, err}
 	}()
 	// Busy, and the pool refilled: every sandbox of the server is running.
-	for deadline := time.Now().Add(time.Minute); ; {
+	testbin.WaitFor(t, time.Minute, "the session busy and the pool refilled", func() error {
 		s, err := c.GetSession(ctx, sess.ID)
 		if err != nil {
 			t.Fatal(err)
@@ -133,21 +72,18 @@ func TestServeShutdown(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if s.State == "busy" && h.Pool == 1 {
-			break
+		if s.State != "busy" || h.Pool != 1 {
+			return fmt.Errorf("session %s, pool %d", s.State, h.Pool)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("session %s, pool %d after a minute", s.State, h.Pool)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	runcRoot := filepath.Join(state, "runc", "runtime") // runc.Config.StateDir is <state>/runc
 	ids := runcList(t, runcRoot)
 	if len(ids) != 2 {
 		t.Fatalf("sandboxes %v; want the session's and the pool's", ids)
 	}
 
-	if err := srv.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := srv.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -156,18 +92,18 @@ func TestServeShutdown(t *testing.T) {
 			t.Errorf("running cell's answer: %+v, %v; want status %s", a.res, a.err, api.StatusInterrupted)
 		}
 	case <-time.After(time.Minute):
-		t.Fatalf("no answer to the running cell\n%s", srv.output())
+		t.Fatalf("no answer to the running cell\n%s", srv.Output())
 	}
 	select {
-	case <-srv.exited:
-		if srv.err != nil {
-			t.Errorf("cellbox serve: %v, want exit 0\n%s", srv.err, srv.output())
+	case <-srv.Exited:
+		if srv.Err != nil {
+			t.Errorf("cellbox serve: %v, want exit 0\n%s", srv.Err, srv.Output())
 		}
 	case <-time.After(40 * time.Second): // its own shutdown gives up after 30 s
-		t.Fatalf("cellbox serve still runs 40 s after SIGTERM\n%s", srv.output())
+		t.Fatalf("cellbox serve still runs 40 s after SIGTERM\n%s", srv.Output())
 	}
-	if !strings.Contains(srv.output(), "msg=stopped") {
-		t.Errorf("log lacks the end of shutdown:\n%s", srv.output())
+	if !strings.Contains(srv.Output(), "msg=stopped") {
+		t.Errorf("log lacks the end of shutdown:\n%s", srv.Output())
 	}
 
 	if left := runcList(t, runcRoot); len(left) > 0 {
@@ -200,7 +136,7 @@ func TestServeShutdown(t *testing.T) {
 		if err != nil {
 			t.Errorf("debugfs: %v", err)
 		}
-	} else if strings.Contains(srv.output(), "workspace disk quotas off") {
+	} else if strings.Contains(srv.Output(), "workspace disk quotas off") {
 		kept, _ = os.ReadFile(filepath.Join(ws, "kept.txt"))
 	} else {
 		t.Errorf("workspace image: %v", err)
@@ -256,7 +192,7 @@ func TestServeStateDirInUse(t *testing.T) {
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
 		t.Fatalf("second serve: %v, want exit 1\n%s", err, out)
 	}
-	want := fmt.Sprintf("cellbox serve: another cellbox server uses state dir %s (pid %d)\n", state, first.cmd.Process.Pid)
+	want := fmt.Sprintf("cellbox serve: another cellbox server uses state dir %s (pid %d)\n", state, first.Cmd.Process.Pid)
 	if string(out) != want {
 		t.Errorf("second serve says %q, want %q", out, want)
 	}
@@ -266,7 +202,7 @@ func TestServeStateDirInUse(t *testing.T) {
 	if r.stdout != "2\n" {
 		t.Errorf("run next to serve: stdout %q, stderr %s", r.stdout, r.stderr)
 	}
-	if _, err := client.New(first.url).Health(t.Context()); err != nil {
+	if _, err := client.New(first.URL).Health(t.Context()); err != nil {
 		t.Errorf("first server after the run: %v", err)
 	}
 }
@@ -282,7 +218,7 @@ func TestServeRestart(t *testing.T) {
 	state := t.TempDir()
 	keep := "--end-sessions-on-exit=false"
 	srv := serve(t, state, keep, "--pool-size", "1", "--log-level", "info")
-	c := client.New(srv.url)
+	c := client.New(srv.URL)
 	ctx := t.Context()
 	run := func(c *client.Client, id, code string) *api.ExecuteResult {
 		t.Helper()
@@ -332,14 +268,14 @@ func TestServeRestart(t *testing.T) {
 
 	stopped := func(srv *served, how syscall.Signal) {
 		t.Helper()
-		srv.cmd.Process.Signal(how)
+		srv.Cmd.Process.Signal(how)
 		select {
-		case <-srv.exited:
+		case <-srv.Exited:
 		case <-time.After(time.Minute):
-			t.Fatalf("cellbox serve still runs a minute after %v\n%s", how, srv.output())
+			t.Fatalf("cellbox serve still runs a minute after %v\n%s", how, srv.Output())
 		}
-		if how == syscall.SIGTERM && srv.err != nil {
-			t.Fatalf("cellbox serve: %v, want exit 0\n%s", srv.err, srv.output())
+		if how == syscall.SIGTERM && srv.Err != nil {
+			t.Fatalf("cellbox serve: %v, want exit 0\n%s", srv.Err, srv.Output())
 		}
 	}
 	stopped(srv, syscall.SIGTERM)
@@ -385,7 +321,7 @@ func TestServeRestart(t *testing.T) {
 	}
 
 	srv = serve(t, state, keep, "--pool-size", "1", "--log-level", "info")
-	c = client.New(srv.url)
+	c = client.New(srv.URL)
 	if got := stdout(run(c, live, "print(x, open('kept.txt').read(), __import__('os').environ['WHO'])")); got != "42 kept 0\n" {
 		t.Errorf("live session after SIGTERM and restart: %q, want 42 kept 0", got)
 	}
@@ -395,8 +331,8 @@ func TestServeRestart(t *testing.T) {
 	if _, err := c.GetSession(ctx, expires); !client.IsNotFound(err) {
 		t.Errorf("session past its deadline while the server was down: %v, want not found", err)
 	}
-	if !strings.Contains(srv.output(), "ending a session whose lifetime ran out while the server was down") {
-		t.Errorf("the end of the session past its deadline is not logged:\n%s", srv.output())
+	if !strings.Contains(srv.Output(), "ending a session whose lifetime ran out while the server was down") {
+		t.Errorf("the end of the session past its deadline is not logged:\n%s", srv.Output())
 	}
 	sameLive(c)
 	r := run(c, dies, "print(open('kept.txt').read(), __import__('os').environ['WHO'])\nx")
@@ -407,8 +343,8 @@ func TestServeRestart(t *testing.T) {
 	if r := run(c, dies, "print('again')"); len(r.Outputs) != 1 || stdout(r) != "again\n" {
 		t.Errorf("the notice is told once: %+v", r.Outputs)
 	}
-	if !strings.Contains(srv.output(), "attached=1 replaced=1 ended=0") {
-		t.Errorf("the restart is not reported:\n%s", srv.output())
+	if !strings.Contains(srv.Output(), "attached=1 replaced=1 ended=0") {
+		t.Errorf("the restart is not reported:\n%s", srv.Output())
 	}
 
 	// kill -9 while a cell runs; the next server interrupts it and keeps the state.
@@ -434,9 +370,9 @@ func TestServeRestart(t *testing.T) {
 	stopped(srv, syscall.SIGKILL)
 	<-running
 	srv = serve(t, state, keep, "--pool-size", "0", "--log-level", "info")
-	c = client.New(srv.url)
+	c = client.New(srv.URL)
 	if got := stdout(run(c, live, "print(x, y)")); got != "42 1\n" {
-		t.Errorf("live session after kill -9 and restart: %q, want 42 1\n%s", got, srv.output())
+		t.Errorf("live session after kill -9 and restart: %q, want 42 1\n%s", got, srv.Output())
 	}
 	sameLive(c)
 	list, err := c.ListSessions(ctx)
@@ -447,7 +383,7 @@ func TestServeRestart(t *testing.T) {
 
 	// A server that ends sessions on exit ends those it finds at start, and leaves nothing.
 	srv = serve(t, state, "--pool-size", "0", "--log-level", "info")
-	if list, err := client.New(srv.url).ListSessions(ctx); err != nil || len(list) != 0 {
+	if list, err := client.New(srv.URL).ListSessions(ctx); err != nil || len(list) != 0 {
 		t.Errorf("sessions on a server that ends them: %+v, %v; want none", list, err)
 	}
 	stopped(srv, syscall.SIGTERM)
@@ -470,7 +406,7 @@ func TestServeRunsTheGuestBinary(t *testing.T) {
 	needRunc(t)
 	state := t.TempDir()
 	srv := serve(t, state, "--pool-size", "1")
-	c := client.New(srv.url)
+	c := client.New(srv.URL)
 	sess, err := c.CreateSession(t.Context(), api.CreateSessionRequest{})
 	if err != nil {
 		t.Fatal(err)

@@ -4,17 +4,14 @@ package main
 // IPython) and a stand-in for the OpenAI API over real HTTP.
 
 import (
-	"context"
 	"encoding/json"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/cellbox/cellbox/client"
-	"github.com/cellbox/cellbox/internal/config"
 	"github.com/cellbox/cellbox/internal/llm/llmtest"
 	"github.com/cellbox/cellbox/internal/server"
-	"github.com/cellbox/cellbox/internal/testbin"
+	"github.com/cellbox/cellbox/internal/testserver"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 )
@@ -98,23 +95,7 @@ func TestRun(t *testing.T) {
 // machine cannot run it (`make test` runs as root with all it needs).
 func startCellbox(t *testing.T) *client.Client {
 	t.Helper()
-	testbin.NeedRunc(t)
-	cfg := config.Default()
-	cfg.Addr = "127.0.0.1:0"
-	cfg.StateDir = t.TempDir()
-	cfg.EndSessionsOnExit = true // nothing outlives the test
+	cfg := testserver.Config(testserver.Host(t), t.TempDir())
 	cfg.PoolSize = 0
-	cfg.LogLevel = "warn"
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	defer cancel()
-	srv, err := server.Start(ctx, cfg, server.Options{GuestBinary: testbin.Cellbox(t)})
-	if err != nil {
-		t.Fatalf("start server: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		srv.Shutdown(ctx)
-	})
-	return client.New(srv.URL)
+	return client.New(testserver.Start(t, cfg, server.Options{}).URL)
 }

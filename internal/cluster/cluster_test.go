@@ -13,6 +13,7 @@ import (
 	"github.com/cellbox/cellbox/internal/cluster/clustertest"
 	"github.com/cellbox/cellbox/internal/config"
 	"github.com/cellbox/cellbox/internal/errdefs"
+	"github.com/cellbox/cellbox/internal/testbin"
 )
 
 // Nodes against a real API server: each sees the others through their Leases; session ids
@@ -41,7 +42,7 @@ func TestNodes(t *testing.T) {
 	node("c", 0, 50, 0) // the most room, but no warm sandbox yet
 	id := func(node string) string { return config.NodeTag(node) + strings.Repeat("0", 24) }
 	for _, n := range []string{"b", "c"} {
-		waitFor(t, "a sees "+n, route(a, id(n), n, ""))
+		testbin.WaitFor(t, 30*time.Second, "a sees "+n, route(a, id(n), n, ""))
 	}
 	for _, tt := range []string{id("a"), "short", strings.Repeat("f", 32)} {
 		if m, err := a.Route(tt); m != nil || err != nil {
@@ -93,7 +94,7 @@ spec: {holderIdentity: x, leaseDurationSeconds: 3600, renewTime: %q}
 `, config.NodeTag("b"), microTime(time.Now())))
 	for node, want := range map[string]string{"d": "has not been heard from for 1m", "e": "no address",
 		"f": "restarting", "g": "and has not come back"} {
-		waitFor(t, "a sees "+node, route(a, id(node), node, want))
+		testbin.WaitFor(t, 30*time.Second, "a sees "+node, route(a, id(node), node, want))
 	}
 	if got := names(a.Place()); got != "a:5 c:50 b:4" {
 		t.Errorf("with d silent, e unreachable and a thief: Place() = %s, want a:5 c:50 b:4", got)
@@ -110,17 +111,17 @@ spec: {holderIdentity: x, leaseDurationSeconds: 3600, renewTime: %q}
 	}
 	skewed("ahead", time.Now().Add(10*time.Minute))
 	skewed("behind", time.Now().Add(-time.Hour))
-	waitFor(t, "a sees ahead up", route(a, id("ahead"), "ahead", ""))
-	waitFor(t, "a sees behind down", route(a, id("behind"), "behind", "has not been heard from for 1h"))
+	testbin.WaitFor(t, 30*time.Second, "a sees ahead up", route(a, id("ahead"), "ahead", ""))
+	testbin.WaitFor(t, 30*time.Second, "a sees behind down", route(a, id("behind"), "behind", "has not been heard from for 1h"))
 	skewed("behind", time.Now().Add(-time.Hour+time.Second))
-	waitFor(t, "a sees behind renew", route(a, id("behind"), "behind", ""))
-	waitFor(t, "a sees ahead silent past its Lease", route(a, id("ahead"), "ahead", "has not been heard from for 3s"))
+	testbin.WaitFor(t, 30*time.Second, "a sees behind renew", route(a, id("behind"), "behind", ""))
+	testbin.WaitFor(t, 30*time.Second, "a sees ahead silent past its Lease", route(a, id("ahead"), "ahead", "has not been heard from for 3s"))
 
 	// b stops: it says so, and gets nothing new.
 	if err := b.Leave(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "a sees b stopping", route(a, id("b"), "b", "restarting"))
+	testbin.WaitFor(t, 30*time.Second, "a sees b stopping", route(a, id("b"), "b", "restarting"))
 	if got := names(a.Place()); got != "a:5 c:50" {
 		t.Errorf("with b stopping: Place() = %s, want a:5 c:50", got)
 	}
@@ -155,14 +156,14 @@ func TestWarmIsPublishedAtOnce(t *testing.T) {
 		}
 		return 0, fmt.Errorf("old does not see new")
 	}
-	waitFor(t, "old sees new, not warm", func() error {
+	testbin.WaitFor(t, 30*time.Second, "old sees new, not warm", func() error {
 		if w, err := warmOf(); err != nil || w != 0 {
 			return fmt.Errorf("warm %d, %v", w, err)
 		}
 		return nil
 	})
 	warm.Store(2)
-	waitFor(t, "old sees new warm", func() error {
+	testbin.WaitFor(t, 30*time.Second, "old sees new warm", func() error {
 		if w, err := warmOf(); err != nil || w != 2 {
 			return fmt.Errorf("warm %d, %v", w, err)
 		}
@@ -191,17 +192,6 @@ spec: {holderIdentity: x, leaseDurationSeconds: 3, renewTime: %q}
 // microTime is t as a Lease's renewTime is written.
 func microTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000000Z") }
 
-func waitFor(t *testing.T, what string, cond func() error) {
-	t.Helper()
-	var err error
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if err = cond(); err == nil {
-			return
-		}
-	}
-	t.Fatalf("%s: not within 30 s: %v", what, err)
-}
-
 // The API server goes away for longer than a Lease lasts (an upgrade of the control plane):
 // a node that cannot renew its own Lease takes no other node for down, so sessions keep
 // being routed to their nodes. When it is back, the nodes renew and a node that then stops
@@ -224,12 +214,21 @@ func TestAPIServerOutage(t *testing.T) {
 	}
 	a, b := node("a"), node("b")
 	bID := config.NodeTag("b") + strings.Repeat("0", 24)
-	waitFor(t, "a sees b", route(a, bID, "b", ""))
+	testbin.WaitFor(t, 30*time.Second, "a sees b", route(a, bID, "b", ""))
 
 	cp.StopAPIServer(t)
-	time.Sleep(5 * time.Second) // past the Leases' 3 s
+	// Until b's last renewal that a heard is older than a Lease lasts (3 s).
+	testbin.WaitFor(t, 30*time.Second, "b's Lease to run out as a heard it", func() error {
+		a.heardMu.Lock()
+		at := a.heard[leasePrefix+"b"]
+		a.heardMu.Unlock()
+		if since := time.Since(at); since <= a.cfg.LeaseDuration {
+			return fmt.Errorf("a heard b renew %v ago", since)
+		}
+		return nil
+	})
 	if m, err := a.Route(bID); err != nil || m == nil || m.Name != "b" {
-		t.Errorf("with the API server away for 5 s: Route(b's id) = %+v, %v; want b still", m, err)
+		t.Errorf("with the API server away past b's Lease: Route(b's id) = %+v, %v; want b still", m, err)
 	}
 	if p := a.Place(); len(p) != 2 {
 		t.Errorf("with the API server away: Place() = %+v; want a and b", p)
@@ -237,20 +236,20 @@ func TestAPIServerOutage(t *testing.T) {
 
 	cp.StartAPIServer(t)
 	// Both renew (each retries within its Lease's third); then b's silence means b again.
-	waitFor(t, "a is in touch again", func() error {
+	testbin.WaitFor(t, 30*time.Second, "a is in touch again", func() error {
 		if !a.inTouch(time.Now()) {
 			return fmt.Errorf("a has not renewed its Lease")
 		}
 		return nil
 	})
-	waitFor(t, "a sees b after the outage", route(a, bID, "b", ""))
+	testbin.WaitFor(t, 30*time.Second, "a sees b after the outage", route(a, bID, "b", ""))
 	if err := b.Leave(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "a sees b stopping", route(a, bID, "b", "restarting"))
+	testbin.WaitFor(t, 30*time.Second, "a sees b stopping", route(a, bID, "b", "restarting"))
 }
 
-// route is a condition for waitFor: Route(id) on c says node, or fails saying want.
+// route is a condition for testbin.WaitFor: Route(id) on c says node, or fails saying want.
 func route(c *Cluster, id, node, want string) func() error {
 	return func() error {
 		m, err := c.Route(id)

@@ -19,7 +19,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,6 +26,7 @@ import (
 	"github.com/cellbox/cellbox/internal/config"
 	"github.com/cellbox/cellbox/internal/server"
 	"github.com/cellbox/cellbox/internal/testbin"
+	"github.com/cellbox/cellbox/internal/testserver"
 )
 
 const (
@@ -36,77 +36,36 @@ const (
 	maxUpload = 1 << 20
 )
 
-var (
-	srvOnce sync.Once
-	srv     *server.Server
-	srvErr  error
-	srvDir  string // the server's folder (its keys and state), removed after the tests
-	// onImages: the server's sandboxes run on images (testbin.TestSetup), where a template
-	// that is no image's is not found instead of refused.
-	onImages bool
-)
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if srv != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		srv.Shutdown(ctx)
-		cancel()
+// shared is the server of this package's tests, with the keys of alice and bob, on
+// testbin.TestSetup's setup.
+var shared = &testserver.Shared{Prefix: "e2b", FromSetup: true, Prepare: func(dir string, cfg *config.Config, opts *server.Options) error {
+	file := filepath.Join(dir, "keys")
+	if err := os.WriteFile(file, []byte(aliceKey+" alice\n"+bobKey+" bob\n"), 0o600); err != nil {
+		return err
 	}
-	testbin.RemoveStateDir(srvDir)
-	os.Exit(code)
-}
-
-func testRuntime() string {
-	if rt := os.Getenv("CELLBOX_TEST_RUNTIME"); rt != "" {
-		return rt
+	keys, err := auth.Load("", file)
+	if err != nil {
+		return err
 	}
-	return "runc"
-}
+	cfg.MaxUploadBytes = maxUpload
+	opts.Keys, opts.Quiet = keys, true
+	return nil
+}}
 
-// serverURL starts (once) a server with the keys of alice and bob.
+func TestMain(m *testing.M) { testserver.Main(m, shared) }
+
+// serverURL starts (once) the shared server.
 func serverURL(t *testing.T) string {
 	t.Helper()
-	if srv != nil {
-		return srv.URL
-	}
-	setup := testbin.TestSetup(t)
-	onImages = setup.ImagesDir != ""
-	testbin.NeedProgram(t, testRuntime(), testRuntime())
-	guest := testbin.Cellbox(t)
-	srvOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "cellbox-e2b-")
-		if err != nil {
-			srvErr = err
-			return
-		}
-		srvDir = dir
-		file := filepath.Join(dir, "keys")
-		os.WriteFile(file, []byte(aliceKey+" alice\n"+bobKey+" bob\n"), 0o600)
-		keys, err := auth.Load("", file)
-		if err != nil {
-			srvErr = err
-			return
-		}
-		cfg := config.Default()
-		cfg.Backend, cfg.RootFS, cfg.ImagesDir = setup.Backend, setup.RootFS, setup.ImagesDir
-		cfg.Runtime = testRuntime()
-		cfg.Addr = "127.0.0.1:0"
-		cfg.StateDir = filepath.Join(dir, "state")
-		cfg.EndSessionsOnExit = true
-		cfg.PoolSize = 2
-		cfg.LogLevel = "warn"
-		cfg.InterruptGrace = 2 * time.Second
-		cfg.MaxUploadBytes = maxUpload
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		srv, srvErr = server.Start(ctx, cfg, server.Options{GuestBinary: guest, Keys: keys, Quiet: true})
-	})
-	if srvErr != nil {
-		t.Fatalf("start server: %v", srvErr)
-	}
-	return srv.URL
+	u := shared.Start(t).URL
+	// On images (testbin.TestSetup) a template that is no image's is not found instead of
+	// refused.
+	onImages = shared.Setup().ImagesDir != ""
+	return u
 }
+
+// onImages: the server's sandboxes run on images (set by serverURL).
+var onImages bool
 
 // report is what client.mjs printed: one entry per step.
 type report map[string]json.RawMessage

@@ -342,12 +342,13 @@ func TestInterrupt(t *testing.T) {
 
 	// A second Execute while one runs is refused.
 	done := make(chan *api.ExecuteResult)
+	running := make(chan struct{}, 1) // the cell printed "go"
 	go func() {
 		r, _ := g.Execute(ctx, api.ExecuteRequest{Code: "import time; print('go', flush=True); time.sleep(30)", TimeoutS: 30},
-			func(api.Output) {})
+			said(running, "go"))
 		done <- r
 	}()
-	time.Sleep(300 * time.Millisecond)
+	waitSaid(t, running)
 	if _, err := g.Execute(ctx, api.ExecuteRequest{Code: "1", TimeoutS: 5}, nil); !errors.Is(err, errdefs.ErrFailedPrecondition) {
 		t.Errorf("concurrent execute: %v, want failed_precondition", err)
 	}
@@ -429,12 +430,13 @@ func TestRestart(t *testing.T) {
 	}
 	// A restart while a cell runs ends the cell.
 	done := make(chan *api.ExecuteResult)
+	running := make(chan struct{}, 1) // the cell printed "go"
 	go func() {
 		r, _ := g.Execute(ctx, api.ExecuteRequest{Code: "import time; print('go', flush=True); time.sleep(30)", TimeoutS: 30},
-			func(api.Output) {})
+			said(running, "go"))
 		done <- r
 	}()
-	time.Sleep(300 * time.Millisecond)
+	waitSaid(t, running)
 	if err := g.Restart(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -578,5 +580,28 @@ func TestKernelStartErrorClasses(t *testing.T) {
 			!strings.Contains(got.Error(), tt.err.Error()) {
 			t.Errorf("%v: %v, want %v (advice %v)", tt.err, got, tt.want, tt.advice)
 		}
+	}
+}
+
+// said returns an output callback that signals on c (once; c has room for one) when an
+// output contains text: the cell got that far.
+func said(c chan<- struct{}, text string) func(api.Output) {
+	return func(o api.Output) {
+		if strings.Contains(o.Text, text) {
+			select {
+			case c <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// waitSaid waits for said's signal.
+func waitSaid(t *testing.T, c <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-c:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the cell did not start within 30 s")
 	}
 }

@@ -2,6 +2,7 @@ package guest
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/internal/guestproto"
+	"github.com/cellbox/cellbox/internal/testbin"
 )
 
 // mainEnv makes the test binary run Main instead of the tests (see TestMain).
@@ -133,8 +135,7 @@ func TestMainProcess(t *testing.T) {
 		if r, err := g.Command(context.Background(), api.CommandRequest{Cmd: []string{"sh", "-c", "sleep 10 & echo $!"}, TimeoutS: 5}); err != nil || r.Status != api.StatusOK {
 			t.Fatalf("command: %+v %v", r, err)
 		}
-		deadline := time.Now().Add(5 * time.Second)
-		for {
+		testbin.WaitFor(t, 5*time.Second, "the kernel alone among the guest's children", func() error {
 			kids := children(guest)
 			zombies := 0
 			for _, st := range kids {
@@ -143,13 +144,10 @@ func TestMainProcess(t *testing.T) {
 				}
 			}
 			if zombies == 0 && len(kids) == 1 { // the kernel only
-				break
+				return nil
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("guest's children: %v, want the kernel alone and no zombies", kids)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return fmt.Errorf("guest's children: %v, want the kernel alone and no zombies", kids)
+		})
 	})
 	t.Run("ignores catchable signals", func(t *testing.T) {
 		t.Parallel()
@@ -184,15 +182,14 @@ func TestMainProcess(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				t.Fatal("guest did not exit")
 			}
-			deadline := time.Now().Add(3 * time.Second)
-			for _, pid := range pids {
-				for st := procState(pid); st != "" && st != "Z"; st = procState(pid) {
-					if time.Now().After(deadline) {
-						t.Fatalf("process %d (kernel or its child) still alive in state %s", pid, st)
+			testbin.WaitFor(t, 3*time.Second, "the kernel and its child to end", func() error {
+				for _, pid := range pids {
+					if st := procState(pid); st != "" && st != "Z" {
+						return fmt.Errorf("process %d (kernel or its child) still alive in state %s", pid, st)
 					}
-					time.Sleep(20 * time.Millisecond)
 				}
-			}
+				return nil
+			})
 		})
 	}
 }

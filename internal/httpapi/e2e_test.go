@@ -2,7 +2,8 @@ package httpapi_test
 
 // End-to-end tests of the REST contract on the runc backend: a real server (in process),
 // real runc sandboxes, the real guest binary, real IPython. CELLBOX_TEST_RUNTIME picks
-// the OCI runtime (runc by default; make test runs them again with runsc).
+// the OCI runtime and CELLBOX_TEST_SETUP the setup (runc on the host's root by default);
+// what a backend changes is the conformance suite's (internal/sandbox/sandboxtest).
 
 import (
 	"bufio"
@@ -23,89 +24,32 @@ import (
 	"time"
 
 	"github.com/cellbox/cellbox/api"
-	"github.com/cellbox/cellbox/internal/config"
 	"github.com/cellbox/cellbox/internal/sandbox"
-	"github.com/cellbox/cellbox/internal/server"
 	"github.com/cellbox/cellbox/internal/testbin"
+	"github.com/cellbox/cellbox/internal/testserver"
 )
 
-var (
-	sharedOnce sync.Once
-	sharedSrv  *server.Server
-	sharedErr  error
-	sharedDir  string // the shared server's state folder, removed after the tests
-)
+// shared is the server the tests of this package share, on testbin.TestSetup's setup.
+var shared = &testserver.Shared{Prefix: "e2e", FromSetup: true}
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if sharedSrv != nil {
-		ctx, cancel := contextWithTimeout(60 * time.Second)
-		sharedSrv.Shutdown(ctx)
-		cancel()
-	}
-	testbin.RemoveStateDir(sharedDir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testserver.Main(m, shared) }
+
+// testRuntime is the OCI runtime of the shared server.
+func testRuntime() string { return testserver.Runtime() }
 
 // sharedOnImages: the shared server's sandboxes run on the default image, not on the host's
 // root filesystem.
-var sharedOnImages bool
-
-// testRuntime is the OCI runtime of the shared server: $CELLBOX_TEST_RUNTIME, else runc.
-func testRuntime() string {
-	if rt := os.Getenv("CELLBOX_TEST_RUNTIME"); rt != "" {
-		return rt
-	}
-	return "runc"
-}
-
-// testConfig is a server config for tests on setup, with its own state dir.
-func testConfig(setup testbin.Setup, dir string) config.Config {
-	cfg := config.Default()
-	cfg.Backend, cfg.RootFS, cfg.ImagesDir = setup.Backend, setup.RootFS, setup.ImagesDir
-	cfg.Runtime = testRuntime()
-	cfg.Addr = "127.0.0.1:0"
-	cfg.StateDir = dir
-	cfg.EndSessionsOnExit = true // nothing outlives the test
-	cfg.PoolSize = 2
-	cfg.LogLevel = "warn"
-	cfg.InterruptGrace = 2 * time.Second
-	return cfg
-}
-
-// shared returns the URL of one server shared by the tests of this package.
-func shared(t *testing.T) string {
-	t.Helper()
-	setup := testbin.TestSetup(t)
-	sharedOnImages = setup.ImagesDir != ""
-	testbin.NeedProgram(t, testRuntime(), testRuntime())
-	guest := testbin.Cellbox(t)
-	sharedOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "cellbox-e2e-")
-		if err != nil {
-			sharedErr = err
-			return
-		}
-		sharedDir = dir
-		ctx, cancel := contextWithTimeout(2 * time.Minute)
-		defer cancel()
-		sharedSrv, sharedErr = server.Start(ctx, testConfig(setup, dir), server.Options{GuestBinary: guest})
-	})
-	if sharedErr != nil {
-		t.Fatalf("start server: %v", sharedErr)
-	}
-	return sharedSrv.URL
-}
+func sharedOnImages() bool { return shared.Setup().ImagesDir != "" }
 
 type client struct {
 	t   *testing.T
 	url string
 }
 
-func newClient(t *testing.T) *client { return &client{t: t, url: shared(t)} }
+func newClient(t *testing.T) *client { return &client{t: t, url: shared.Start(t).URL} }
 
 // caps is what the shared server's backend enforces.
-func (c *client) caps() sandbox.Capabilities { return sharedSrv.Backend.Capabilities() }
+func (c *client) caps() sandbox.Capabilities { return shared.Start(c.t).Backend.Capabilities() }
 
 // do sends a request and decodes a JSON answer into out (if not nil); it returns the status.
 func (c *client) do(method, path string, body any, out any) int {
@@ -334,15 +278,13 @@ func TestInterruptAndRestart(t *testing.T) {
 // then on reaches the run, even if the guest has not begun the cell yet.
 func waitBusy(t *testing.T, c *client, id string) {
 	t.Helper()
-	for i := 0; i < 200; i++ {
+	if !testbin.Eventually(5*time.Second, func() bool {
 		var s api.Session
 		c.do("GET", "/v1/sessions/"+id, nil, &s)
-		if s.State == "busy" {
-			return
-		}
-		time.Sleep(25 * time.Millisecond)
+		return s.State == "busy"
+	}) {
+		t.Fatal("session never became busy")
 	}
-	t.Fatal("session never became busy")
 }
 
 // TestSSEWhileRunning proves outputs stream before the cell ends: the cell prints, then
@@ -614,12 +556,12 @@ func TestAttackCommandOutlivesCaller(t *testing.T) {
 			resp.Body.Close()
 		}
 	}()
-	for {
-		if st := c.do("GET", "/v1/sessions/"+id+"/files/started", nil, nil); st == http.StatusOK {
-			break
+	testbin.WaitFor(t, time.Minute, "the command to start", func() error {
+		if st := c.do("GET", "/v1/sessions/"+id+"/files/started", nil, nil); st != http.StatusOK {
+			return fmt.Errorf("GET its file started: HTTP %d", st)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	cancel() // the client goes away
 	<-gone
 	var r api.CommandResult

@@ -238,7 +238,7 @@ print("home", sorted(os.listdir('/')))
 	// On the host's root there is no /etc/shadow nor /root at all; an image has its own
 	// (debootstrap's, with no password), which user code may not read.
 	shadow := "shadow FileNotFoundError\n"
-	if sharedOnImages {
+	if sharedOnImages() {
 		shadow = "shadow PermissionError\n"
 	}
 	for _, want := range []string{"net ['lo']\n", "server ConnectionRefusedError", "uid 1000\n", shadow, "write /usr/evil " + rofs + "\n", "write /evil " + rofs + "\n"} {
@@ -246,7 +246,7 @@ print("home", sorted(os.listdir('/')))
 			t.Errorf("missing %q in:\n%s", want, out)
 		}
 	}
-	if strings.Contains(out, "reached") || !sharedOnImages && strings.Contains(out, "root") {
+	if strings.Contains(out, "reached") || !sharedOnImages() && strings.Contains(out, "root") {
 		t.Errorf("sandbox reached the host or saw /root:\n%s", out)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/internal/config"
 	"github.com/cellbox/cellbox/internal/sandbox"
+	"github.com/cellbox/cellbox/internal/testbin"
 )
 
 // updatable wraps a backend: its sandboxes take new limits (sandbox.Updater), and it keeps
@@ -64,10 +65,8 @@ func TestPoolTakesLimitsAndEnv(t *testing.T) {
 	ctx := context.Background()
 	waitWarm := func() []string {
 		t.Helper()
-		for deadline := time.Now().Add(time.Minute); m.pools[""].len() < 1; time.Sleep(20 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatal("the pool did not fill")
-			}
+		if !testbin.Eventually(time.Minute, func() bool { return m.pools[""].len() >= 1 }) {
+			t.Fatal("the pool did not fill")
 		}
 		return b.createdSoFar()
 	}

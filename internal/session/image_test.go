@@ -17,6 +17,7 @@ import (
 	"github.com/cellbox/cellbox/internal/errdefs"
 	"github.com/cellbox/cellbox/internal/sandbox"
 	"github.com/cellbox/cellbox/internal/sandbox/sandboxtest"
+	"github.com/cellbox/cellbox/internal/testbin"
 )
 
 // reattaching is a backend on images whose sandboxes outlive the server, but are never
@@ -158,11 +159,12 @@ func TestImagePools(t *testing.T) {
 	if len(m.pools) != 2 {
 		t.Fatalf("pools of %v; want default and py", m.pools)
 	}
-	for deadline := time.Now().Add(time.Minute); m.pools["default"].len() < 1 || m.pools["py"].len() < 2; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("pools not filled: default %d, py %d", m.pools["default"].len(), m.pools["py"].len())
+	testbin.WaitFor(t, time.Minute, "the pools to fill", func() error {
+		if m.pools["default"].len() < 1 || m.pools["py"].len() < 2 {
+			return fmt.Errorf("default %d, py %d", m.pools["default"].len(), m.pools["py"].len())
 		}
-	}
+		return nil
+	})
 	if _, n := m.Stats(); n != 3 {
 		t.Errorf("Stats: %d warm, want 3", n)
 	}

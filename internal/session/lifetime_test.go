@@ -11,18 +11,15 @@ import (
 	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/internal/config"
 	"github.com/cellbox/cellbox/internal/errdefs"
+	"github.com/cellbox/cellbox/internal/testbin"
 )
 
 // waitEnded waits, generously, until the session is gone.
 func waitEnded(t *testing.T, m *Manager, id string) {
 	t.Helper()
-	ctx := context.Background()
-	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if _, err := m.Get(ctx, id); errors.Is(err, errdefs.ErrNotFound) {
-			return
-		}
+	if !testbin.Eventually(time.Minute, func() bool { _, err := m.Get(context.Background(), id); return errors.Is(err, errdefs.ErrNotFound) }) {
+		t.Fatalf("session %s still there a minute after its deadline", id)
 	}
-	t.Fatalf("session %s still there a minute after its deadline", id)
 }
 
 // TestLifetimeEndsBusySession: a session ends at its deadline even while a cell runs: the

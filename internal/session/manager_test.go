@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -137,12 +138,9 @@ func TestIdleSessionEnds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		if _, err := m.Get(ctx, s.ID); errors.Is(err, errdefs.ErrNotFound) {
-			return
-		}
+	if !testbin.Eventually(20*time.Second, func() bool { _, err := m.Get(ctx, s.ID); return errors.Is(err, errdefs.ErrNotFound) }) {
+		t.Fatal("a session idle past its timeout was not ended")
 	}
-	t.Fatal("a session idle past its timeout was not ended")
 }
 
 // TestAttackIdleTimeout: an idle timeout that overflows a time.Duration is refused, not
@@ -197,11 +195,12 @@ func TestSandboxDeathIsRecovered(t *testing.T) {
 	sess, _ := m.lookup(ctx, s.ID)
 	pid := m.current(sess).guest.Hello().PID
 	ws := m.current(sess).ws
-	go func() {
-		time.Sleep(300 * time.Millisecond)
-		syscall.Kill(pid, syscall.SIGKILL)
-	}()
-	r, err := m.Execute(ctx, s.ID, api.ExecuteRequest{Code: "import time; time.sleep(30)"}, nil)
+	var kill sync.Once // once the cell runs (it says so)
+	r, err := m.Execute(ctx, s.ID, api.ExecuteRequest{Code: "import time; print('running', flush=True); time.sleep(30)"}, func(o api.Output) {
+		if strings.Contains(o.Text, "running") {
+			kill.Do(func() { syscall.Kill(pid, syscall.SIGKILL) })
+		}
+	})
 	if err != nil || r.Status != api.StatusCrashed || !strings.Contains(r.Message, "files in /mnt/data are kept") {
 		t.Fatalf("execute while the guest died: %v %+v", err, r)
 	}
@@ -234,19 +233,20 @@ func TestShutdownInterrupts(t *testing.T) {
 		r, err := m.Execute(ctx, s.ID, api.ExecuteRequest{Code: "import time; time.sleep(60)"}, nil)
 		running <- answer{r, err}
 	}()
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if v, _ := m.Get(ctx, s.ID); v != nil && v.State == "busy" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("session not busy")
-		}
+	if !testbin.Eventually(20*time.Second, func() bool { v, _ := m.Get(ctx, s.ID); return v != nil && v.State == "busy" }) {
+		t.Fatal("session not busy")
 	}
 	go func() {
 		r, err := m.Execute(ctx, s.ID, api.ExecuteRequest{Code: "open('queued.txt', 'w')"}, nil)
 		queued <- answer{r, err}
 	}()
-	time.Sleep(100 * time.Millisecond) // let it queue; if it does not, it fails all the same
+	// Until it waits for the turn: both calls are in Execute, parked.
+	testbin.WaitFor(t, 20*time.Second, "the second execution to queue", func() error {
+		if n := testbin.Parked("session.(*Manager).Execute"); n != 2 {
+			return fmt.Errorf("%d executions parked", n)
+		}
+		return nil
+	})
 	if err := m.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}

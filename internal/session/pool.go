@@ -15,6 +15,8 @@ type pool struct {
 	start   func(context.Context) (*box, error)
 	discard func(*box) // for boxes that died waiting, and those started after close
 	log     *slog.Logger
+	// after is the pool's clock for its refill delay and backoff: time.After, a fake in tests.
+	after func(time.Duration) <-chan time.Time
 
 	mu     sync.Mutex
 	boxes  []*box
@@ -23,7 +25,7 @@ type pool struct {
 }
 
 func newPool(size int, start func(context.Context) (*box, error), discard func(*box), log *slog.Logger) *pool {
-	return &pool{size: size, start: start, discard: discard, log: log, wake: make(chan struct{}, 1)}
+	return &pool{size: size, start: start, discard: discard, log: log, after: time.After, wake: make(chan struct{}, 1)}
 }
 
 // len is the number of boxes waiting.
@@ -98,7 +100,7 @@ func (p *pool) run(ctx context.Context) {
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(refillDelay):
+			case <-p.after(refillDelay):
 			}
 		}
 		b, err := p.start(ctx)
@@ -110,7 +112,7 @@ func (p *pool) run(ctx context.Context) {
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(backoff):
+			case <-p.after(backoff):
 			}
 			backoff = min(backoff*2, time.Minute)
 			continue

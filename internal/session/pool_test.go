@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/cellbox/cellbox/internal/sandbox"
 )
@@ -36,6 +37,7 @@ type fakeBoxes struct {
 	n         int
 	discarded map[string]int
 	fail      bool
+	started   chan string // if not nil, gets each started box's id
 }
 
 func (f *fakeBoxes) start(ctx context.Context) (*box, error) {
@@ -49,6 +51,9 @@ func (f *fakeBoxes) start(ctx context.Context) (*box, error) {
 	}
 	f.n++
 	id := strconv.Itoa(f.n)
+	if f.started != nil {
+		f.started <- id
+	}
 	return &box{id: id, sb: &fakeSandbox{id: id, done: make(chan struct{})}}, nil
 }
 
@@ -66,10 +71,34 @@ func testPool(size int) (*pool, *fakeBoxes) {
 	return newPool(size, f.start, f.discard, slog.New(slog.DiscardHandler)), f
 }
 
+// instant is a clock on which every wait is already over.
+func instant(time.Duration) <-chan time.Time {
+	c := make(chan time.Time, 1)
+	c <- time.Time{}
+	return c
+}
+
+// manualClock is a clock whose waits end when the test says: after reports each wait asked
+// for on asked, and the wait ends on a send to fire.
+type manualClock struct {
+	asked chan time.Duration
+	fire  chan time.Time
+}
+
+func newManualClock() *manualClock {
+	return &manualClock{asked: make(chan time.Duration), fire: make(chan time.Time)}
+}
+
+func (c *manualClock) after(d time.Duration) <-chan time.Time {
+	c.asked <- d
+	return c.fire
+}
+
 // TestPoolHandsOutEachBoxOnce: concurrent takers while the pool fills never get the same box,
 // and every box started is handed out, left in the pool, or discarded: none is lost.
 func TestPoolHandsOutEachBoxOnce(t *testing.T) {
 	p, f := testPool(3)
+	p.after = instant // the refill delay is TestPoolWaitsBeforeRefill's
 	ctx, cancel := context.WithCancel(context.Background())
 	ran := make(chan struct{})
 	go func() {
@@ -107,6 +136,45 @@ func TestPoolHandsOutEachBoxOnce(t *testing.T) {
 	if len(got)+len(left)+len(f.discarded) != f.n {
 		t.Errorf("started %d boxes; handed out %d, left %d, discarded %d", f.n, len(got), len(left), len(f.discarded))
 	}
+}
+
+// TestPoolWaitsBeforeRefill: an empty pool starts a box at once; one that still holds a box
+// waits refillDelay before it starts the next, on the pool's clock.
+func TestPoolWaitsBeforeRefill(t *testing.T) {
+	p, f := testPool(2)
+	f.started = make(chan string, 4)
+	clock := newManualClock()
+	p.after = clock.after
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() {
+		p.run(ctx)
+		close(ran)
+	}()
+	defer func() { cancel(); <-ran }()
+	select {
+	case <-f.started:
+	case d := <-clock.asked:
+		t.Fatalf("an empty pool waited %v before its first start", d)
+	}
+	wait := func(what string) {
+		t.Helper()
+		if d := <-clock.asked; d != refillDelay {
+			t.Fatalf("%s: the pool waited %v, want %v", what, d, refillDelay)
+		}
+		select {
+		case id := <-f.started:
+			t.Fatalf("%s: box %s started before the wait ended", what, id)
+		default:
+		}
+		clock.fire <- time.Time{}
+		<-f.started
+	}
+	wait("filling")
+	if b := p.take(); b == nil || b.id != "1" {
+		t.Fatalf("took %v, want box 1", b)
+	}
+	wait("after a take")
 }
 
 // TestPoolDiscardsDeadBoxes: a box that died waiting is discarded, never handed out.

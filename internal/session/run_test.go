@@ -52,9 +52,7 @@ func TestInterruptStopsCommand(t *testing.T) {
 		done <- r
 	}()
 	sess, _ := m.lookup(context.Background(), s.ID)
-	for !exists(m.current(sess).ws + "/started") {
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitExists(t, m.current(sess).ws+"/started")
 	if err := m.Interrupt(ctx, s.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -83,9 +81,7 @@ func TestCallerGoneEndsCommand(t *testing.T) {
 		m.Command(ctx, s.ID, api.CommandRequest{Cmd: []string{"sh", "-c", "touch started; " + sleep}, TimeoutS: 120})
 	}()
 	sess, _ := m.lookup(context.Background(), s.ID)
-	for !exists(m.current(sess).ws + "/started") {
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitExists(t, m.current(sess).ws+"/started")
 	cancel()
 	<-done
 	r, err := m.Command(context.Background(), s.ID, api.CommandRequest{Cmd: []string{"ps", "-eo", "args"}})

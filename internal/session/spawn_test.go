@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/internal/config"
 	"github.com/cellbox/cellbox/internal/errdefs"
+	"github.com/cellbox/cellbox/internal/testbin"
 )
 
 // waitFor runs a shell loop that ends once file exists in the workspace, then runs then.
@@ -47,10 +49,8 @@ func workspaceOf(t *testing.T, m *Manager, id string) string {
 // waitExists waits until the program made its file: it is running.
 func waitExists(t *testing.T, p string) {
 	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); !exists(p); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never appeared", filepath.Base(p))
-		}
+	if !testbin.Eventually(20*time.Second, func() bool { return exists(p) }) {
+		t.Fatalf("%s never appeared", filepath.Base(p))
 	}
 }
 
@@ -187,16 +187,14 @@ func TestAttackSpawn(t *testing.T) {
 		running = append(running, spawnAsync(t, m, ctx, s.ID, api.CommandRequest{Cmd: waitFor("release", "true")}, nil))
 	}
 	// Every place is taken once every program started.
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	testbin.WaitFor(t, 20*time.Second, "every spawn to run", func() error {
 		sess, _ := m.lookup(ctx, s.ID)
 		n := sess.turn.spawning()
-		if n == maxSpawns {
-			break
+		if n != maxSpawns {
+			return fmt.Errorf("%d spawns running, want %d", n, maxSpawns)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d spawns running, want %d", n, maxSpawns)
-		}
-	}
+		return nil
+	})
 	_, err = m.Spawn(ctx, s.ID, "", api.CommandRequest{Cmd: []string{"true"}}, nil)
 	if !errors.Is(err, errdefs.ErrResourceExhausted) || !strings.Contains(err.Error(), "16 programs") {
 		t.Errorf("spawn %d: %v, want resource exhausted", maxSpawns+1, err)

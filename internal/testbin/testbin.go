@@ -4,6 +4,7 @@ package testbin
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/cellbox/cellbox/internal/mountinfo"
 )
@@ -26,10 +28,25 @@ var (
 	out  []byte
 )
 
-// Cellbox returns the path of a freshly built static cellbox binary (CGO_ENABLED=0).
+// BinaryEnv names a cellbox binary, built as scripts/build.sh builds it, for the tests to run
+// instead of building their own: `make test` builds ./bin/cellbox once and sets it, so the
+// dozen packages that need the binary don't each link it (60 MB, minutes on a busy machine).
+const BinaryEnv = "CELLBOX_TEST_BINARY"
+
+// Cellbox returns the path of a static cellbox binary (CGO_ENABLED=0) with its guest
+// attached: $CELLBOX_TEST_BINARY when set, else one built once per test process.
 func Cellbox(t testing.TB) string {
 	t.Helper()
 	once.Do(func() {
+		if p := os.Getenv(BinaryEnv); p != "" {
+			if path, err = filepath.Abs(p); err == nil {
+				_, err = os.Stat(path)
+			}
+			if err != nil {
+				err = fmt.Errorf("%s=%s: %w (make build builds it)", BinaryEnv, p, err)
+			}
+			return
+		}
 		_, file, _, _ := runtime.Caller(0)
 		root := filepath.Join(filepath.Dir(file), "..", "..")
 		sweep()
@@ -253,4 +270,70 @@ func RemoveStateDir(dir string) {
 		}
 	}
 	os.RemoveAll(dir)
+}
+
+// Poll calls cond until it returns nil or d has passed, then returns cond's last error
+// (wrapped with how long it waited). The one way tests wait for a condition: on a cause they
+// can observe, never a fixed sleep. It starts checking at once and backs off to every 100 ms.
+func Poll(d time.Duration, cond func() error) error {
+	deadline := time.Now().Add(d)
+	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
+		err := cond()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not within %v: %w", d, err)
+		}
+		time.Sleep(wait)
+	}
+}
+
+// WaitFor is Poll for a test: it fails t, saying what it waited for, when d passes first.
+func WaitFor(t testing.TB, d time.Duration, what string, cond func() error) {
+	t.Helper()
+	if err := Poll(d, cond); err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
+
+// Eventually is Poll for a condition that is only true or false.
+func Eventually(d time.Duration, cond func() bool) bool {
+	return Poll(d, func() error {
+		if !cond() {
+			return errNotYet
+		}
+		return nil
+	}) == nil
+}
+
+var errNotYet = errors.New("the condition is still false")
+
+// Parked counts the goroutines of this process that are blocked (on a channel, a lock, a
+// select, ...) inside a call of fn, a function as a stack trace names it, without its
+// package path: "session.(*Manager).Execute". It shows a cause no API exposes, such as a
+// call queued behind another: poll it (WaitFor), as a goroutine parks a little after it
+// starts.
+func Parked(fn string) int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	count := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		head, stack, _ := strings.Cut(g, "\n")
+		switch {
+		case strings.Contains(head, "[running"), strings.Contains(head, "[runnable"), strings.Contains(head, "[syscall"):
+			continue
+		}
+		if strings.Contains(stack, "/"+fn+"(") || strings.HasPrefix(stack, fn+"(") {
+			count++
+		}
+	}
+	return count
 }

@@ -6,7 +6,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
+	"time"
 )
 
 // recorder is a testing.TB that records how a test was ended; like the real one, ending
@@ -72,5 +74,40 @@ func TestSweepRemovesEndedProcessesFolders(t *testing.T) {
 		if kept := err == nil; kept != keep {
 			t.Errorf("%s: kept %v, want %v", filepath.Base(d), kept, keep)
 		}
+	}
+}
+
+func TestPoll(t *testing.T) {
+	n := 0
+	if err := Poll(time.Minute, func() error {
+		if n++; n < 3 {
+			return fmt.Errorf("try %d", n)
+		}
+		return nil
+	}); err != nil || n != 3 {
+		t.Errorf("a condition true at the third try: %v after %d tries", err, n)
+	}
+	start := time.Now()
+	err := Poll(50*time.Millisecond, func() error { return fmt.Errorf("never") })
+	if err == nil || !strings.Contains(err.Error(), "never") || time.Since(start) < 50*time.Millisecond {
+		t.Errorf("a condition never true: %v after %v", err, time.Since(start))
+	}
+}
+
+func parkHere(c chan struct{}) { <-c }
+
+func TestParked(t *testing.T) {
+	c := make(chan struct{})
+	defer close(c)
+	go parkHere(c)
+	go parkHere(c)
+	WaitFor(t, 10*time.Second, "two goroutines parked", func() error {
+		if n := Parked("testbin.parkHere"); n != 2 {
+			return fmt.Errorf("%d parked", n)
+		}
+		return nil
+	})
+	if n := Parked("testbin.noSuchFunction"); n != 0 {
+		t.Errorf("%d goroutines parked in a function that does not exist", n)
 	}
 }

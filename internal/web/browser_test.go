@@ -25,11 +25,11 @@ import (
 
 	"github.com/cellbox/cellbox/internal/agent"
 	"github.com/cellbox/cellbox/internal/auth"
-	"github.com/cellbox/cellbox/internal/config"
 	"github.com/cellbox/cellbox/internal/llm"
 	"github.com/cellbox/cellbox/internal/llm/llmtest"
 	"github.com/cellbox/cellbox/internal/server"
 	"github.com/cellbox/cellbox/internal/testbin"
+	"github.com/cellbox/cellbox/internal/testserver"
 )
 
 const testKey = "cbx_b10e5e7000000000000000000000000000000b"
@@ -155,25 +155,9 @@ func startServer(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := config.Default()
-	cfg.Addr = "127.0.0.1:0"
-	cfg.StateDir = filepath.Join(dir, "state")
-	cfg.EndSessionsOnExit = true
+	cfg := testserver.Config(testserver.Host(t), filepath.Join(dir, "state"))
 	cfg.PoolSize = 1
-	cfg.LogLevel = "warn"
-	cfg.InterruptGrace = 2 * time.Second
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	s, err := server.Start(ctx, cfg, server.Options{GuestBinary: testbin.Cellbox(t), Keys: k, Quiet: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		s.Shutdown(ctx)
-	})
-	return s.URL
+	return testserver.Start(t, cfg, server.Options{Keys: k, Quiet: true}).URL
 }
 
 // averageSpeed is the mean of the CSV's average_speed, as pandas prints round(x, 2).

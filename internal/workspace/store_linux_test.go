@@ -35,7 +35,7 @@ func loopStore(t *testing.T, dir string) *Store {
 	return s
 }
 
-func needLoop(t *testing.T) {
+func needLoop(t testing.TB) {
 	t.Helper()
 	testbin.NeedRoot(t, "workspace quotas are loop mounts")
 	if _, err := os.Stat("/dev/loop-control"); err != nil {
@@ -71,13 +71,9 @@ func loopDevices(t *testing.T, dir string) int {
 // noLoopDevices waits briefly for autoclear, then fails if a loop device of dir is left.
 func noLoopDevices(t *testing.T, dir string) {
 	t.Helper()
-	for range 50 {
-		if loopDevices(t, dir) == 0 {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !testbin.Eventually(time.Second, func() bool { return loopDevices(t, dir) == 0 }) {
+		t.Errorf("%d loop devices leaked", loopDevices(t, dir))
 	}
-	t.Errorf("%d loop devices leaked", loopDevices(t, dir))
 }
 
 // asOwner runs a shell script in dir as the workspace's owner, as a sandbox would.
@@ -367,9 +363,7 @@ func TestStoreAuto(t *testing.T) {
 }
 
 func BenchmarkStoreCreate(b *testing.B) {
-	if os.Geteuid() != 0 {
-		b.Skip("needs root")
-	}
+	needLoop(b)
 	s, err := NewStore(StoreConfig{Dir: b.TempDir(), Quota: "loop"})
 	if err != nil {
 		b.Fatal(err)

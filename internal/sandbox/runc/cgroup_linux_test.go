@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/cellbox/cellbox/internal/testbin"
 )
 
 // A sandbox's limits are written only into the cgroup runc made for it: the parent's names,
@@ -51,14 +53,8 @@ func TestRemoveCgroupsRetries(t *testing.T) {
 	if _, err := os.Stat(busy); err != nil {
 		t.Fatalf("the busy folder: %v", err)
 	}
-	time.Sleep(100 * time.Millisecond)
 	os.Remove(held)
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if _, err := os.Stat(busy); os.IsNotExist(err) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the folder, free again, was not removed")
-		}
+	if !testbin.Eventually(10*time.Second, func() bool { _, err := os.Stat(busy); return os.IsNotExist(err) }) {
+		t.Fatal("the folder, free again, was not removed")
 	}
 }

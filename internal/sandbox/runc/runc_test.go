@@ -277,7 +277,7 @@ func TestContainer(t *testing.T) {
 				}
 				marker = sh.sb.id
 			}
-			if !eventually(func() bool { return len(pgrep(marker)) > 0 }) {
+			if !testbin.Eventually(5*time.Second, func() bool { return len(pgrep(marker)) > 0 }) {
 				t.Fatalf("%q does not show on the host", marker)
 			}
 			if err := sh.sb.Stop(context.Background()); err != nil {
@@ -375,16 +375,6 @@ func etcListing() string {
 	return strings.Join(names, " ")
 }
 
-func eventually(f func() bool) bool {
-	for end := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if f() {
-			return true
-		} else if time.Now().After(end) {
-			return false
-		}
-	}
-}
-
 func pgrep(marker string) []string {
 	var pids []string
 	entries, _ := os.ReadDir("/proc")
@@ -410,7 +400,7 @@ func TestCleanupAfterCrash(t *testing.T) {
 			if a.gvisor {
 				marker = sh.sb.id
 			}
-			if !eventually(func() bool { return len(pgrep(marker)) > 0 }) {
+			if !testbin.Eventually(5*time.Second, func() bool { return len(pgrep(marker)) > 0 }) {
 				t.Fatalf("%q does not show on the host", marker)
 			}
 
@@ -622,7 +612,7 @@ func TestAttachDeadSandbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Detached, sb no longer watches its guest: ask the runtime.
-	if !eventually(func() bool { _, err := a.runningPid(context.Background(), sb.id); return errors.Is(err, errLost) }) {
+	if !testbin.Eventually(5*time.Second, func() bool { _, err := a.runningPid(context.Background(), sb.id); return errors.Is(err, errLost) }) {
 		t.Fatal("the guest did not exit after kill")
 	}
 	b, err := New(Config{StateDir: filepath.Dir(a.root), GuestBinary: guest})

@@ -180,11 +180,10 @@ print(random.random(), numpy.random.random(), threading.main_thread().native_id 
 			}
 			// After a restart the old kernel may be ending still: the guest's one child then.
 			guest, _ := sb.readPid()
-			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-				if c, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", guest, guest)); len(strings.Fields(string(c))) == 1 {
-					break
-				}
-			}
+			testbin.Eventually(10*time.Second, func() bool {
+				c, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", guest, guest))
+				return len(strings.Fields(string(c))) == 1
+			})
 			if cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", kernelPid(t, sb))); !strings.Contains(string(cmdline), pyrunner.TemplateScriptEnv) {
 				t.Fatalf("the kernel was not forked from the template: %q", cmdline)
 			}
