@@ -324,24 +324,40 @@ const maxSpawns = 16
 type turn struct {
 	ch chan struct{} // holds one token while the turn is held
 
-	mu     sync.Mutex
-	holder *run // the run holding the turn; nil when none, or the manager's own
-	spawns int
+	mu      sync.Mutex
+	holder  *run // the run holding the turn; nil when none, or the manager's own
+	waiting int  // calls in take that do not hold the turn yet
+	spawns  int
 }
 
 func newTurn() *turn { return &turn{ch: make(chan struct{}, 1)} }
 
 // take waits for the turn until ctx ends; r (may be nil) is what interrupt cancels.
 func (t *turn) take(ctx context.Context, r *run) error {
+	t.mu.Lock()
+	t.waiting++
+	t.mu.Unlock()
+	var err error
 	select {
 	case t.ch <- struct{}{}:
 	case <-ctx.Done():
-		return ctx.Err()
+		err = ctx.Err()
 	}
 	t.mu.Lock()
-	t.holder = r
+	t.waiting--
+	if err == nil {
+		t.holder = r
+	}
 	t.mu.Unlock()
-	return nil
+	return err
+}
+
+// queued is the number of calls waiting in take (a run queued behind the holder, or one
+// about to take a free turn).
+func (t *turn) queued() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.waiting
 }
 
 // tryTake takes the turn if it is free.

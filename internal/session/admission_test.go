@@ -3,11 +3,13 @@ package session
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/cellbox/cellbox/internal/errdefs"
+	"github.com/cellbox/cellbox/internal/testbin"
 )
 
 // These tests need no kernel: admission counts and registers, nothing more.
@@ -116,6 +118,12 @@ func TestAdmissionTurn(t *testing.T) {
 		second, releaseSecond, err = a.admit(context.Background(), "", kindCommand, tn)
 		waiting <- err
 	}()
+	testbin.WaitFor(t, 10*time.Second, "the command to queue", func() error {
+		if n := tn.queued(); n != 1 {
+			return fmt.Errorf("%d waiting for the turn", n)
+		}
+		return nil
+	})
 	tn.interrupt()
 	<-first.Done()
 	select {
@@ -129,6 +137,9 @@ func TestAdmissionTurn(t *testing.T) {
 	}
 	if second.Err() != nil {
 		t.Fatal("the interrupt reached the run after the one it was addressed to")
+	}
+	if n := tn.queued(); n != 0 {
+		t.Fatalf("%d waiting for the turn once the command holds it", n)
 	}
 
 	restarted := make(chan error, 1)
@@ -154,8 +165,8 @@ func TestAdmissionTurn(t *testing.T) {
 		t.Errorf("waiting with a cancelled context: %v", err)
 	}
 	hold()
-	if len(a.runs) != 0 || len(a.tenants) != 0 || tn.tryTake() == false {
-		t.Errorf("after every release: %d runs, tenants %v, turn free: false", len(a.runs), a.tenants)
+	if len(a.runs) != 0 || len(a.tenants) != 0 || tn.queued() != 0 || tn.tryTake() == false {
+		t.Errorf("after every release: %d runs, tenants %v, %d waiting for the turn, turn free: false", len(a.runs), a.tenants, tn.queued())
 	}
 }
 

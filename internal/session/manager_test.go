@@ -240,10 +240,10 @@ func TestShutdownInterrupts(t *testing.T) {
 		r, err := m.Execute(ctx, s.ID, api.ExecuteRequest{Code: "open('queued.txt', 'w')"}, nil)
 		queued <- answer{r, err}
 	}()
-	// Until it waits for the turn: both calls are in Execute, parked.
+	// Until it waits for the turn, admitted: a run that Shutdown knows of.
 	testbin.WaitFor(t, 20*time.Second, "the second execution to queue", func() error {
-		if n := testbin.Parked("session.(*Manager).Execute"); n != 2 {
-			return fmt.Errorf("%d executions parked", n)
+		if n := sess.turn.queued(); n != 1 {
+			return fmt.Errorf("%d runs waiting for the turn", n)
 		}
 		return nil
 	})

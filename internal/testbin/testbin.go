@@ -308,32 +308,3 @@ func Eventually(d time.Duration, cond func() bool) bool {
 }
 
 var errNotYet = errors.New("the condition is still false")
-
-// Parked counts the goroutines of this process that are blocked (on a channel, a lock, a
-// select, ...) inside a call of fn, a function as a stack trace names it, without its
-// package path: "session.(*Manager).Execute". It shows a cause no API exposes, such as a
-// call queued behind another: poll it (WaitFor), as a goroutine parks a little after it
-// starts.
-func Parked(fn string) int {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	count := 0
-	for _, g := range strings.Split(string(buf), "\n\n") {
-		head, stack, _ := strings.Cut(g, "\n")
-		switch {
-		case strings.Contains(head, "[running"), strings.Contains(head, "[runnable"), strings.Contains(head, "[syscall"):
-			continue
-		}
-		if strings.Contains(stack, "/"+fn+"(") || strings.HasPrefix(stack, fn+"(") {
-			count++
-		}
-	}
-	return count
-}

@@ -93,21 +93,3 @@ func TestPoll(t *testing.T) {
 		t.Errorf("a condition never true: %v after %v", err, time.Since(start))
 	}
 }
-
-func parkHere(c chan struct{}) { <-c }
-
-func TestParked(t *testing.T) {
-	c := make(chan struct{})
-	defer close(c)
-	go parkHere(c)
-	go parkHere(c)
-	WaitFor(t, 10*time.Second, "two goroutines parked", func() error {
-		if n := Parked("testbin.parkHere"); n != 2 {
-			return fmt.Errorf("%d parked", n)
-		}
-		return nil
-	})
-	if n := Parked("testbin.noSuchFunction"); n != 0 {
-		t.Errorf("%d goroutines parked in a function that does not exist", n)
-	}
-}
