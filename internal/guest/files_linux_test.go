@@ -19,6 +19,7 @@ import (
 
 	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/internal/errdefs"
+	"github.com/cellbox/cellbox/internal/testbin"
 )
 
 func TestFiles(t *testing.T) {
@@ -139,8 +140,7 @@ func TestAbortedUpload(t *testing.T) {
 		}
 	}
 	// The guest sees the stream end without the end chunk a moment later.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testbin.WaitFor(t, 5*time.Second, "only /keep.txt in the workspace after aborted uploads", func() error {
 		var found []string
 		filepath.Walk(g.dir, func(p string, info os.FileInfo, err error) error {
 			if err == nil && !info.IsDir() {
@@ -148,14 +148,11 @@ func TestAbortedUpload(t *testing.T) {
 			}
 			return nil
 		})
-		if strings.Join(found, ",") == "/keep.txt" {
-			break
+		if got := strings.Join(found, ","); got != "/keep.txt" {
+			return fmt.Errorf("the workspace holds %q", found)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("workspace holds %q after aborted uploads, want only /keep.txt", found)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	if b, _ := os.ReadFile(filepath.Join(g.dir, "keep.txt")); string(b) != "old" {
 		t.Errorf("keep.txt = %q", b)
 	}

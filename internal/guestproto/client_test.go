@@ -130,6 +130,7 @@ func TestClientCapsTotalBytes(t *testing.T) {
 }
 
 func TestClientGivesUpOnSilentGuest(t *testing.T) {
+	// A guest that never answers: the sleep is the silence under test.
 	c := fakeGuest(t, func(Request) []byte { time.Sleep(time.Hour); return nil })
 	c.Slack = 100 * time.Millisecond
 	_, err := c.Execute(context.Background(), api.ExecuteRequest{Code: "1", TimeoutS: 0.1}, nil)

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net/http/httptest"
 	"reflect"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"github.com/cellbox/cellbox/internal/errdefs"
 	"github.com/cellbox/cellbox/internal/session"
 	"github.com/cellbox/cellbox/internal/session/sessiontest"
+	"github.com/cellbox/cellbox/internal/testbin"
 	"github.com/cellbox/cellbox/internal/tool"
 )
 
@@ -323,14 +325,12 @@ func TestConnectionCloseEndsSession(t *testing.T) {
 	res, _ := c.call("python", map[string]any{"code": "1"})
 	id := sessionOf(t, res)
 	c.cs.Close()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if _, err := m.Get(context.Background(), id); errors.Is(err, errdefs.ErrNotFound) {
-			break
+	testbin.WaitFor(t, 30*time.Second, "the session to end with its connection", func() error {
+		if _, err := m.Get(context.Background(), id); !errors.Is(err, errdefs.ErrNotFound) {
+			return fmt.Errorf("session %s still there: %v", id, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("session %s still there after its connection closed", id)
-		}
-	}
+		return nil
+	})
 }
 
 func TestServerClose(t *testing.T) {

@@ -316,6 +316,7 @@ print(s.recv(4096).decode())`, sock)
 	b.templates.mu.Lock()
 	tpid := b.templates.byDir[filepath.Join(b.templates.dir, "host")].t.Pid()
 	b.templates.mu.Unlock()
+	// Sampled over a window, not waited for: the count must stay within 16 all along.
 	most := 0
 	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
 		kids, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", tpid, tpid))
