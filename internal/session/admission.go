@@ -129,7 +129,8 @@ func (a *admission) admit(ctx context.Context, tenant string, k kind, t *turn) (
 			}
 			a.mu.Unlock()
 			return nil, nil, fmt.Errorf("you run %d executions and commands at once (restarts and context deletes count too), "+
-				"this server's maximum per API key (--tenant-max-executions): wait for one to finish or retry later: %w",
+				"this server's maximum per API key (--tenant-max-executions): interrupt or stop one of them (a cell that ignores "+
+				"the interrupt has its kernel restarted after the grace period) or end one of your sessions, then try again: %w",
 				max, errdefs.ErrResourceExhausted)
 		}
 		tu.runs++

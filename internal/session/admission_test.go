@@ -53,6 +53,10 @@ func TestAdmissionTenantRuns(t *testing.T) {
 				again()
 			} else {
 				exhausted(t, err, "--tenant-max-executions")
+				// What frees a place even from a cell that never ends (a restart is refused too).
+				if !strings.Contains(err.Error(), "interrupt or stop one") || !strings.Contains(err.Error(), "end one of your sessions") {
+					t.Errorf("%q does not say how to free a place", err)
+				}
 			}
 			_, other := admitted(t, a, "bob", k, newTurn())
 			other()
