@@ -206,6 +206,12 @@ func TestAdmissionClose(t *testing.T) {
 		_, _, err := a.admit(context.Background(), "", kindExecute, tn)
 		waiting <- err
 	}()
+	testbin.WaitFor(t, 10*time.Second, "the second run to queue", func() error {
+		if n := tn.queued(); n != 1 {
+			return fmt.Errorf("%d waiting for the turn", n)
+		}
+		return nil
+	})
 	done, ok := a.track()
 	if !ok {
 		t.Fatal("track before close")
