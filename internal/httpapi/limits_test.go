@@ -3,7 +3,6 @@ package httpapi_test
 // Limits and isolation, attacked through the public API as a model's code would.
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -11,14 +10,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/cellbox/cellbox/api"
 )
-
-func contextWithTimeout(d time.Duration) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), d)
-}
 
 func TestTimeoutKeepsState(t *testing.T) {
 	c := newClient(t)

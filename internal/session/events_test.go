@@ -20,8 +20,8 @@ func TestEventsNeverWait(t *testing.T) {
 	callsBack := make(chan Event, 100)
 	e.subscribe(func(ev Event) {
 		mu.Lock() // would deadlock if it were called under the publisher's lock
-		mu.Unlock()
 		callsBack <- ev
+		mu.Unlock()
 	})
 	mu.Lock()
 	for i := range 50 {
