@@ -49,24 +49,25 @@ func (s *server) stat(path string) guestproto.Message {
 	if perr != nil {
 		return guestproto.Message{Error: perr}
 	}
-	if rel == "." {
-		e, err := entryAt(s.root.fd, ".", ".")
-		if err != nil {
-			return guestproto.Message{Error: fsError(rel, err)}
-		}
-		return guestproto.Message{Entry: e}
-	}
-	dir, name := split(rel)
-	dfd, err := s.root.open(dir, unix.O_PATH|unix.O_DIRECTORY, 0)
-	if err != nil {
-		return guestproto.Message{Error: fsError(rel, err)}
-	}
-	defer unix.Close(dfd)
-	e, err := entryAt(dfd, dir, name)
+	e, err := s.entry(rel)
 	if err != nil {
 		return guestproto.Message{Error: fsError(rel, err)}
 	}
 	return guestproto.Message{Entry: e}
+}
+
+// entry describes the entry at clean workspace path rel, not following a link there.
+func (s *server) entry(rel string) (*guestproto.Entry, error) {
+	if rel == "." {
+		return entryAt(s.root.fd, ".", ".")
+	}
+	dir, name := split(rel)
+	dfd, err := s.root.open(dir, unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(dfd)
+	return entryAt(dfd, dir, name)
 }
 
 // makeDir makes a folder and its missing parents, each given to the sandbox's user, and
@@ -80,20 +81,7 @@ func (s *server) makeDir(path string) guestproto.Message {
 		return errMsg(api.CodeFailedPrecondition, fmt.Sprintf("%q, or a folder above it, exists and is not a folder", workspace.GuestPath(rel)))
 	}
 	answer := func(created bool) guestproto.Message {
-		if rel == "." {
-			e, err := entryAt(s.root.fd, ".", ".")
-			if err != nil {
-				return guestproto.Message{Error: fsError(rel, err)}
-			}
-			return guestproto.Message{Entry: e}
-		}
-		dir, name := split(rel)
-		dfd, err := s.root.open(dir, unix.O_PATH|unix.O_DIRECTORY, 0)
-		if err != nil {
-			return guestproto.Message{Error: fsError(rel, err)}
-		}
-		defer unix.Close(dfd)
-		e, err := entryAt(dfd, dir, name)
+		e, err := s.entry(rel)
 		if err != nil {
 			return guestproto.Message{Error: fsError(rel, err)}
 		}
