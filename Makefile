@@ -24,7 +24,7 @@ E2BCLIENT := internal/e2b/testdata/e2bclient
 # playwright-core, which drives Debian's chromium in the web page's tests.
 BROWSER := internal/web/testdata/browser
 
-.PHONY: help build build-linux deps run test test-suites node-image fuzz bench bench-docker bench-e2b bench-web screenshots lint clean
+.PHONY: help build build-linux deps run test test-built test-suites node-image fuzz bench bench-docker bench-e2b bench-web screenshots lint clean
 
 help: ## list the targets
 	@echo "usage: make <target>"
@@ -54,12 +54,24 @@ test: ## install test needs, build the default image and a Kubernetes control pl
 	$(STAGE) deps scripts/install-deps.sh --test
 	$(STAGE) npm $(MAKE) --no-print-directory $(TSCLIENT)/node_modules/.package-lock.json $(E2BCLIENT)/node_modules/.package-lock.json $(BROWSER)/node_modules/.package-lock.json
 	$(STAGE) build $(MAKE) --no-print-directory build
-	@# The default image's build (downloads and dpkg, kept between runs) beside lint's compiles.
-	$(STAGE) image ./bin/cellbox image build --state-dir $(TEST_STATE) >/dev/null & image=$$!; \
-		lint=0; $(STAGE) lint $(MAKE) --no-print-directory lint || lint=$$?; \
-		wait $$image && ((lint == 0))
-	@# etcd, kube-apiserver and kubectl for the cluster tests, built once from the Go module proxy.
-	tools=$$($(STAGE) kube-tools scripts/kube-tools.sh) && CELLBOX_KUBE_TOOLS=$$tools CELLBOX_TEST_IMAGES=$(TEST_STATE)/images scripts/with-dockerd.sh $(MAKE) --no-print-directory test-suites
+	scripts/with-dockerd.sh $(MAKE) --no-print-directory test-built
+
+# make test once ./bin/cellbox is built, with a Docker engine answering. The images' builds
+# (downloads and dpkg, kept between runs: the default image, then the Kubernetes node's)
+# run beside lint and the control plane's build (compiles, kept too): on a new machine that
+# overlap is minutes, on a warm one all three find their work done.
+test-built:
+	{ $(STAGE) image ./bin/cellbox image build --state-dir $(TEST_STATE) >/dev/null && \
+		$(STAGE) node-image env STATE=$(TEST_STATE) BINARY=$(CURDIR)/bin/cellbox scripts/node-image.sh $(TEST_NODE_IMAGE) >/dev/null; } & images=$$!; \
+	ok=1; $(STAGE) lint $(MAKE) --no-print-directory lint || ok=0; \
+	tools=$$($(STAGE) kube-tools scripts/kube-tools.sh) || ok=0; \
+	wait $$images || ok=0; \
+	((ok)) && CELLBOX_KUBE_TOOLS=$$tools CELLBOX_TEST_IMAGES=$(TEST_STATE)/images CELLBOX_TEST_NODE_IMAGE=$(TEST_NODE_IMAGE) \
+		$(MAKE) --no-print-directory test-suites
+
+# The image TestNodeImage runs: the node image as make test builds it (once per package list
+# and binary).
+TEST_NODE_IMAGE := cellbox/node:test
 
 # The suites, with the default image built and a Docker engine answering (make test). The
 # tests run ./bin/cellbox (make build), linked once, instead of each package building its own.
@@ -73,9 +85,7 @@ test: ## install test needs, build the default image and a Kubernetes control pl
 # wired to runc on images and to docker by their flags (TestMCPTypeScriptClient).
 test-suites: export CELLBOX_TEST_BINARY := $(CURDIR)/bin/cellbox
 test-suites:
-	@# The image a Kubernetes node runs in, for TestNodeImage (built once per package list and binary).
-	CELLBOX_TEST_NODE_IMAGE=$$($(STAGE) node-image env STATE=$(TEST_STATE) BINARY=$(CURDIR)/bin/cellbox scripts/node-image.sh cellbox/node:test) && export CELLBOX_TEST_NODE_IMAGE && \
-		$(STAGE) 'go test ./...' env CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 25m ./...
+	$(STAGE) 'go test ./...' env CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 25m ./...
 	for setup in runc-image docker; do \
 		CELLBOX_TEST_SETUP=$$setup $(STAGE) "go test on $$setup: MCP clients, E2B templates" env CGO_ENABLED=1 \
 			$(GO) test -race -count=1 -timeout 10m -run '^(TestMCPTypeScriptClient|TestControlPlaneErrors)$$' ./cmd/cellbox/ ./internal/e2b/; \
