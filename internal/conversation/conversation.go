@@ -142,12 +142,14 @@ func New(opts Options) (*Store, error) {
 	}
 	s := &Store{opts: opts, convs: map[string]*conv{}, starting: map[string]int{}}
 	// Before the files are read: a session that ends meanwhile is dropped either way.
-	opts.Sessions.Subscribe(s.sessionEvent)
+	stop := opts.Sessions.Subscribe(s.sessionEvent)
 	if opts.Dir != "" {
 		if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
+			stop()
 			return nil, fmt.Errorf("conversations: %w", err)
 		}
 		if err := s.load(); err != nil {
+			stop()
 			return nil, err
 		}
 	}

@@ -233,9 +233,9 @@ func TestFrontDoorsNoBackends(t *testing.T) {
 			"internal/sandbox/runc/...", "internal/sandbox/docker/...", "internal/sandbox/local/...")}.check(t)
 }
 
-// Each front door stands on the session manager alone: none links another's package, so
-// that one is changed or left out without the others (the server wires them together).
-// httpapi mounts the others through interfaces it owns.
+// The front doors that httpapi mounts stand on the session manager, not on httpapi, which
+// mounts them through interfaces it owns (the server wires them together); and the session
+// layer links no front door.
 func TestFrontDoorsApart(t *testing.T) {
 	rule{from: []string{"internal/mcpserver/...", "internal/e2b/...", "internal/conversation/...", "internal/agent/..."},
 		bad: none("a front door links another front door's package", "internal/httpapi/...")}.check(t)

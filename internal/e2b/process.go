@@ -149,8 +149,8 @@ func (s processService) Start(ctx context.Context, req *connect.Request[processp
 			cwd = home + "/" + cwd
 		}
 	}
-	if strings.ContainsRune(cwd, 0) || len(cwd) > workspace.MaxPathLen {
-		return fmt.Errorf("cwd is longer than %d bytes or contains a NUL byte: %w", workspace.MaxPathLen, errdefs.ErrInvalidArgument)
+	if strings.ContainsRune(cwd, 0) || len(cwd) >= workspace.MaxPathLen {
+		return fmt.Errorf("cwd is %d bytes or longer, or contains a NUL byte: %w", workspace.MaxPathLen, errdefs.ErrInvalidArgument)
 	}
 	creq := api.CommandRequest{Cmd: append([]string{m.Process.Cmd}, m.Process.Args...), Env: m.Process.Envs}
 	// The program runs until Connect-Timeout-Ms (the SDK's timeoutMs) passes, else as long

@@ -65,7 +65,13 @@ func (m *Manager) spawnFailed(ctx context.Context, s *Session, b *box, err error
 	}
 	s.mu.Lock()
 	replaced := s.box != b
+	s.busy = true // while its sandbox is replaced, as under an execution
 	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.busy = false
+		s.mu.Unlock()
+	}()
 	if !replaced {
 		if _, ferr := m.afterGuestFailure(ctx, s, b, err); ferr != nil {
 			return nil, ferr
