@@ -178,13 +178,20 @@ print(random.random(), numpy.random.random(), threading.main_thread().native_id 
 					t.Fatal(err)
 				}
 			}
-			// After a restart the old kernel may be ending still: the guest's one child then.
+			// After a restart the old kernel may be ending still (a zombie has no command
+			// line) beside the new one: wait for the guest's one child, with its command line.
 			guest, _ := sb.readPid()
+			var cmdline []byte
 			testbin.Eventually(10*time.Second, func() bool {
 				c, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", guest, guest))
-				return len(strings.Fields(string(c))) == 1
+				f := strings.Fields(string(c))
+				if len(f) != 1 {
+					return false
+				}
+				cmdline, _ = os.ReadFile(fmt.Sprintf("/proc/%s/cmdline", f[0]))
+				return len(cmdline) > 0
 			})
-			if cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", kernelPid(t, sb))); !strings.Contains(string(cmdline), pyrunner.TemplateScriptEnv) {
+			if !strings.Contains(string(cmdline), pyrunner.TemplateScriptEnv) {
 				t.Fatalf("the kernel was not forked from the template: %q", cmdline)
 			}
 			out := strings.Fields(runCode(t, c, code))
