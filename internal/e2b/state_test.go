@@ -14,25 +14,12 @@ import (
 	"github.com/cellbox/cellbox/internal/session/sessiontest"
 )
 
-// told is the manager, saying when the handler has heard of each session event.
-type told struct {
-	*session.Manager
-	handled chan session.Event
-}
-
-func (m told) Subscribe(f func(session.Event)) func() {
-	return m.Manager.Subscribe(func(ev session.Event) {
-		f(ev)
-		m.handled <- ev
-	})
-}
-
 // TestSandboxStateGoesWithItsSession: a sandbox's state (its code contexts, in memory and
 // in a file) goes when its session ends, deleted or reaped, with no request needed to
 // notice; the files of sandboxes that ended while no server ran go at start; a state asked
 // for just after its sandbox ended is not kept.
 func TestSandboxStateGoesWithItsSession(t *testing.T) {
-	m := told{sessiontest.New(t, nil), make(chan session.Event, 16)}
+	m := sessiontest.NewTold(sessiontest.New(t, nil))
 	dir := t.TempDir()
 	stale := filepath.Join(dir, "e2b", "contexts", "0123abcd.json")
 	os.MkdirAll(filepath.Dir(stale), 0o700)
@@ -61,7 +48,7 @@ func TestSandboxStateGoesWithItsSession(t *testing.T) {
 	}
 	ended := func(t *testing.T, id, file string, why session.EndReason) {
 		t.Helper()
-		for ev := range m.handled {
+		for ev := range m.Handled {
 			if ev.Kind == session.SessionEnded && ev.SessionID == id {
 				if ev.Reason != why {
 					t.Errorf("ended %q, want %q", ev.Reason, why)

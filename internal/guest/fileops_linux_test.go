@@ -8,8 +8,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -315,23 +313,7 @@ func TestFileOpsSwapRace(t *testing.T) {
 	ctx := context.Background()
 	os.WriteFile(filepath.Join(outside, "ok.txt"), []byte("SECRET"), 0o644)
 	before := tree(t, outside)
-	var stop atomic.Bool
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		d := filepath.Join(ws, "dir")
-		real, link := filepath.Join(ws, "real"), filepath.Join(ws, "link")
-		os.Rename(d, real)
-		for !stop.Load() {
-			os.Symlink(outside, link)
-			os.Rename(link, d) // dir is now a link out
-			os.Remove(d)
-			os.Rename(real, d) // dir is real again
-			os.Rename(d, real)
-		}
-		os.Rename(real, d)
-	}()
+	stop := swapDirForLink(ws, outside)
 	deadline := time.Now().Add(time.Second)
 	for time.Now().Before(deadline) {
 		g.MakeDir(ctx, "dir/made/deep")
@@ -340,8 +322,7 @@ func TestFileOpsSwapRace(t *testing.T) {
 		g.Remove(ctx, "dir/made")
 		g.Stat(ctx, "dir/ok.txt")
 	}
-	stop.Store(true)
-	wg.Wait()
+	stop()
 	if got := tree(t, outside); got != before {
 		t.Errorf("outside changed: %s, was %s", got, before)
 	}

@@ -185,6 +185,31 @@ func attackWorkspace(t *testing.T) (ws, outside string) {
 	return ws, outside
 }
 
+// swapDirForLink swaps the workspace's folder "dir", over and over, for a link to outside
+// and back, as user code racing the guest would, until the returned stop is called; stop
+// waits for the swapping to end, with "dir" a folder again.
+func swapDirForLink(ws, outside string) (stop func()) {
+	var done atomic.Bool
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		d := filepath.Join(ws, "dir")
+		real, link := filepath.Join(ws, "real"), filepath.Join(ws, "link")
+		os.Rename(d, real)
+		for !done.Load() {
+			os.Symlink(outside, link)
+			os.Rename(link, d) // dir is now a link out
+			os.Remove(d)
+			os.Rename(real, d) // dir is real again
+			os.Rename(d, real)
+		}
+		os.Rename(real, d)
+	})
+	return func() {
+		done.Store(true)
+		wg.Wait()
+	}
+}
+
 func TestPathAttacks(t *testing.T) {
 	t.Parallel()
 	ws, outside := attackWorkspace(t)
@@ -297,23 +322,7 @@ func TestSymlinkSwap(t *testing.T) {
 	g := startGuest(t, Options{Workspace: ws})
 	ctx := context.Background()
 	os.WriteFile(filepath.Join(outside, "ok.txt"), []byte("SECRET"), 0o644)
-	var stop atomic.Bool
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		d := filepath.Join(ws, "dir")
-		real, link := filepath.Join(ws, "real"), filepath.Join(ws, "link")
-		os.Rename(d, real)
-		for !stop.Load() {
-			os.Symlink(outside, link)
-			os.Rename(link, d) // dir is now a link out
-			os.Remove(d)
-			os.Rename(real, d) // dir is real again
-			os.Rename(d, real)
-		}
-		os.Rename(real, d)
-	}()
+	stop := swapDirForLink(ws, outside)
 	deadline := time.Now().Add(1500 * time.Millisecond)
 	reads := 0
 	for time.Now().Before(deadline) {
@@ -333,8 +342,7 @@ func TestSymlinkSwap(t *testing.T) {
 			os.Remove(filepath.Join(ws, "real", "new.txt"))
 		}
 	}
-	stop.Store(true)
-	wg.Wait()
+	stop()
 	if _, err := os.Stat(filepath.Join(outside, "new.txt")); err == nil {
 		t.Errorf("an upload landed outside the workspace")
 	}

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/cellbox/cellbox/api"
+	"github.com/cellbox/cellbox/internal/sandbox/sandboxtest"
 )
 
 func TestTimeoutKeepsState(t *testing.T) {
@@ -60,32 +61,7 @@ func TestMemoryLimit(t *testing.T) {
 func TestCommandAtPidsLimitSaysWhy(t *testing.T) {
 	c := newClient(t)
 	id := c.session(api.CreateSessionRequest{Limits: &api.Limits{Pids: 40}})
-	r := c.exec(id, `import os
-n = 0
-try:
-    while True:
-        pid = os.fork()
-        if pid == 0:
-            code = 1
-            try:
-                if os.fork() == 0:
-                    os.execv('/bin/sleep', ['sleep', '600'])
-                code = 0
-            finally:
-                os._exit(code)
-        if os.waitpid(pid, 0)[1] != 0:
-            break
-        n += 1
-except OSError:
-    pass
-try:  # and the last pids, as the kernel's own children
-    while True:
-        if os.fork() == 0:
-            os.execv('/bin/sleep', ['sleep', '600'])
-except OSError:
-    pass
-print("held", n)
-`, 60)
+	r := c.exec(id, sandboxtest.HoldPids, 60)
 	if !strings.HasPrefix(stdout(r), "held ") {
 		t.Fatalf("the double-fork loop: %+v", r)
 	}

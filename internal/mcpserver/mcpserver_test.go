@@ -425,19 +425,6 @@ func FuzzParseURI(f *testing.F) {
 	})
 }
 
-// told is the manager, saying when the server has handled each session event.
-type told struct {
-	*session.Manager
-	handled chan session.Event
-}
-
-func (m told) Subscribe(f func(session.Event)) func() {
-	return m.Manager.Subscribe(func(ev session.Event) {
-		f(ev)
-		m.handled <- ev
-	})
-}
-
 // TestSessionEndClearsConnection: when its session ends, a connection forgets it at once,
 // with no call needed to notice: its resources list nothing, and its next call starts a
 // new session, telling the model why the earlier one ended.
@@ -445,7 +432,7 @@ func TestSessionEndClearsConnection(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts sandboxes; not in -short mode")
 	}
-	m := told{sessiontest.New(t, nil), make(chan session.Event, 16)}
+	m := sessiontest.NewTold(sessiontest.New(t, nil))
 	s := New(m, Options{})
 	t.Cleanup(s.Close)
 	a := connect(t, s)
@@ -454,7 +441,7 @@ func TestSessionEndClearsConnection(t *testing.T) {
 	if err := m.Delete(context.Background(), id); err != nil {
 		t.Fatal(err)
 	}
-	for ev := range m.handled {
+	for ev := range m.Handled {
 		if ev.Kind == session.SessionEnded && ev.SessionID == id {
 			break
 		}

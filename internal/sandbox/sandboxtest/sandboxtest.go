@@ -751,13 +751,10 @@ print(len(procs), procs.count('Z'))`)
 	}
 }
 
-// testPidsHeld: with every pid held by processes that left the kernel's tree (a double
-// fork), a command cannot start and says why; a restart still can.
-func testPidsHeld(t *testing.T, b sandbox.Backend) {
-	l := limits
-	l.Pids = 40
-	x := start(t, b, l)
-	r := x.exec(t, `import os
+// HoldPids is a cell that takes every pid the sandbox's limit leaves, with processes that
+// left the kernel's tree (a double fork) and then the kernel's own children, and prints
+// "held N": what a command or a restart meets at the pids limit.
+const HoldPids = `import os
 n = 0
 try:
     while True:
@@ -782,7 +779,15 @@ try:  # and the last pids, as the kernel's own children
 except OSError:
     pass
 print("held", n)
-`, 60)
+`
+
+// testPidsHeld: with every pid held by processes that left the kernel's tree (a double
+// fork), a command cannot start and says why; a restart still can.
+func testPidsHeld(t *testing.T, b sandbox.Backend) {
+	l := limits
+	l.Pids = 40
+	x := start(t, b, l)
+	r := x.exec(t, HoldPids, 60)
 	if !strings.HasPrefix(stdout(r), "held ") {
 		t.Fatalf("the double-fork loop: status %s (%s), outputs %+v", r.Status, r.Message, r.Outputs)
 	}

@@ -65,3 +65,21 @@ func NewOn(t testing.TB, b sandbox.Backend, mod func(*config.Config)) *session.M
 	})
 	return m
 }
+
+// Told is a manager whose subscribers' handlers say, on Handled, each event they have
+// handled: a test of a front door's reaction to a session's end waits on it, not on time.
+type Told struct {
+	*session.Manager
+	Handled chan session.Event
+}
+
+// NewTold wraps m; Handled holds up to 16 events not yet read.
+func NewTold(m *session.Manager) Told { return Told{m, make(chan session.Event, 16)} }
+
+// Subscribe subscribes f, then tells Handled of each event f returned from.
+func (m Told) Subscribe(f func(session.Event)) func() {
+	return m.Manager.Subscribe(func(ev session.Event) {
+		f(ev)
+		m.Handled <- ev
+	})
+}
