@@ -62,13 +62,102 @@ type CreateSessionRequest struct {
 	// Image names the image the session runs on (built by `cellbox image build NAME`);
 	// "": the server's default.
 	Image string `json:"image,omitempty"`
+	// Network is what the session's code may reach (see Network); nil: the server's default.
+	Network *Network `json:"network,omitempty"`
 }
 
-// UpdateSessionRequest is the body of PATCH /v1/sessions/{id}.
+// UpdateSessionRequest is the body of PATCH /v1/sessions/{id}: at least one field.
 type UpdateSessionRequest struct {
 	// LifetimeS: the session now ends this many seconds from now, replacing its earlier
-	// deadline (if any); it must be positive.
-	LifetimeS int `json:"lifetime_s"`
+	// deadline (if any); it must be positive. 0 (or absent): unchanged.
+	LifetimeS int `json:"lifetime_s,omitempty"`
+	// Network replaces the session's network policy at once: open connections the new
+	// policy refuses are closed. nil: unchanged.
+	Network *Network `json:"network,omitempty"`
+}
+
+// Egress modes of Network.
+const (
+	EgressNone      = "none"      // nothing leaves the sandbox
+	EgressAllowlist = "allowlist" // only what Allow names, minus Deny
+	EgressPublic    = "public"    // every public address, minus Deny
+)
+
+// Network is a session's egress policy. The sandbox has no network interface but
+// loopback: its code reaches the outside only through the proxy the sandbox's environment
+// names (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY), and the server decides, resolves, dials and
+// records every connection.
+type Network struct {
+	// Egress is "none" (the default), "allowlist" or "public".
+	Egress string `json:"egress,omitempty"`
+	// Allow and Deny: a domain ("pypi.org"), a wildcard ("*.pythonhosted.org": any name
+	// below it, not itself), an IP address or a CIDR, each with an optional ":port"
+	// ("[2001:db8::1]:443" for an IPv6 address with a port). Deny wins over Allow.
+	// Loopback, private, CGNAT, link-local and multicast addresses and the server's own are
+	// refused whatever they say, unless the operator allows them (--egress-private-allow).
+	Allow []string `json:"allow,omitempty"`
+	Deny  []string `json:"deny,omitempty"`
+	// Secrets are headers the server adds to requests for a domain on their way out; their
+	// values never enter the sandbox. Answers about the session carry the headers' names,
+	// never their values.
+	Secrets []EgressSecret `json:"secrets,omitempty"`
+}
+
+// EgressSecret adds headers to the requests for Domain (a domain or a "*." wildcard). For
+// HTTPS, the server terminates TLS for that domain with a certificate of the session's own
+// authority, which the sandbox trusts, and verifies the upstream against the host's roots.
+type EgressSecret struct {
+	Domain string `json:"domain"`
+	// Headers are set on each request (replacing what the client sent). In answers: the
+	// names, each with the value "[redacted]".
+	Headers map[string]string `json:"headers,omitempty"`
+	// Secret names one the operator configured for the caller's tenant (--egress-secrets),
+	// instead of Headers.
+	Secret string `json:"secret,omitempty"`
+}
+
+// EgressRedacted is what an answer shows in place of a secret header's value.
+const EgressRedacted = "[redacted]"
+
+// EgressConnection is one connection (or, for plain HTTP, one request) that code in a
+// session asked the proxy for.
+type EgressConnection struct {
+	Time time.Time `json:"time"`
+	// Host is the name or address the client asked for; Address is what the server dialed
+	// ("" when it did not).
+	Host    string `json:"host"`
+	Port    int    `json:"port"`
+	Address string `json:"address,omitempty"`
+	// Protocol is how the client asked: "http" (a plain request), "connect" (an HTTP
+	// CONNECT tunnel) or "socks5".
+	Protocol string `json:"protocol"`
+	// Decision is "allowed" or "refused"; Rule the policy entry that decided ("" for the
+	// mode itself), Reason a sentence for a refusal.
+	Decision string `json:"decision"`
+	Rule     string `json:"rule,omitempty"`
+	Reason   string `json:"reason,omitempty"`
+	// Intercepted: TLS was terminated to add a secret's headers.
+	Intercepted bool `json:"intercepted,omitempty"`
+	// Status is the upstream's HTTP status for a plain or intercepted request; 0 otherwise.
+	Status int `json:"status,omitempty"`
+	// BytesOut went from the sandbox to the destination, BytesIn the other way.
+	BytesOut   int64 `json:"bytes_out"`
+	BytesIn    int64 `json:"bytes_in"`
+	DurationMS int64 `json:"duration_ms"`
+	// Open: the connection is still open (the byte counts are so far).
+	Open bool `json:"open,omitempty"`
+}
+
+// EgressLog is the answer of GET /v1/sessions/{id}/egress: the session's policy, what it
+// has used, and its most recent connections, newest first.
+type EgressLog struct {
+	Network     Network            `json:"network"`
+	Connections []EgressConnection `json:"connections"`
+	// Open is the number of open connections; BytesUsed counts both ways, against
+	// QuotaBytes (0: none).
+	Open       int   `json:"open"`
+	BytesUsed  int64 `json:"bytes_used"`
+	QuotaBytes int64 `json:"quota_bytes,omitempty"`
 }
 
 // Session describes a live session.
@@ -88,6 +177,8 @@ type Session struct {
 	// Image is the image the session runs on; "" on a server that runs sandboxes on the
 	// host's root filesystem.
 	Image string `json:"image,omitempty"`
+	// Network is the session's egress policy, secret values redacted.
+	Network Network `json:"network"`
 }
 
 // SessionList is the body of GET /v1/sessions.
@@ -223,6 +314,8 @@ type OneShotRequest struct {
 	TimeoutS float64           `json:"timeout_s,omitempty"`
 	// Image is as in CreateSessionRequest: "" for the server's default.
 	Image string `json:"image,omitempty"`
+	// Network is as in CreateSessionRequest.
+	Network *Network `json:"network,omitempty"`
 }
 
 // Error codes of the service's error shape.
