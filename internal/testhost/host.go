@@ -64,6 +64,9 @@ func New(t testing.TB) *Host {
 	if err := os.WriteFile(h.CAFile(), ca.PEM(), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.Mkdir(filepath.Join(h.dir, "no-certs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	bundle, err := os.ReadFile(hostRoots)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		t.Fatal(err)
@@ -184,10 +187,16 @@ func (h *Host) prefix6(last byte) netip.Addr {
 // DNSAddr is the Host's DNS server, "203.0.113.x:53", for the gateway's --egress-dns.
 func (h *Host) DNSAddr() string { return netip.AddrPortFrom(h.Addr(0), 53).String() }
 
-// CAFile is a PEM file holding only the test root, for SSL_CERT_FILE of a server process
-// (Go's crypto/x509 reads SSL_CERT_FILE on Linux), so it trusts the Host's servers and
-// nothing else.
+// CAFile is a PEM file holding only the test root. For a process that should trust it and
+// nothing else, use RootsEnv: SSL_CERT_FILE alone is not enough.
 func (h *Host) CAFile() string { return filepath.Join(h.dir, "ca.pem") }
+
+// RootsEnv is the environment that makes a Go process on Linux (a cellbox server) trust the
+// test root and no other: SSL_CERT_FILE=CAFile, and SSL_CERT_DIR an empty folder, since Go's
+// crypto/x509 reads the folders (/etc/ssl/certs) besides the file SSL_CERT_FILE names.
+func (h *Host) RootsEnv() []string {
+	return []string{"SSL_CERT_FILE=" + h.CAFile(), "SSL_CERT_DIR=" + filepath.Join(h.dir, "no-certs")}
+}
 
 // BundleFile is a PEM file holding the host's roots (Debian's bundle, where there is one)
 // and the test root.
