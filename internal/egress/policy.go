@@ -103,7 +103,7 @@ func parseRule(s string) (Rule, error) {
 		r.Domain, r.Wildcard = h.Name, true
 	case strings.Contains(host, "/"):
 		p, err := netip.ParsePrefix(host)
-		if err != nil || p.Addr().Zone() != "" || bracketed != p.Addr().Is6() {
+		if err != nil || p.Addr().Zone() != "" || bracketed && !p.Addr().Is6() {
 			return Rule{}, fmt.Errorf("%s: %w", what, errdefs.ErrInvalidArgument)
 		}
 		r.Prefix = unmapPrefix(p.Masked())
@@ -112,7 +112,7 @@ func parseRule(s string) (Rule, error) {
 		if err != nil {
 			return Rule{}, fmt.Errorf("%s: %w", what, errdefs.ErrInvalidArgument)
 		}
-		if bracketed != h.Addr.Is6() { // "[pypi.org]", "[1.2.3.4]"
+		if bracketed && !h.Addr.Is6() { // "[pypi.org]", "[1.2.3.4]"
 			return Rule{}, fmt.Errorf("%s (brackets hold an IPv6 address): %w", what, errdefs.ErrInvalidArgument)
 		}
 		if h.Name != "" {
