@@ -237,6 +237,7 @@ func (r Ranges) Blocked(a netip.Addr) string {
 		return ""
 	}
 	for _, p := range r.PrivateAllow {
+		p = unmapPrefix(p)
 		for _, x := range as {
 			if p.Contains(x) {
 				return ""

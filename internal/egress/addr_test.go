@@ -191,6 +191,12 @@ func TestBlocked(t *testing.T) {
 			t.Errorf("Blocked = %q, want %q", got, whyPrivate)
 		}
 	})
+	t.Run("PrivateAllow written as IPv4-mapped IPv6", func(t *testing.T) {
+		r := Ranges{PrivateAllow: []netip.Prefix{netip.MustParsePrefix("::ffff:10.2.0.0/112")}}
+		if got := r.Blocked(netip.MustParseAddr("10.2.0.9")); got != "" {
+			t.Errorf("Blocked = %q, want dialable", got)
+		}
+	})
 	t.Run("own addresses are asked each time", func(t *testing.T) {
 		var own []netip.Addr
 		r := Ranges{Own: func() []netip.Addr { return own }}

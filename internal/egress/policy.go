@@ -196,8 +196,8 @@ func (r Rule) MatchAddr(a netip.Addr, port int) bool {
 	return r.Prefix.Contains(a.WithZone("").Unmap())
 }
 
-// covers reports whether everything r allows, m allows too (for Narrow).
-func (m Rule) covers(r Rule) bool {
+// covers reports whether everything r allows, m allows too (for Narrow and named secrets).
+func covers(m, r Rule) bool {
 	if m.Port != 0 && m.Port != r.Port {
 		return false
 	}
@@ -231,6 +231,12 @@ type Policy struct {
 // rank orders modes from the narrowest.
 func rank(mode string) int {
 	return map[string]int{api.EgressNone: 0, api.EgressAllowlist: 1, api.EgressPublic: 2}[mode]
+}
+
+// open reports whether p lets anything out: a nil policy, mode none and a mode Compile would
+// not give are closed.
+func (p *Policy) open() bool {
+	return p != nil && (p.Mode == api.EgressAllowlist || p.Mode == api.EgressPublic)
 }
 
 // Compile checks n and compiles it ("" mode is none). A secret that names one ({"secret":
@@ -357,7 +363,7 @@ func compileSecret(s api.EgressSecret, named map[string]NamedSecret) ([]Secret, 
 	if err != nil {
 		return nil, fmt.Errorf("secret %q: domain %w", s.Secret, err)
 	}
-	if !slices.ContainsFunc(ns.Domains, func(d Rule) bool { return d.covers(r) }) {
+	if !slices.ContainsFunc(ns.Domains, func(d Rule) bool { return covers(d, r) }) {
 		return nil, fmt.Errorf("secret %q may be sent to %s only, not to %q: %w", s.Secret, ruleTexts(ns.Domains, 10), r.Text, errdefs.ErrInvalidArgument)
 	}
 	return []Secret{{Rule: r, Headers: ns.Headers, Name: s.Secret}}, nil
@@ -436,7 +442,7 @@ func Narrow(p, max *Policy) (*Policy, error) {
 	}
 	if max.Mode == api.EgressAllowlist {
 		for _, r := range p.Allow {
-			if !slices.ContainsFunc(max.Allow, func(m Rule) bool { return m.covers(r) }) {
+			if !slices.ContainsFunc(max.Allow, func(m Rule) bool { return covers(m, r) }) {
 				return nil, fmt.Errorf("allow entry %q: not within what this server allows%s: %w", r.Text, maxAllowlist(max), errdefs.ErrPermissionDenied)
 			}
 		}
@@ -485,7 +491,7 @@ func hostPort(host string, port int) string {
 // allows, on this port) the Decision is not Final: DecideAddr decides, by address rules.
 func (p *Policy) DecideName(name string, port int) Decision {
 	name = normName(name)
-	if p == nil || p.Mode == api.EgressNone {
+	if !p.open() {
 		return noInternet()
 	}
 	for _, r := range p.Deny {
@@ -518,7 +524,7 @@ func notAllowed(dest string) string {
 // refused, then deny address rules refuse; public allows the rest; an allowlist allows the
 // address when the name was allowed by a name rule or an allow address rule matches.
 func (p *Policy) DecideAddr(r Ranges, name string, byName Decision, a netip.Addr, port int) Decision {
-	if p == nil || p.Mode == api.EgressNone {
+	if !p.open() {
 		return noInternet()
 	}
 	if byName.Refused {

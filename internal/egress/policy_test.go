@@ -482,6 +482,7 @@ func TestDecide(t *testing.T) {
 		{name: "public CGNAT literal", p: public, host: "100.100.100.100", port: 443, reason: "carrier-grade"},
 		{name: "none", p: none, host: "pypi.org", addr: "192.0.2.10", port: 443, reason: "no internet access"},
 		{name: "none literal", p: none, host: "192.0.2.10", port: 443, reason: "no internet access"},
+		{name: "no mode", p: &Policy{Allow: []Rule{mustRule(t, "pypi.org")}}, host: "pypi.org", addr: "192.0.2.10", port: 443, reason: "no internet access"},
 		{name: "nil policy", p: nil, host: "pypi.org", addr: "192.0.2.10", port: 443, reason: "no internet access"},
 	}
 	for _, tt := range tests {

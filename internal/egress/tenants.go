@@ -109,7 +109,10 @@ func decodeStrict(data []byte, v any) error {
 func jsonError(err error) string {
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) {
-		return fmt.Sprintf("%s: a JSON %s where a %s belongs", te.Field, te.Value, te.Type)
+		return fmt.Sprintf("%s: a JSON %s does not fit here (want %s)", te.Field, te.Value, te.Type)
+	}
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		return "not JSON: it ends early"
 	}
 	var se *json.SyntaxError
 	if errors.As(err, &se) {
