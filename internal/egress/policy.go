@@ -22,7 +22,7 @@ const (
 	MaxSecrets        = 32
 	MaxSecretHeaders  = 16 // headers of one secret
 	MaxSecretValueLen = 8 << 10
-	maxRuleLen        = maxNameLen + len("*.") + len(":65535")
+	maxRuleLen        = len("*.") + maxNameLen + len(".:65535")
 )
 
 // Rule is one entry of Allow or Deny, parsed: a name rule (Domain set) or an address rule
@@ -468,18 +468,17 @@ func maxAllowlist(max *Policy) string {
 	return " (allow entries within " + ruleTexts(max.Allow, 10) + ")"
 }
 
-// Decision is what the policy says about a destination. DecideAddr's are final: Allowed or
-// Refused. DecideName's may be neither: the name is not refused, but no name rule allows it
-// either, and DecideAddr decides by the addresses it resolves to.
+// Decision is what the policy says about a destination, in two steps. DecideName answers for
+// the name before it is resolved: Refused is final (nothing is resolved or dialed); Allowed
+// means a name rule (or mode public) lets the name through; neither means no name rule allows
+// it but an address rule still may. Only DecideAddr, asked for every address before it is
+// dialed, allows a dial: its answer is always Allowed or Refused.
 type Decision struct {
 	Allowed bool
 	Refused bool
 	Rule    string // the deciding rule's Text; "" when the mode or the address ranges decided
-	Reason  string // for a refusal (and an undecided name): a sentence for the client
+	Reason  string // for a refusal (and a name left open): a sentence for the client
 }
-
-// Final reports whether d is Allowed or Refused.
-func (d Decision) Final() bool { return d.Allowed || d.Refused }
 
 func hostPort(host string, port int) string {
 	return net.JoinHostPort(host, strconv.Itoa(port))
@@ -488,7 +487,9 @@ func hostPort(host string, port int) string {
 // DecideName decides a destination by its name (normalised, as ParseHost gives it) before it
 // is resolved: mode none refuses it, a matching deny name rule refuses it, mode public allows
 // it, an allowlist's matching name rule allows it. Otherwise (an allowlist name no name rule
-// allows, on this port) the Decision is not Final: DecideAddr decides, by address rules.
+// allows on this port) it is neither allowed nor refused, and its Reason is the one the
+// refusal will give if no address rule allows it. Whatever it says short of Refused, each
+// address the name resolves to must pass DecideAddr before it is dialed.
 func (p *Policy) DecideName(name string, port int) Decision {
 	name = normName(name)
 	if !p.open() {
@@ -520,7 +521,7 @@ func notAllowed(dest string) string {
 
 // DecideAddr decides one address a the server would dial for a destination: name is what
 // the client asked for ("" for an IP literal) and byName DecideName's answer for it (the zero
-// Decision for an IP literal). A Final byName refusal stands. Then: addresses Blocked by r are
+// Decision for an IP literal). A refusal by name stands. Then: addresses Blocked by r are
 // refused, then deny address rules refuse; public allows the rest; an allowlist allows the
 // address when the name was allowed by a name rule or an allow address rule matches.
 func (p *Policy) DecideAddr(r Ranges, name string, byName Decision, a netip.Addr, port int) Decision {

@@ -39,6 +39,7 @@ func TestParseRule(t *testing.T) {
 		{in: "::ffff:1.2.3.4", prefix: "1.2.3.4/32", want: Rule{Text: "1.2.3.4"}},
 		{in: "[::ffff:1.2.3.4]:80", prefix: "1.2.3.4/32", want: Rule{Text: "1.2.3.4:80", Port: 80}},
 		{in: "::ffff:10.0.0.0/104", prefix: "10.0.0.0/8", want: Rule{Text: "10.0.0.0/8"}},
+		{in: "*." + strings.Repeat("a.", 125) + "org.:65535", want: Rule{Text: "*." + strings.Repeat("a.", 125) + "org:65535", Domain: strings.Repeat("a.", 125) + "org", Wildcard: true, Port: 65535}},
 		{in: "pypi.org:65535", want: Rule{Text: "pypi.org:65535", Domain: "pypi.org", Port: 65535}},
 
 		{in: "", wantErr: "empty"},
@@ -501,7 +502,7 @@ func TestDecide(t *testing.T) {
 			} else {
 				d = tt.p.DecideAddr(ranges, "", Decision{}, h.Addr, tt.port)
 			}
-			if !d.Final() || d.Allowed == d.Refused {
+			if d.Allowed == d.Refused {
 				t.Fatalf("decision %+v is not final", d)
 			}
 			if d.Allowed != tt.want {
@@ -520,7 +521,7 @@ func TestDecide(t *testing.T) {
 	}
 	t.Run("DecideName leaves an unlisted name open", func(t *testing.T) {
 		d := allow.DecideName("other.example", 443)
-		if d.Final() || d.Reason == "" {
+		if d.Allowed || d.Refused || d.Reason == "" {
 			t.Errorf("DecideName = %+v, want neither allowed nor refused, with the reason it would be refused for", d)
 		}
 	})
