@@ -203,8 +203,8 @@ var (
 	sixToFour = netip.MustParsePrefix("2002::/16")
 )
 
-// Blocked says why a is never dialed ("loopback", "a private address", whyLinkLocal, ...), or
-// "" when it may be. An IPv4-mapped IPv6 address (::ffff:a.b.c.d) is checked as its IPv4
+// Blocked says why a is never dialed ("loopback", "a private address", "link-local (cloud
+// metadata lives there)", ...), or "" when it may be. An IPv4-mapped IPv6 address (::ffff:a.b.c.d) is checked as its IPv4
 // address, and so are NAT64 (64:ff9b::/96) and 6to4 (2002::/16) addresses: by the IPv4 address
 // they embed, which is where they lead. See blocked for the ranges. An address in PrivateAllow
 // is dialable unless it is one of Own.
