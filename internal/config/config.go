@@ -68,6 +68,18 @@ type Config struct {
 	TenantMaxSessions   int    // --tenant-max-sessions: sessions (and one-shots) per tenant; 0: only --max-sessions
 	TenantMaxExecutions int    // --tenant-max-executions: executions and commands at once per tenant; 0: no cap
 
+	// Egress (package egress): what code in sandboxes reaches, through the server's gateway.
+	// A policy flag is none | public | allowlist:ENTRY,ENTRY,... (see api.Network).
+	Egress             string // --egress: the policy of sessions that ask for none
+	EgressMax          string // --egress-max: the most a session may ask for
+	EgressDeny         string // --egress-deny: ENTRY,...: refused to every session
+	EgressPrivateAllow string // --egress-private-allow: CIDR,...: private addresses that may be reached after all
+	EgressDNS          string // --egress-dns: host:port of the resolver the gateway uses ("": the system's)
+	EgressTenants      string // --egress-tenants: JSON file of per-tenant limits, policies and named secrets
+	EgressMaxConns     int    // --egress-max-conns: connections open at once per session
+	EgressQuotaMB      int    // --egress-quota-mb: bytes both ways per session (MiB); 0: none
+	EgressRateKiB      int    // --egress-rate-kib: bandwidth per session (KiB/s); 0: none
+
 	MemoryMB    int     // --memory-mb: default per session
 	CPUs        float64 // --cpus
 	Pids        int     // --pids
@@ -124,6 +136,10 @@ func Default() Config {
 		Image:          image.DefaultName,
 		RootFS:         "host",
 		MaxSessions:    100,
+		Egress:         "none",
+		EgressMax:      "public",
+		EgressMaxConns: 32,
+		EgressQuotaMB:  4096,
 		MemoryMB:       1024,
 		CPUs:           1,
 		Pids:           256,
@@ -188,6 +204,15 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.NoWeb, "no-web", c.NoWeb, "do not serve the web page (chat, notebook, sessions) at /")
 	fs.IntVar(&c.TenantMaxSessions, "tenant-max-sessions", c.TenantMaxSessions, "concurrent sessions (and one-shot executions) per API key; 0: only --max-sessions")
 	fs.IntVar(&c.TenantMaxExecutions, "tenant-max-executions", c.TenantMaxExecutions, "concurrent executions and commands per API key; 0: no cap")
+	fs.StringVar(&c.Egress, "egress", c.Egress, "network egress of sessions that ask for none: none | public (every public address) | allowlist:ENTRY,... (domains, *.wildcards, IPs, CIDRs, each with an optional :port)")
+	fs.StringVar(&c.EgressMax, "egress-max", c.EgressMax, "the widest egress a session may ask for (same form as --egress)")
+	fs.StringVar(&c.EgressDeny, "egress-deny", c.EgressDeny, "ENTRY,...: destinations refused to every session, whatever it asks")
+	fs.StringVar(&c.EgressPrivateAllow, "egress-private-allow", c.EgressPrivateAllow, "CIDR,...: private or loopback addresses sessions may reach after all (an internal package mirror); never the server's own")
+	fs.StringVar(&c.EgressDNS, "egress-dns", c.EgressDNS, "host:port of the DNS server the egress gateway resolves names with (default: the system's)")
+	fs.StringVar(&c.EgressTenants, "egress-tenants", c.EgressTenants, "JSON file of per-tenant egress: the widest and the default policy, named secrets, connection, byte and bandwidth limits (see docs/egress.md)")
+	fs.IntVar(&c.EgressMaxConns, "egress-max-conns", c.EgressMaxConns, "egress connections open at once per session")
+	fs.IntVar(&c.EgressQuotaMB, "egress-quota-mb", c.EgressQuotaMB, "egress bytes per session, both ways (MiB); then connections are refused; 0: no quota")
+	fs.IntVar(&c.EgressRateKiB, "egress-rate-kib", c.EgressRateKiB, "egress bandwidth per session, both ways together (KiB/s); 0: no cap")
 	fs.IntVar(&c.MemoryMB, "memory-mb", c.MemoryMB, "default memory limit per session (MiB)")
 	fs.Float64Var(&c.CPUs, "cpus", c.CPUs, "default CPU limit per session (cores)")
 	fs.IntVar(&c.Pids, "pids", c.Pids, "default process limit per session")
@@ -347,6 +372,9 @@ func (c *Config) Validate() error {
 	}
 	if c.TenantMaxSessions < 0 || c.TenantMaxExecutions < 0 {
 		bad("--tenant-max-sessions and --tenant-max-executions must not be negative (0: no cap)")
+	}
+	if c.EgressMaxConns < 1 || c.EgressQuotaMB < 0 || c.EgressRateKiB < 0 {
+		bad("--egress-max-conns must be at least 1; --egress-quota-mb and --egress-rate-kib must not be negative (0: none)")
 	}
 	pos := func(name string, v, max float64) {
 		if v <= 0 {

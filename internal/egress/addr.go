@@ -138,7 +138,8 @@ func clip(s string) string {
 // Ranges says which addresses are never dialed.
 type Ranges struct {
 	// PrivateAllow are the operator's --egress-private-allow: addresses in them are dialable
-	// after all (an internal package mirror). They never make an Own address dialable.
+	// after all (an internal package mirror), even loopback and the server's own: the
+	// operator said so by name.
 	PrivateAllow []netip.Prefix
 	// Own returns the server's own addresses (nil: none). It is called on every Blocked, so
 	// addresses that come and go are seen.
@@ -207,7 +208,7 @@ var (
 // metadata lives there)", ...), or "" when it may be. An IPv4-mapped IPv6 address (::ffff:a.b.c.d) is checked as its IPv4
 // address, and so are NAT64 (64:ff9b::/96) and 6to4 (2002::/16) addresses: by the IPv4 address
 // they embed, which is where they lead. See blocked for the ranges. An address in PrivateAllow
-// is dialable unless it is one of Own.
+// is dialable, whatever else it is.
 func (r Ranges) Blocked(a netip.Addr) string {
 	if !a.IsValid() {
 		return "not an IP address"
@@ -216,6 +217,14 @@ func (r Ranges) Blocked(a netip.Addr) string {
 	as := []netip.Addr{a}
 	if v4, ok := embedded(a); ok {
 		as = append(as, v4)
+	}
+	for _, p := range r.PrivateAllow {
+		p = unmapPrefix(p)
+		for _, x := range as {
+			if p.Contains(x) {
+				return ""
+			}
+		}
 	}
 	if r.Own != nil {
 		for _, o := range r.Own() {
@@ -231,17 +240,6 @@ func (r Ranges) Blocked(a netip.Addr) string {
 	for _, x := range as {
 		if why = rangeOf(x); why != "" {
 			break
-		}
-	}
-	if why == "" {
-		return ""
-	}
-	for _, p := range r.PrivateAllow {
-		p = unmapPrefix(p)
-		for _, x := range as {
-			if p.Contains(x) {
-				return ""
-			}
 		}
 	}
 	return why

@@ -109,7 +109,7 @@ func TestBlocked(t *testing.T) {
 		PrivateAllow: []netip.Prefix{
 			netip.MustParsePrefix("10.1.0.0/16"),
 			netip.MustParsePrefix("fd12::/16"),
-			netip.MustParsePrefix("203.0.113.0/24"), // holds an own address: that stays refused
+			netip.MustParsePrefix("203.0.113.0/28"), // holds an own address: the operator's word wins
 		},
 		Own: func() []netip.Addr { return own },
 	}
@@ -165,10 +165,10 @@ func TestBlocked(t *testing.T) {
 		{"2002:7f00:1::", "loopback"},
 		{"2002:a9fe:a9fe::1", "metadata"},
 		{"2002:808:808::1", ""},
-		// The server's own addresses, whatever PrivateAllow says.
-		{"203.0.113.7", "own"},
-		{"::ffff:203.0.113.7", "own"},
-		{"64:ff9b::cb00:7107", "own"},
+		// The server's own addresses, unless PrivateAllow names them.
+		{"203.0.113.7", ""},
+		{"::ffff:203.0.113.7", ""},
+		{"64:ff9b::cb00:7107", ""},
 		{"2001:db8::7", "own"},
 		{"203.0.113.8", ""},
 		// Public, and the documentation ranges tests use as public hosts.

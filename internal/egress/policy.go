@@ -369,8 +369,8 @@ func compileSecret(s api.EgressSecret, named map[string]NamedSecret) ([]Secret, 
 	return []Secret{{Rule: r, Headers: ns.Headers, Name: s.Secret}}, nil
 }
 
-// hopHeaders are headers a secret may not set: they frame the request or belong to one hop.
-var hopHeaders = []string{"Host", "Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive", "Te", "Upgrade", "Trailer"}
+// unsettable are headers a secret may not set: they frame the request or belong to one hop.
+var unsettable = []string{"Host", "Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive", "Te", "Upgrade", "Trailer"}
 
 // checkHeaders checks a secret's headers and returns them canonicalised.
 func checkHeaders(hs map[string]string) (http.Header, error) {
@@ -387,7 +387,7 @@ func checkHeaders(hs map[string]string) (http.Header, error) {
 			return nil, fmt.Errorf("header %q: not a valid header name: %w", clip(name), errdefs.ErrInvalidArgument)
 		}
 		c := http.CanonicalHeaderKey(name)
-		if slices.Contains(hopHeaders, c) || strings.HasPrefix(c, "Proxy-") {
+		if slices.Contains(unsettable, c) || strings.HasPrefix(c, "Proxy-") {
 			return nil, fmt.Errorf("header %q: a secret may not set it (it frames the request or belongs to one hop): %w", c, errdefs.ErrInvalidArgument)
 		}
 		if _, dup := h[c]; dup {

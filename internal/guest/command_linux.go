@@ -178,7 +178,7 @@ func (s *server) command(ctx context.Context, w io.Writer, runID string, req *ap
 	if timeout <= 0 {
 		timeout = seconds(cfg.DefaultTimeoutS)
 	}
-	env := mergeEnv(os.Environ(), cfg.Env, req.Env)
+	env := mergeEnv(os.Environ(), egressEnv(s.opts.Egress, s.bundlePath()), cfg.Env, req.Env)
 
 	dir := abs
 	if abs != "" {

@@ -31,6 +31,7 @@ import (
 
 	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/internal/guest/relay"
+	"github.com/cellbox/cellbox/internal/guestproto"
 )
 
 // Options configure Serve.
@@ -59,6 +60,9 @@ type Options struct {
 	// with Init, as process 1 of a sandbox: the kernel becomes the guest's child by being
 	// re-parented to it.
 	Template string
+	// Egress is where the guest serves the egress proxy (guestproto.EgressListen) on the
+	// sandbox's own loopback; "": no proxy (a guest that shares the host's network).
+	Egress string
 	// Init makes the guest act as process 1: it becomes a child subreaper and reaps every
 	// child of the process, its own or orphaned. Set it only in a process that runs nothing
 	// but the guest: os/exec's Wait cannot work beside it.
@@ -87,6 +91,7 @@ func Main(args []string) int {
 	tokenEnv := fs.String("token-env", "", "with --listen, instead of --token-file: environment variable holding the attach token; read once and removed from what the guest starts")
 	orphanExit := fs.Duration("orphan-exit", 0, "with --listen: exit once no server has been attached for this long (0: never)")
 	template := fs.String("template", "", "Unix socket of the kernel template for this sandbox's root filesystem: kernels are forked from it (else, or when it fails, started afresh)")
+	egress := fs.String("egress-listen", "", "serve the egress proxy on this TCP address of the sandbox's own loopback, e.g. "+guestproto.EgressListen+" (empty: none)")
 	connect := fs.String("connect", "", "instead of serving: join stdin/stdout to the Unix socket of a guest listening at this path (how the docker backend reaches its guest, started by the engine's exec)")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
@@ -123,7 +128,7 @@ func Main(args []string) int {
 	protect(log)
 	ctx := context.Background()
 	opts := Options{Workspace: *workspace, Cgroup: *cgroup, MplCache: *mplCache,
-		UserUID: *userUID, UserGID: *userGID, OrphanExit: *orphanExit, Template: *template, Init: true, Logger: log}
+		UserUID: *userUID, UserGID: *userGID, OrphanExit: *orphanExit, Template: *template, Egress: *egress, Init: true, Logger: log}
 	var err error
 	if *listen != "" {
 		err = listenMain(ctx, *listen, *tokenFile, *tokenEnv, opts)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -52,6 +53,9 @@ type server struct {
 	kmu   sync.Mutex                         // held while the kernel runs a cell or is replaced
 	count atomic.Int64                       // the kernel's execution count after its latest cell
 	ctxs  map[string]bool                    // the kernel's named execution contexts; guarded by kmu
+
+	mux      atomic.Pointer[yamux.Session] // the attached connection, for egress streams
+	egressLn net.Listener                  // the egress proxy's; nil: none (egress_linux.go)
 
 	mu      sync.Mutex // guards what follows
 	cfg     *guestproto.Config
@@ -114,6 +118,13 @@ func newServer(opts Options) (*server, error) {
 	_, procErr := os.Stat("/proc/self/fd")
 	s := &server{opts: opts, log: log, root: r, tmp: tmp, user: user, oom: newOOMCounter(opts.Cgroup),
 		procFD: procErr == nil, cmds: map[int]bool{}, runs: newRuns()}
+	if opts.Egress != "" {
+		if err := s.startEgress(opts.Egress); err != nil {
+			r.close()
+			os.RemoveAll(tmp)
+			return nil, fmt.Errorf("start the egress proxy on %s: %w", opts.Egress, err)
+		}
+	}
 	if testHookServe != nil {
 		testHookServe(s)
 	}
@@ -136,6 +147,8 @@ func (s *server) serveConn(ctx context.Context, conn io.ReadWriteCloser) <-chan 
 	defer cancel()
 	stop := context.AfterFunc(ctx, func() { sess.Close() })
 	defer stop()
+	s.setMux(sess)
+	defer s.clearMux(sess)
 	var calls sync.WaitGroup
 	for {
 		st, err := sess.AcceptStream()
@@ -162,6 +175,9 @@ func (s *server) serveConn(ctx context.Context, conn io.ReadWriteCloser) <-chan 
 // close kills the kernel and every command, and releases the workspace once the calls
 // have returned.
 func (s *server) close() {
+	if s.egressLn != nil {
+		s.egressLn.Close()
+	}
 	s.shutdown()
 	done := make(chan struct{})
 	go func() { s.calls.Wait(); close(done) }()
@@ -296,6 +312,8 @@ func (s *server) handle(ctx context.Context, st *yamux.Stream) {
 		writeMsg(st, s.move(req.Path, req.To))
 	case guestproto.OpRemove:
 		writeMsg(st, s.remove(ctx, req.Path))
+	case guestproto.OpTrust:
+		writeMsg(st, s.trust(req.CA))
 	case guestproto.OpStat:
 		writeMsg(st, s.stat(req.Path))
 	case guestproto.OpDeleteContext:

@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/yamux"
@@ -26,8 +28,9 @@ const maxErrorMessage = 2048
 // Client is the server's side of the protocol over one sandbox's byte stream.
 // It is safe for concurrent use; each call is its own stream.
 type Client struct {
-	sess  *yamux.Session
-	hello Hello
+	sess   *yamux.Session
+	hello  Hello
+	egress atomic.Pointer[func(net.Conn)] // streams the guest opens go here (ServeEgress)
 	// MaxExecutionBytes caps what one Execute or Command may read from the guest in all,
 	// whatever the guest claims its own caps are.
 	MaxExecutionBytes int64
@@ -54,18 +57,8 @@ func Dial(ctx context.Context, conn io.ReadWriteCloser) (*Client, error) {
 		conn.Close()
 		return nil, fmt.Errorf("start guest multiplexer: %w", err)
 	}
-	// The guest never gets to open streams toward the server: refuse them as they come,
-	// so a hostile guest cannot pile up buffers here.
-	go func() {
-		for {
-			s, err := sess.AcceptStream()
-			if err != nil {
-				return
-			}
-			s.Close()
-		}
-	}()
 	c := &Client{sess: sess, MaxExecutionBytes: 128 << 20, Slack: 30 * time.Second}
+	go c.accept()
 	var m Message
 	if err := c.roundTrip(ctx, Request{Op: OpHello, Version: Version}, &m); err != nil {
 		sess.Close()
@@ -82,6 +75,81 @@ func Dial(ctx context.Context, conn io.ReadWriteCloser) (*Client, error) {
 	}
 	c.hello = *m.Hello
 	return c, nil
+}
+
+// egressHello bounds how long the guest has to name a stream it opened.
+const egressHello = 10 * time.Second
+
+// accept takes the streams the guest opens: egress connections go to the handler
+// ServeEgress set; anything else, or any stream while there is no handler, is closed at
+// once, so that a hostile guest cannot pile up buffers here.
+func (c *Client) accept() {
+	for {
+		s, err := c.sess.AcceptStream()
+		if err != nil {
+			return
+		}
+		if c.egress.Load() == nil {
+			s.Close()
+			continue
+		}
+		go func() {
+			s.SetReadDeadline(time.Now().Add(egressHello))
+			var req Request
+			// Read the line byte by byte: what follows it is the connection's, unbuffered.
+			line, err := readLineUnbuffered(s, 256)
+			if err != nil || json.Unmarshal(line, &req) != nil || req.Op != OpEgress {
+				s.Close()
+				return
+			}
+			s.SetReadDeadline(time.Time{})
+			h := c.egress.Load()
+			if h == nil {
+				s.Close()
+				return
+			}
+			(*h)(s)
+		}()
+	}
+}
+
+// readLineUnbuffered reads one line of at most max bytes, reading nothing past it.
+func readLineUnbuffered(r io.Reader, max int) ([]byte, error) {
+	var line []byte
+	var b [1]byte
+	for len(line) < max {
+		if _, err := io.ReadFull(r, b[:]); err != nil {
+			return nil, err
+		}
+		if b[0] == '\n' {
+			return line, nil
+		}
+		line = append(line, b[0])
+	}
+	return nil, ErrMessageTooLarge
+}
+
+// ServeEgress hands each egress connection the guest opens (see OpEgress) to h, which
+// owns it: it is a net.Conn whose CloseWrite-like half-close is Close of the write side
+// as yamux streams do. nil: refuse them.
+func (c *Client) ServeEgress(h func(net.Conn)) {
+	if h == nil {
+		c.egress.Store(nil)
+		return
+	}
+	c.egress.Store(&h)
+}
+
+// Trust makes code in the sandbox trust the certificate authority ca (PEM; "": none).
+func (c *Client) Trust(ctx context.Context, ca string) error {
+	var m Message
+	if err := c.roundTrip(ctx, Request{Op: OpTrust, CA: ca}, &m); err != nil {
+		return fmt.Errorf("install the session's certificate authority: %w", err)
+	}
+	if !m.OK {
+		return fmt.Errorf("install the session's certificate authority: unexpected answer: %w", errdefs.ErrUnavailable)
+	}
+	return nil
 }
 
 // Hello returns what the guest said when it was dialed.

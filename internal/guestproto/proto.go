@@ -10,7 +10,13 @@
 // For OpGetFile the final File message is followed by exactly File.Size raw bytes. A
 // command with Request.Stream set sends its output as Output messages while it runs.
 //
-// Ops: hello, configure; execute, interrupt, restart, delete_context (the kernel); command (a
+// The guest opens streams too: one per TCP connection that code in the sandbox makes to
+// its egress proxy (see OpEgress). Its first line is Request{Op: OpEgress}; then the
+// connection's bytes flow both ways, unparsed by the guest: the server reads the proxy
+// request (HTTP or SOCKS5) and decides. Closing a stream's write side is the connection's
+// half-close.
+//
+// Ops: hello, configure; trust (the session's certificate authority); execute, interrupt, restart, delete_context (the kernel); command (a
 // program, started in a workspace folder or, with Request.Dir, in any folder the sandbox's
 // user may enter); and the workspace's files: put_file, get_file, list_files, delete_file
 // (a file or an empty folder), make_dir (with its parents), move (a file or a folder, making
@@ -29,7 +35,7 @@ package guestproto
 import "github.com/cellbox/cellbox/api"
 
 // Version is bumped on any change of behaviour. The server refuses a guest of another version.
-const Version = 6
+const Version = 7
 
 // MaxMessageSize caps one JSON line in either direction (a PNG output is one line).
 const MaxMessageSize = 32 << 20
@@ -58,7 +64,18 @@ const (
 	OpRemove = "remove"
 	// OpStat describes Request.Path, a link not followed; answers Entry.
 	OpStat = "stat"
+	// OpTrust makes code in the sandbox trust Request.CA (PEM; "": no longer) beside the
+	// system's roots, through the bundle its environment names (SSL_CERT_FILE and the
+	// like); answers OK.
+	OpTrust = "trust"
+	// OpEgress opens a stream the guest starts (never the server): one connection to the
+	// sandbox's egress proxy.
+	OpEgress = "egress"
 )
+
+// EgressListen is where the guest serves the egress proxy inside a sandbox that has its
+// own network namespace, for HTTP (CONNECT and absolute-form requests) and SOCKS5 alike.
+const EgressListen = "127.0.0.1:3128"
 
 // Request is the first line the server writes on a stream.
 type Request struct {
@@ -90,6 +107,8 @@ type Request struct {
 	Path string `json:"path,omitempty"`
 	// Move: the destination, a workspace path like Path.
 	To string `json:"to,omitempty"`
+	// Trust: a certificate authority in PEM.
+	CA string `json:"ca,omitempty"`
 }
 
 // Config is sent once after Hello and before anything else. It starts the kernel.

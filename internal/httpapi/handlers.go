@@ -50,16 +50,39 @@ func (s *server) updateSession(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	d := time.Duration(req.LifetimeS) * time.Second
-	if req.LifetimeS > int(math.MaxInt64/time.Second) {
-		d = math.MaxInt64 // past any maximum, and not wrapped around to one within it
+	if req.LifetimeS == 0 && req.Network == nil {
+		s.writeError(w, r, fmt.Errorf("nothing to change: give lifetime_s (positive) or network: %w", errdefs.ErrInvalidArgument))
+		return
 	}
-	sess, err := s.m.SetLifetime(r.Context(), r.PathValue("id"), d)
+	var sess *api.Session
+	var err error
+	if req.Network != nil {
+		// The policy first: a refused one changes nothing, the lifetime included.
+		if sess, err = s.m.SetNetwork(r.Context(), r.PathValue("id"), *req.Network); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+	}
+	if req.LifetimeS != 0 {
+		d := time.Duration(req.LifetimeS) * time.Second
+		if req.LifetimeS > int(math.MaxInt64/time.Second) {
+			d = math.MaxInt64 // past any maximum, and not wrapped around to one within it
+		}
+		if sess, err = s.m.SetLifetime(r.Context(), r.PathValue("id"), d); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, sess)
+}
+
+func (s *server) egressLog(w http.ResponseWriter, r *http.Request) {
+	l, err := s.m.Egress(r.Context(), r.PathValue("id"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, sess)
+	writeJSON(w, http.StatusOK, l)
 }
 
 func (s *server) deleteSession(w http.ResponseWriter, r *http.Request) {

@@ -95,6 +95,7 @@ func New(m *session.Manager, opts Options) http.Handler {
 	mux.HandleFunc("GET /v1/sessions/{id}", s.getSession)
 	mux.HandleFunc("PATCH /v1/sessions/{id}", s.updateSession)
 	mux.HandleFunc("DELETE /v1/sessions/{id}", s.deleteSession)
+	mux.HandleFunc("GET /v1/sessions/{id}/egress", s.egressLog)
 	mux.HandleFunc("POST /v1/sessions/{id}/execute", s.execute)
 	mux.HandleFunc("POST /v1/sessions/{id}/interrupt", s.interrupt)
 	mux.HandleFunc("POST /v1/sessions/{id}/restart", s.restart)

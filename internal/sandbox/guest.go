@@ -60,6 +60,9 @@ type GuestCommand struct {
 	TokenEnv string
 	// Template is the kernel template's socket, inside; "": none.
 	Template string
+	// Egress is where the guest serves the egress proxy, on the sandbox's own loopback
+	// (guestproto.EgressListen); "": none.
+	Egress string
 }
 
 // Args is the guest's command line.
@@ -79,6 +82,9 @@ func (g GuestCommand) Args() []string {
 	}
 	if g.Template != "" {
 		args = append(args, "--template", g.Template)
+	}
+	if g.Egress != "" {
+		args = append(args, "--egress-listen", g.Egress)
 	}
 	if g.OrphanExit > 0 {
 		args = append(args, "--orphan-exit", g.OrphanExit.String())

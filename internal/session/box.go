@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cellbox/cellbox/api"
+	"github.com/cellbox/cellbox/internal/egress"
 	"github.com/cellbox/cellbox/internal/guestproto"
 	"github.com/cellbox/cellbox/internal/sandbox"
 )
@@ -28,6 +29,8 @@ type box struct {
 	ws    string // the workspace's host folder
 	sb    sandbox.Sandbox
 	guest *guestproto.Client
+	// trusted is the certificate authority the sandbox trusts (see Manager.trust).
+	trusted *egress.CA
 }
 
 // newSessionID is a new session's id: in a cluster, the node's tag and then random hex (see
@@ -83,6 +86,7 @@ func (m *Manager) startBox(ctx context.Context, id string, spec boxSpec, ws stri
 		stop()
 		return nil, err
 	}
+	g.ServeEgress(m.serveEgress(id))
 	err = g.Configure(ctx, m.guestConfig(spec))
 	if err != nil {
 		g.Close()

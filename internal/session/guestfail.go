@@ -43,7 +43,11 @@ func (m *Manager) afterGuestFailure(ctx context.Context, s *Session, b *box, err
 		return nil, fmt.Errorf("session %s ended while the code ran: %w", s.id, errdefs.ErrNotFound)
 	}
 	s.box = nb
+	ca := s.ca
 	s.mu.Unlock()
+	if err := m.trust(context.WithoutCancel(ctx), nb, ca); err != nil {
+		m.log.Warn("the new sandbox does not trust the session's certificate authority", "session_id", s.id, "err", err)
+	}
 	return &api.ExecuteResult{
 		Status:  api.StatusCrashed,
 		Outputs: []api.Output{},

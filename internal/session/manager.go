@@ -19,7 +19,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/internal/config"
+	"github.com/cellbox/cellbox/internal/egress"
 	"github.com/cellbox/cellbox/internal/sandbox"
 	"github.com/cellbox/cellbox/internal/workspace"
 )
@@ -38,6 +40,7 @@ type Manager struct {
 	keep    bool             // sessions outlive the server process (see New)
 
 	adm    *admission // every kind of work passes it (admission.go)
+	net    *network   // egress policies and the gateway (network.go)
 	events *events    // told when sessions are created and end (events.go)
 
 	mu       sync.Mutex
@@ -70,9 +73,12 @@ type Session struct {
 	busy       bool
 	execCount  int
 	closed     bool
-	dirty      bool   // activity not yet in the record (saveSoon)
-	saving     bool   // saveSoon's writer runs
-	notice     string // told on the next execution: what happened to the session meanwhile
+	dirty      bool           // activity not yet in the record (saveSoon)
+	saving     bool           // saveSoon's writer runs
+	notice     string         // told on the next execution: what happened to the session meanwhile
+	network    *api.Network   // the policy as asked for (nil: the default), for the record
+	policy     *egress.Policy // the policy as enforced
+	ca         *egress.CA     // the session's certificate authority; nil until a secret needs it
 }
 
 // New starts a Manager. Sessions outlive the server process when the backend can attach
@@ -95,6 +101,16 @@ func New(ctx context.Context, cfg config.Config, backend sandbox.Backend, store 
 
 		deadlines: make(chan struct{}, 1),
 	}
+	var err error
+	if m.net, err = newNetwork(cfg, backend.Capabilities().NoNetwork, log, reg); err != nil {
+		return nil, err
+	}
+	// The gateway's side of a session ends with it.
+	m.events.subscribe(func(e Event) {
+		if e.Kind == SessionEnded {
+			m.net.gw.End(e.SessionID)
+		}
+	})
 	// The records folder is read even when sessions end with the server: a record of an
 	// earlier process that kept them is how its sessions get ended here.
 	m.records = records{dir: filepath.Join(cfg.StateDir, "sessions")}

@@ -75,6 +75,10 @@ func (m *Manager) OneShot(ctx context.Context, req api.OneShotRequest, onOutput 
 	if err != nil {
 		return nil, err
 	}
+	policy, err := m.net.policy(Tenant(ctx), req.Network)
+	if err != nil {
+		return nil, err
+	}
 	ctx, release, err := m.adm.admit(ctx, Tenant(ctx), kindOneShot, nil)
 	if err != nil {
 		return nil, err
@@ -97,6 +101,11 @@ func (m *Manager) OneShot(ctx context.Context, req api.OneShotRequest, onOutput 
 			m.discard(context.WithoutCancel(ctx), b, false)
 		}()
 	}()
+	// The one-shot's sandbox is a session to the gateway for as long as it runs.
+	defer m.net.gw.End(b.id)
+	if err := m.applyNetwork(ctx, &Session{id: b.id, tenant: Tenant(ctx), box: b}, policy); err != nil {
+		return nil, err
+	}
 	for _, f := range files {
 		if _, err := b.guest.PutFile(ctx, f.rel, bytes.NewReader(f.body)); err != nil {
 			return nil, fmt.Errorf("upload %s: %w", f.rel, err)

@@ -38,6 +38,10 @@ type record struct {
 	Busy bool `json:"busy,omitempty"`
 	// Notice is what the session's next execution is told (see Session.notice).
 	Notice string `json:"notice,omitempty"`
+	// Network is the egress policy as asked for, secret values included; nil: the default.
+	Network *api.Network `json:"network,omitempty"`
+	// CA is the session's certificate authority with its key (PEM); "": none.
+	CA string `json:"ca,omitempty"`
 }
 
 // saveEvery throttles the records written for activity alone (file calls): a restart may
@@ -146,6 +150,8 @@ func (s *Session) recordLocked() record {
 		ExpiresAt:      expires,
 		Busy:           s.busy,
 		Notice:         s.notice,
+		Network:        s.network,
+		CA:             s.caPEM(),
 	}
 }
 
@@ -205,4 +211,16 @@ func (m *Manager) save(s *Session) {
 	if err := m.records.save(rec); err != nil {
 		m.log.Warn("save session record; the session may not survive a restart", "session_id", s.id, "err", err)
 	}
+}
+
+// caPEM is the session's authority for its record; s.mu is held.
+func (s *Session) caPEM() string {
+	if s.ca == nil {
+		return ""
+	}
+	pem, err := s.ca.Marshal()
+	if err != nil {
+		return ""
+	}
+	return pem
 }

@@ -39,6 +39,10 @@ func (m *Manager) Create(ctx context.Context, req api.CreateSessionRequest) (*ap
 		return nil, err
 	}
 	tenant := Tenant(ctx)
+	policy, err := m.net.policy(tenant, req.Network)
+	if err != nil {
+		return nil, err
+	}
 	_, slot, err := m.adm.admit(ctx, tenant, kindCreate, nil)
 	if err != nil {
 		return nil, err
@@ -50,9 +54,15 @@ func (m *Manager) Create(ctx context.Context, req api.CreateSessionRequest) (*ap
 	}
 	now := time.Now()
 	s := &Session{id: b.id, tenant: tenant, language: lang, idle: idle, created: now, lastActive: now, box: b, turn: newTurn(),
-		slot: slot, metadata: maps.Clone(req.Metadata)}
+		slot: slot, metadata: maps.Clone(req.Metadata), network: req.Network}
 	if lifetime > 0 {
 		s.expires = now.Add(lifetime)
+	}
+	if err := m.applyNetwork(ctx, s, policy); err != nil {
+		slot()
+		m.net.gw.End(s.id)
+		m.discard(context.WithoutCancel(ctx), b, false)
+		return nil, err
 	}
 	if !m.register(s) {
 		slot()
@@ -93,6 +103,7 @@ func (s *Session) view() api.Session {
 		ExpiresAt:      expires,
 		Metadata:       maps.Clone(s.metadata),
 		Image:          s.box.image,
+		Network:        s.policy.View(),
 	}
 }
 

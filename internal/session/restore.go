@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cellbox/cellbox/api"
+	"github.com/cellbox/cellbox/internal/egress"
 	"github.com/cellbox/cellbox/internal/errdefs"
 	"github.com/cellbox/cellbox/internal/guestproto"
 )
@@ -150,6 +152,7 @@ func (m *Manager) restoreOne(ctx context.Context, r record) string {
 		return "ended"
 	}
 	s.box = b
+	m.restoreNetwork(ctx, s, r)
 	s.slot = m.adm.hold(s.tenant)
 	m.mu.Lock()
 	m.sessions[s.id] = s
@@ -177,5 +180,34 @@ func (m *Manager) attachBox(ctx context.Context, r record, ws string) (*box, err
 		sb.Stop(cctx)
 		return nil, fmt.Errorf("%w: %w", err, errdefs.ErrNotFound)
 	}
+	g.ServeEgress(m.serveEgress(r.ID))
 	return &box{boxSpec: r.spec(), id: r.ID, ws: ws, sb: sb, guest: g}, nil
+}
+
+// restoreNetwork gives a restored session its policy and authority again. A policy the
+// operator's settings no longer allow becomes "none", and the session is told so.
+func (m *Manager) restoreNetwork(ctx context.Context, s *Session, r record) {
+	if r.CA != "" {
+		ca, err := egress.ParseCA(r.CA)
+		if err != nil {
+			m.log.Warn("a session's certificate authority does not parse; it gets a new one", "session_id", s.id, "err", err)
+		} else {
+			s.ca = ca
+		}
+	}
+	p, err := m.net.policy(s.tenant, r.Network)
+	if err == nil {
+		s.network = r.Network
+	} else {
+		m.log.Warn("a restored session's network policy is no longer allowed; it has none now", "session_id", s.id, "err", err)
+		p, _ = egress.Compile(api.Network{Egress: api.EgressNone}, nil)
+		s.network = &api.Network{Egress: api.EgressNone}
+		s.notice = "the server's settings no longer allow this session's network policy: it has no network access now"
+	}
+	if err := m.applyNetwork(ctx, s, p); err != nil {
+		m.log.Warn("a restored session's network policy could not be applied; it has none now", "session_id", s.id, "err", err)
+		none, _ := egress.Compile(api.Network{Egress: api.EgressNone}, nil)
+		s.policy = none
+		m.net.gw.Set(s.id, s.tenant, none, m.net.limitsFor(s.tenant), nil)
+	}
 }

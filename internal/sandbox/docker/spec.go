@@ -11,6 +11,7 @@ import (
 	"github.com/moby/moby/api/types/mount"
 
 	"github.com/cellbox/cellbox/api"
+	"github.com/cellbox/cellbox/internal/guestproto"
 	"github.com/cellbox/cellbox/internal/image"
 	"github.com/cellbox/cellbox/internal/sandbox"
 	"github.com/cellbox/cellbox/internal/sandbox/seccomp"
@@ -45,7 +46,7 @@ type specInput struct {
 // containerSpec returns the container of one sandbox.
 func containerSpec(in specInput) (*container.Config, *container.HostConfig, error) {
 	s := in.spec
-	guest := sandbox.GuestCommand{Binary: image.GuestPath, Cgroup: cgroupMount, UID: in.uid, GID: in.gid, OrphanExit: s.OrphanExit, TokenEnv: tokenEnv}
+	guest := sandbox.GuestCommand{Binary: image.GuestPath, Cgroup: cgroupMount, UID: in.uid, GID: in.gid, OrphanExit: s.OrphanExit, TokenEnv: tokenEnv, Egress: guestproto.EgressListen}
 	if in.gvisor {
 		guest.Cgroup = "" // gVisor's cgroupfs is the sentry's own, without the host's limits
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/internal/errdefs"
+	"github.com/cellbox/cellbox/internal/guestproto"
 	"github.com/cellbox/cellbox/internal/image"
 	"github.com/cellbox/cellbox/internal/sandbox"
 	"github.com/cellbox/cellbox/internal/sandbox/runc/template"
@@ -80,7 +81,7 @@ func CheckCgroupParent(p string) error {
 // buildSpec returns the OCI runtime spec of one sandbox.
 func buildSpec(in specInput) *specs.Spec {
 	s := in.spec
-	guest := sandbox.GuestCommand{Binary: guestPath, Cgroup: cgroupMount, UID: int(in.uid), GID: int(in.gid), OrphanExit: s.OrphanExit}
+	guest := sandbox.GuestCommand{Binary: guestPath, Cgroup: cgroupMount, UID: int(in.uid), GID: int(in.gid), OrphanExit: s.OrphanExit, Egress: guestproto.EgressListen}
 	if in.gvisor {
 		guest.Cgroup = "" // gVisor's cgroupfs is the sentry's own, without the host's limits
 	}

@@ -1,0 +1,220 @@
+package egress
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The HTTP proxy: CONNECT tunnels, and plain http:// requests in absolute form, each
+// decided and forwarded on its own.
+
+// hopHeaders are a connection's, not the request's: they are not forwarded.
+var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+// serveHTTP reads requests from cl until it closes or one fails.
+func (g *Gateway) serveHTTP(s *sess, cl *client, over bool) {
+	ctx := context.Background()
+	for {
+		cl.SetReadDeadline(deadline(g.cfg.HeaderTimeout))
+		cl.lim.N = maxHeaderBytes
+		req, err := http.ReadRequest(cl.br)
+		cl.lim.N = -1
+		if err != nil {
+			switch {
+			case errors.Is(err, errHeaderTooLarge):
+				writeStatus(cl, http.StatusRequestHeaderFieldsTooLarge, "the request's header is larger than 64 KiB")
+			case errors.Is(err, io.EOF), isTimeout(err), errors.Is(err, net.ErrClosed):
+			default:
+				writeStatus(cl, http.StatusBadRequest, "the proxy could not read the request: send an HTTP/1.1 request in absolute form, or CONNECT")
+			}
+			return
+		}
+		cl.SetReadDeadline(time.Time{})
+		if over {
+			writeStatus(cl, http.StatusTooManyRequests, "this session has too many egress connections open; close some and try again")
+			return
+		}
+		if req.Method == http.MethodConnect {
+			g.connect(ctx, s, cl, req)
+			return
+		}
+		if !g.plain(ctx, s, cl, req) {
+			return
+		}
+	}
+}
+
+// connect answers a CONNECT request and runs its tunnel.
+func (g *Gateway) connect(ctx context.Context, s *sess, cl *client, req *http.Request) {
+	host, port, err := splitHostPort(req.RequestURI)
+	if err != nil {
+		writeStatus(cl, http.StatusBadRequest, "CONNECT wants host:port: "+err.Error())
+		return
+	}
+	f, up, fail := g.open(ctx, s, host, port, "connect")
+	if fail != nil {
+		writeFailure(cl, fail)
+		return
+	}
+	defer f.finish()
+	f.onKill(func() { cl.Close() })
+	if _, err := io.WriteString(cl, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+		return
+	}
+	g.tunnel(ctx, f, cl, up)
+}
+
+// plain forwards one absolute-form request to its own upstream connection, and reports
+// whether the client connection may carry another.
+func (g *Gateway) plain(ctx context.Context, s *sess, cl *client, req *http.Request) bool {
+	if !req.URL.IsAbs() || req.URL.Host == "" {
+		writeStatus(cl, http.StatusBadRequest, "this is a proxy: send the whole URL (http://host/path), or CONNECT host:port")
+		return false
+	}
+	if req.URL.Scheme != "http" {
+		writeStatus(cl, http.StatusBadRequest, fmt.Sprintf("the proxy forwards http:// URLs; for %s:// use CONNECT", req.URL.Scheme))
+		return false
+	}
+	host, port, err := splitHostPort(hostPortOf(req.URL.Host, 80))
+	if err != nil {
+		writeStatus(cl, http.StatusBadRequest, "the URL's host: "+err.Error())
+		return false
+	}
+	if req.Host != "" && req.Host != req.URL.Host {
+		if h, p, err := splitHostPort(hostPortOf(req.Host, 80)); err != nil || h != host || p != port {
+			writeStatus(cl, http.StatusForbidden, "the Host header names another host than the URL")
+			return false
+		}
+	}
+	f, up, fail := g.open(ctx, s, host, port, "http")
+	if fail != nil {
+		writeFailure(cl, fail)
+		return !req.Close && drainBody(req)
+	}
+	defer f.finish()
+	f.onKill(func() { cl.Close() })
+	p, _ := s.snapshot()
+	out := outgoing(req, p.SecretFor(host.Name))
+	f.mu.Lock()
+	f.secret = p.SecretFor(host.Name)
+	f.mu.Unlock()
+	out.Close = true // one request a connection upstream: each is decided alone
+	if err := out.Write(up); err != nil {
+		f.setReason("sending the request failed")
+		writeStatus(cl, http.StatusBadGateway, fmt.Sprintf("sending the request to %s failed", host))
+		return false
+	}
+	u := up.(*upConn)
+	u.idle = g.cfg.HeaderTimeout
+	resp, err := http.ReadResponse(bufio.NewReader(up), req)
+	u.idle = g.cfg.IdleTimeout
+	if err != nil {
+		why := fmt.Sprintf("%s sent no valid HTTP response", host)
+		code := http.StatusBadGateway
+		if isTimeout(err) {
+			why, code = fmt.Sprintf("%s did not answer within %s", host, g.cfg.HeaderTimeout), http.StatusGatewayTimeout
+		}
+		f.setReason(why)
+		writeStatus(cl, code, why)
+		return false
+	}
+	defer resp.Body.Close()
+	f.setStatus(resp.StatusCode)
+	for _, h := range hopHeaders {
+		resp.Header.Del(h)
+	}
+	resp.Close = req.Close
+	if err := resp.Write(cl); err != nil {
+		return false
+	}
+	return !req.Close
+}
+
+// outgoing is req as it goes upstream: in origin form, without the connection's headers,
+// with the secret's headers set.
+func outgoing(req *http.Request, secret http.Header) *http.Request {
+	out := req.Clone(req.Context())
+	out.Body = req.Body
+	out.RequestURI = ""
+	if out.URL.IsAbs() {
+		out.Host = out.URL.Host
+	}
+	if c := req.Header.Get("Connection"); c != "" {
+		for _, h := range strings.Split(c, ",") {
+			out.Header.Del(strings.TrimSpace(h))
+		}
+	}
+	for _, h := range hopHeaders {
+		out.Header.Del(h)
+	}
+	for k, v := range secret {
+		out.Header[k] = append([]string(nil), v...)
+	}
+	return out
+}
+
+// drainBody reads what is left of a refused request's body (up to a bound), so that the
+// connection can carry the next request; false when it cannot.
+func drainBody(req *http.Request) bool {
+	if req.Body == nil || req.Body == http.NoBody {
+		return true
+	}
+	n, _ := io.Copy(io.Discard, io.LimitReader(req.Body, 1<<20+1))
+	return n <= 1<<20
+}
+
+// splitHostPort parses host:port as a CONNECT line or SOCKS request names them.
+func splitHostPort(hp string) (Host, int, error) {
+	h, p, err := net.SplitHostPort(hp)
+	if err != nil {
+		return Host{}, 0, errors.New("not host:port")
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port < 1 || port > 65535 {
+		return Host{}, 0, fmt.Errorf("port %q is not a number from 1 to 65535", p)
+	}
+	host, err := ParseHost(h)
+	if err != nil {
+		return Host{}, 0, err
+	}
+	return host, port, nil
+}
+
+// hostPortOf adds the default port to a URL's host if it has none.
+func hostPortOf(h string, port int) string {
+	if _, _, err := net.SplitHostPort(h); err == nil {
+		return h
+	}
+	if strings.HasPrefix(h, "[") && strings.HasSuffix(h, "]") {
+		return h + ":" + strconv.Itoa(port)
+	}
+	return net.JoinHostPort(h, strconv.Itoa(port))
+}
+
+// writeStatus answers with code and a one-line explanation, and tells the client the
+// answer is the proxy's own (X-Cellbox-Egress).
+func writeStatus(w io.Writer, code int, msg string) {
+	body := "cellbox egress: " + msg + "\n"
+	fmt.Fprintf(w, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nX-Cellbox-Egress: %s\r\n\r\n%s",
+		code, http.StatusText(code), len(body), strings.ToLower(strings.ReplaceAll(http.StatusText(code), " ", "-")), body)
+}
+
+func writeFailure(w io.Writer, f *failure) {
+	code := map[failKind]int{failRefused: http.StatusForbidden, failLimit: http.StatusTooManyRequests,
+		failUnreachable: http.StatusBadGateway, failTimeout: http.StatusGatewayTimeout}[f.kind]
+	writeStatus(w, code, f.msg)
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}

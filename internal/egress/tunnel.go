@@ -1,0 +1,314 @@
+package egress
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/yamux"
+)
+
+// A tunnel (CONNECT, SOCKS5) carries what the client sends to the destination it named.
+// The gateway looks at the client's first bytes: a TLS ClientHello must name the tunnel's
+// host (or, for an address, a name the policy allows), and plain HTTP requests must carry
+// it in Host, each of them: no fronting of another domain behind an allowed one. For a
+// domain that carries a secret, TLS is terminated with the session's authority, and the
+// requests inside get the secret's headers. Anything else is relayed as it is.
+
+const (
+	tlsHandshake = 0x16
+	// maxHelloRecord bounds the first TLS record the gateway reads to find the SNI.
+	maxHelloRecord = 16384 + 2048
+)
+
+var errStop = errors.New("stop")
+
+// tunnel relays between cl and up until both sides end, or the flow is killed.
+func (g *Gateway) tunnel(ctx context.Context, f *flow, cl *client, up net.Conn) {
+	p, ca := f.s.snapshot()
+	var secret http.Header
+	if f.host.Name != "" {
+		secret = p.SecretFor(f.host.Name)
+	}
+	if secret != nil && ca != nil {
+		// A client speaks first to a web server: wait for its first byte.
+		cl.SetReadDeadline(deadline(g.cfg.HeaderTimeout))
+		b, err := cl.br.Peek(1)
+		cl.SetReadDeadline(time.Time{})
+		if err != nil {
+			return
+		}
+		if b[0] == tlsHandshake {
+			g.intercept(ctx, f, cl, up, secret, ca)
+			return
+		}
+	}
+	down := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(cl.Conn, up)
+		if err == nil {
+			closeWrite(cl.Conn)
+		}
+		down <- err
+	}()
+	err := g.fromClient(f, cl.br, cl.lim, up, secret, false)
+	if err != nil {
+		f.kill(err.Error())
+	} else {
+		closeWrite(up)
+	}
+	if derr := <-down; derr != nil {
+		f.kill("the connection broke")
+	}
+}
+
+// fromClient carries the client's bytes (read through br) to up, looking at the first
+// ones: see the comment above. lim caps a request header while it is read (nil: none).
+// A nil error is the client's end; an error says why the flow is cut.
+func (g *Gateway) fromClient(f *flow, br *bufio.Reader, lim *limitConn, up net.Conn, secret http.Header, intercepted bool) error {
+	b, err := br.Peek(1)
+	if err != nil {
+		return nil
+	}
+	switch {
+	case b[0] == tlsHandshake && !intercepted:
+		sni, err := readSNI(br)
+		if err != nil {
+			return err
+		}
+		if why := g.checkSNI(f, sni); why != "" {
+			return errors.New(why)
+		}
+	case looksHTTP(br):
+		return g.requests(f, br, lim, up, secret)
+	}
+	_, err = io.Copy(up, br)
+	if errors.Is(err, errQuota) {
+		return err
+	}
+	return nil
+}
+
+// checkSNI says why a tunnel's TLS server name is refused, or "".
+func (g *Gateway) checkSNI(f *flow, sni string) string {
+	if sni == "" {
+		return ""
+	}
+	h, err := ParseHost(sni)
+	if err != nil || h.Name == "" {
+		return fmt.Sprintf("the TLS server name %q is not a host name", sni)
+	}
+	if f.host.Name != "" {
+		if h.Name != f.host.Name {
+			return fmt.Sprintf("the TLS server name %s is not the tunnel's host %s (domain fronting is refused)", h.Name, f.host.Name)
+		}
+		return ""
+	}
+	// A tunnel to an address: the name it asks the server for must be allowed by name too.
+	p, _ := f.s.snapshot()
+	if d := p.DecideName(h.Name, f.port); !d.Allowed {
+		return fmt.Sprintf("the TLS server name %s is not allowed by this session's policy", h.Name)
+	}
+	return ""
+}
+
+// requests carries plain HTTP requests from br to up, each with the tunnel's host in Host
+// and the secret's headers set. The answers flow back beside it, as they are.
+func (g *Gateway) requests(f *flow, br *bufio.Reader, lim *limitConn, up net.Conn, secret http.Header) error {
+	for {
+		if lim != nil {
+			lim.N = maxHeaderBytes
+		}
+		req, err := http.ReadRequest(br)
+		if lim != nil {
+			lim.N = -1
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return errors.New("the client sent a request the proxy could not read")
+		}
+		if req.Method == http.MethodConnect {
+			return errors.New("CONNECT inside a tunnel is refused")
+		}
+		host := req.Host
+		if host == "" {
+			return errors.New("a request without a Host header")
+		}
+		h, port, err := splitHostPort(hostPortOf(host, f.port))
+		if err != nil || h != f.host || port != f.port {
+			return fmt.Errorf("a request's Host %s is not the tunnel's host %s (domain fronting is refused)", trimHost(host), f.host)
+		}
+		out := outgoing(req, secret)
+		out.Close = req.Close
+		upgrade := req.Header.Get("Upgrade")
+		if upgrade != "" {
+			out.Header.Set("Connection", "Upgrade")
+			out.Header.Set("Upgrade", upgrade)
+		}
+		if err := out.Write(up); err != nil {
+			if errors.Is(err, errQuota) {
+				return err
+			}
+			return errors.New("the connection broke")
+		}
+		if upgrade != "" {
+			_, err := io.Copy(up, br)
+			if errors.Is(err, errQuota) {
+				return err
+			}
+			return nil
+		}
+	}
+}
+
+// intercept terminates TLS on both sides, with a certificate of the session's authority
+// toward the client and the host's roots toward the upstream, and carries the requests
+// between them with the secret's headers.
+func (g *Gateway) intercept(ctx context.Context, f *flow, cl *client, up net.Conn, secret http.Header, ca *CA) {
+	leaf, err := ca.leaf(f.host.Name)
+	if err != nil {
+		f.kill("could not make a certificate")
+		return
+	}
+	tcl := tls.Server(cl, &tls.Config{Certificates: []tls.Certificate{*leaf}, NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12})
+	tcl.SetDeadline(deadline(g.cfg.HeaderTimeout))
+	if err := tcl.HandshakeContext(ctx); err != nil {
+		f.kill("the client's TLS handshake failed")
+		return
+	}
+	tcl.SetDeadline(time.Time{})
+	if sni := tcl.ConnectionState().ServerName; sni != "" && !strings.EqualFold(sni, f.host.Name) {
+		f.kill(fmt.Sprintf("the TLS server name %s is not the tunnel's host %s (domain fronting is refused)", sni, f.host.Name))
+		return
+	}
+	tup := tls.Client(up, &tls.Config{ServerName: f.host.Name, RootCAs: g.cfg.RootCAs, NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12})
+	hctx, cancel := context.WithTimeout(ctx, g.cfg.HeaderTimeout)
+	err = tup.HandshakeContext(hctx)
+	cancel()
+	if err != nil {
+		why := fmt.Sprintf("TLS with %s failed", f.host.Name)
+		var ve *tls.CertificateVerificationError
+		if errors.As(err, &ve) {
+			why = fmt.Sprintf("%s's certificate did not verify against the server's roots", f.host.Name)
+		}
+		f.kill(why)
+		return
+	}
+	f.mu.Lock()
+	f.rec.Intercepted = true
+	f.secret = secret
+	f.mu.Unlock()
+	down := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(tcl, tup)
+		if err == nil {
+			closeWrite(tcl)
+		}
+		down <- err
+	}()
+	lt := &limitConn{Conn: tcl, N: -1} // caps the requests' headers, in plain text
+	err = g.fromClient(f, bufio.NewReaderSize(lt, 32<<10), lt, tup, secret, true)
+	if err != nil {
+		f.kill(err.Error())
+	} else {
+		closeWrite(tup)
+	}
+	if derr := <-down; derr != nil {
+		f.kill("the connection broke")
+	}
+}
+
+// closeWrite ends c's sending side, leaving its receiving side open.
+func closeWrite(c net.Conn) {
+	switch c := c.(type) {
+	case *tls.Conn:
+		c.CloseWrite()
+		closeWrite(c.NetConn())
+	case *client:
+		closeWrite(c.Conn)
+	case *limitConn:
+		closeWrite(c.Conn)
+	case *upConn:
+		closeWrite(c.Conn)
+	case *yamux.Stream:
+		c.Close() // a yamux stream's Close is a half-close
+	case interface{ CloseWrite() error }:
+		c.CloseWrite()
+	default:
+		c.Close()
+	}
+}
+
+// looksHTTP reports whether br starts with an HTTP request line's method.
+func looksHTTP(br *bufio.Reader) bool {
+	b, _ := br.Peek(8)
+	i := bytes.IndexByte(b, ' ')
+	if i < 3 {
+		return false
+	}
+	for _, c := range b[:i] {
+		if c < 'A' || c > 'Z' {
+			return false
+		}
+	}
+	return true
+}
+
+// readSNI reads the server name of the ClientHello at the head of br (one TLS record),
+// consuming nothing: crypto/tls parses it.
+func readSNI(br *bufio.Reader) (string, error) {
+	hdr, err := br.Peek(5)
+	if err != nil {
+		return "", errors.New("the client's TLS record ended early")
+	}
+	n := int(hdr[3])<<8 | int(hdr[4])
+	if n > maxHelloRecord {
+		return "", errors.New("the client's TLS record is too large")
+	}
+	rec, err := br.Peek(5 + n)
+	if err != nil {
+		return "", errors.New("the client's TLS record ended early")
+	}
+	var sni string
+	seen := false
+	srv := tls.Server(&replayConn{r: bytes.NewReader(rec)}, &tls.Config{GetConfigForClient: func(hi *tls.ClientHelloInfo) (*tls.Config, error) {
+		sni, seen = hi.ServerName, true
+		return nil, errStop
+	}})
+	srv.Handshake()
+	if !seen {
+		return "", errors.New("the client's first TLS record is not a ClientHello the proxy can read")
+	}
+	return sni, nil
+}
+
+// replayConn reads from r and throws writes away: a net.Conn for crypto/tls to parse a
+// ClientHello from.
+type replayConn struct{ r io.Reader }
+
+func (c *replayConn) Read(p []byte) (int, error)       { return c.r.Read(p) }
+func (c *replayConn) Write(p []byte) (int, error)      { return len(p), nil }
+func (c *replayConn) Close() error                     { return nil }
+func (c *replayConn) LocalAddr() net.Addr              { return &net.TCPAddr{} }
+func (c *replayConn) RemoteAddr() net.Addr             { return &net.TCPAddr{} }
+func (c *replayConn) SetDeadline(time.Time) error      { return nil }
+func (c *replayConn) SetReadDeadline(time.Time) error  { return nil }
+func (c *replayConn) SetWriteDeadline(time.Time) error { return nil }
+
+// trimHost caps a host a client sent before it goes into a message.
+func trimHost(h string) string {
+	if len(h) > 80 {
+		return h[:80] + "..."
+	}
+	return h
+}

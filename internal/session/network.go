@@ -1,0 +1,270 @@
+package session
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cellbox/cellbox/api"
+	"github.com/cellbox/cellbox/internal/config"
+	"github.com/cellbox/cellbox/internal/egress"
+	"github.com/cellbox/cellbox/internal/errdefs"
+)
+
+// Network access: each session has a policy (api.Network) that the egress gateway
+// enforces on the connections its sandbox's proxy hands over (package egress). The manager
+// decides the policy (the request's, within the tenant's and the server's widest), keeps
+// it in the session's record, gives it to the gateway, and ends the gateway's side of a
+// session when the session ends.
+
+// network is the manager's side of egress.
+type network struct {
+	gw       *egress.Gateway
+	def, max *egress.Policy           // the server's default and widest
+	tenants  map[string]egress.Tenant // the operator's per-tenant settings
+	limits   egress.Limits            // the server's per-session limits
+	confined bool                     // the backend's sandboxes reach nothing but through the proxy
+}
+
+// newNetwork reads the egress settings of cfg.
+func newNetwork(cfg config.Config, confined bool, log *slog.Logger, reg prometheus.Registerer) (*network, error) {
+	bad := func(flag string, err error) error {
+		return fmt.Errorf("--%s: %w", flag, err)
+	}
+	n := &network{confined: confined, limits: egress.Limits{MaxConns: cfg.EgressMaxConns,
+		QuotaBytes: int64(cfg.EgressQuotaMB) << 20, RateBytesPerSec: int64(cfg.EgressRateKiB) << 10}}
+	maxNet, err := parsePolicyFlag(cfg.EgressMax)
+	if err != nil {
+		return nil, bad("egress-max", err)
+	}
+	maxNet.Deny = splitList(cfg.EgressDeny)
+	if n.max, err = egress.Compile(maxNet, nil); err != nil {
+		return nil, bad("egress-max or --egress-deny", err)
+	}
+	defNet, err := parsePolicyFlag(cfg.Egress)
+	if err != nil {
+		return nil, bad("egress", err)
+	}
+	def, err := egress.Compile(defNet, nil)
+	if err != nil {
+		return nil, bad("egress", err)
+	}
+	if n.def, err = egress.Narrow(def, n.max); err != nil {
+		return nil, bad("egress", err)
+	}
+	if cfg.EgressTenants != "" {
+		data, err := os.ReadFile(cfg.EgressTenants)
+		if err != nil {
+			return nil, bad("egress-tenants", err)
+		}
+		if n.tenants, err = egress.LoadTenants(data); err != nil {
+			return nil, bad("egress-tenants", err)
+		}
+	}
+	var allow []netip.Prefix
+	for _, s := range splitList(cfg.EgressPrivateAllow) {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			a, aerr := netip.ParseAddr(s)
+			if aerr != nil {
+				return nil, bad("egress-private-allow", fmt.Errorf("%q is not a CIDR or an address", s))
+			}
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
+		allow = append(allow, p.Masked())
+	}
+	gcfg := egress.Config{Ranges: egress.Ranges{PrivateAllow: allow, Own: ownAddrs()}, Log: log, Registerer: reg}
+	if cfg.EgressDNS != "" {
+		addr := cfg.EgressDNS
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			addr = net.JoinHostPort(addr, "53")
+		}
+		gcfg.Resolver = &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		}}
+	}
+	n.gw = egress.New(gcfg)
+	return n, nil
+}
+
+// parsePolicyFlag reads none | public | allowlist:ENTRY,...
+func parsePolicyFlag(s string) (api.Network, error) {
+	mode, list, _ := strings.Cut(strings.TrimSpace(s), ":")
+	switch mode {
+	case "", api.EgressNone, api.EgressPublic:
+		if list != "" {
+			return api.Network{}, fmt.Errorf("%q: entries go with allowlist only (allowlist:ENTRY,...); use --egress-deny to refuse destinations", s)
+		}
+		return api.Network{Egress: mode}, nil
+	case api.EgressAllowlist:
+		return api.Network{Egress: mode, Allow: splitList(list)}, nil
+	}
+	return api.Network{}, fmt.Errorf("%q: want none, public or allowlist:ENTRY,...", s)
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, e := range strings.Split(s, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// ownAddrs lists the machine's addresses, looked up again at most every few seconds: the
+// gateway never dials one (the server's API and anything else listening on the host).
+func ownAddrs() func() []netip.Addr {
+	var mu sync.Mutex
+	var addrs []netip.Addr
+	var at time.Time
+	return func() []netip.Addr {
+		mu.Lock()
+		defer mu.Unlock()
+		if time.Since(at) < 5*time.Second {
+			return addrs
+		}
+		ifs, err := net.InterfaceAddrs()
+		if err != nil {
+			return addrs
+		}
+		addrs = addrs[:0:0]
+		for _, a := range ifs {
+			if p, err := netip.ParsePrefix(a.String()); err == nil {
+				addrs = append(addrs, p.Addr().Unmap())
+			}
+		}
+		at = time.Now()
+		return addrs
+	}
+}
+
+// policy is the policy a session of tenant gets for req (nil: the default): req within
+// the tenant's widest and the server's.
+func (n *network) policy(tenant string, req *api.Network) (*egress.Policy, error) {
+	t, hasTenant := n.tenants[tenant]
+	if req == nil {
+		p := n.def
+		if hasTenant && t.Default != nil {
+			p = t.Default
+		}
+		return egress.Narrow(p, n.max)
+	}
+	p, err := egress.Compile(*req, t.Secrets)
+	if err != nil {
+		return nil, fmt.Errorf("network: %w", err)
+	}
+	if hasTenant && t.Max != nil {
+		if p, err = egress.Narrow(p, t.Max); err != nil {
+			return nil, fmt.Errorf("network: %w", err)
+		}
+	}
+	if p, err = egress.Narrow(p, n.max); err != nil {
+		return nil, fmt.Errorf("network: %w", err)
+	}
+	if p.Mode != api.EgressNone && !n.confined {
+		return nil, fmt.Errorf("network: this server's sandboxes (the local-unsafe backend) share the host's network, so no egress policy can be enforced; ask for egress \"none\" or use an isolated backend: %w", errdefs.ErrFailedPrecondition)
+	}
+	return p, nil
+}
+
+// limitsFor is the per-session limits of tenant's sessions.
+func (n *network) limitsFor(tenant string) egress.Limits {
+	l := n.limits
+	if t, ok := n.tenants[tenant]; ok {
+		if t.MaxConnections > 0 {
+			l.MaxConns = t.MaxConnections
+		}
+		if t.QuotaBytes > 0 {
+			l.QuotaBytes = t.QuotaBytes
+		}
+		if t.RateBytesPerSec > 0 {
+			l.RateBytesPerSec = t.RateBytesPerSec
+		}
+	}
+	return l
+}
+
+// applyNetwork gives session s's policy p to the gateway, after making the session's
+// certificate authority and having its sandbox trust it when p carries secrets.
+func (m *Manager) applyNetwork(ctx context.Context, s *Session, p *egress.Policy) error {
+	s.mu.Lock()
+	ca, b := s.ca, s.box
+	s.mu.Unlock()
+	if len(p.Secrets) > 0 && ca == nil {
+		var err error
+		if ca, err = egress.NewCA(s.id); err != nil {
+			return fmt.Errorf("make the session's certificate authority: %w", err)
+		}
+	}
+	if err := m.trust(ctx, b, ca); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.ca, s.policy = ca, p
+	s.mu.Unlock()
+	m.net.gw.Set(s.id, s.tenant, p, m.net.limitsFor(s.tenant), ca)
+	return nil
+}
+
+// trust has box b's sandbox trust ca, once.
+func (m *Manager) trust(ctx context.Context, b *box, ca *egress.CA) error {
+	if ca == nil || b.trusted == ca {
+		return nil
+	}
+	if err := b.guest.Trust(ctx, ca.CertPEM()); err != nil {
+		return err
+	}
+	b.trusted = ca
+	return nil
+}
+
+// serveEgress is the handler of box id's egress connections.
+func (m *Manager) serveEgress(id string) func(net.Conn) {
+	return func(c net.Conn) { m.net.gw.Serve(id, c) }
+}
+
+// SetNetwork replaces session id's egress policy: open connections the new one refuses
+// are closed.
+func (m *Manager) SetNetwork(ctx context.Context, id string, req api.Network) (*api.Session, error) {
+	s, err := m.lookup(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	p, err := m.net.policy(s.tenant, &req)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.applyNetwork(ctx, s, p); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.network = &req
+	s.mu.Unlock()
+	m.save(s)
+	m.log.Info("session network changed", "session_id", s.id, "tenant", s.tenant, "egress", p.Mode)
+	v := s.view()
+	return &v, nil
+}
+
+// Egress is session id's egress log: its policy, use and recent connections.
+func (m *Manager) Egress(ctx context.Context, id string) (*api.EgressLog, error) {
+	s, err := m.lookup(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	l, ok := m.net.gw.Log(s.id)
+	if !ok {
+		return nil, notFound(id)
+	}
+	return &l, nil
+}
