@@ -103,9 +103,17 @@ func (c *Client) GetSession(ctx context.Context, id string) (*api.Session, error
 }
 
 // UpdateSession changes a session: with req.LifetimeS, it ends that many seconds from
-// now, busy or idle, replacing its earlier deadline. It returns the session as it now is.
+// now, busy or idle, replacing its earlier deadline; with req.Network, its egress policy is
+// replaced at once (open connections the new one refuses are closed). It returns the
+// session as it now is.
 func (c *Client) UpdateSession(ctx context.Context, id string, req api.UpdateSessionRequest) (*api.Session, error) {
 	return call[api.Session](ctx, c, http.MethodPatch, sessionPath(id, ""), req)
+}
+
+// EgressLog is a session's egress policy, its use and its recent connections, newest
+// first.
+func (c *Client) EgressLog(ctx context.Context, id string) (*api.EgressLog, error) {
+	return call[api.EgressLog](ctx, c, http.MethodGet, sessionPath(id, "/egress"), nil)
 }
 
 // DeleteSession ends a session; its workspace is kept for the server's retention period.

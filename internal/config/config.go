@@ -75,6 +75,7 @@ type Config struct {
 	EgressDeny         string // --egress-deny: ENTRY,...: refused to every session
 	EgressPrivateAllow string // --egress-private-allow: CIDR,...: private addresses that may be reached after all
 	EgressDNS          string // --egress-dns: host:port of the resolver the gateway uses ("": the system's)
+	EgressRoots        string // --egress-roots: PEM file of roots trusted for intercepted upstreams, beside the system's
 	EgressTenants      string // --egress-tenants: JSON file of per-tenant limits, policies and named secrets
 	EgressMaxConns     int    // --egress-max-conns: connections open at once per session
 	EgressQuotaMB      int    // --egress-quota-mb: bytes both ways per session (MiB); 0: none
@@ -209,6 +210,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.EgressDeny, "egress-deny", c.EgressDeny, "ENTRY,...: destinations refused to every session, whatever it asks")
 	fs.StringVar(&c.EgressPrivateAllow, "egress-private-allow", c.EgressPrivateAllow, "CIDR,...: private or loopback addresses sessions may reach after all (an internal package mirror); never the server's own")
 	fs.StringVar(&c.EgressDNS, "egress-dns", c.EgressDNS, "host:port of the DNS server the egress gateway resolves names with (default: the system's)")
+	fs.StringVar(&c.EgressRoots, "egress-roots", c.EgressRoots, "PEM file of certificate authorities the gateway trusts, beside the system's, when it verifies an upstream whose TLS it terminates (a domain with a secret); for an internal CA")
 	fs.StringVar(&c.EgressTenants, "egress-tenants", c.EgressTenants, "JSON file of per-tenant egress: the widest and the default policy, named secrets, connection, byte and bandwidth limits (see docs/egress.md)")
 	fs.IntVar(&c.EgressMaxConns, "egress-max-conns", c.EgressMaxConns, "egress connections open at once per session")
 	fs.IntVar(&c.EgressQuotaMB, "egress-quota-mb", c.EgressQuotaMB, "egress bytes per session, both ways (MiB); then connections are refused; 0: no quota")

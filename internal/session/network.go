@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"crypto/x509"
 	"fmt"
 	"log/slog"
 	"net"
@@ -82,6 +83,20 @@ func newNetwork(cfg config.Config, confined bool, log *slog.Logger, reg promethe
 		allow = append(allow, p.Masked())
 	}
 	gcfg := egress.Config{Ranges: egress.Ranges{PrivateAllow: allow, Own: ownAddrs()}, Log: log, Registerer: reg}
+	if cfg.EgressRoots != "" {
+		pem, err := os.ReadFile(cfg.EgressRoots)
+		if err != nil {
+			return nil, bad("egress-roots", err)
+		}
+		roots, err := x509.SystemCertPool()
+		if err != nil {
+			roots = x509.NewCertPool()
+		}
+		if !roots.AppendCertsFromPEM(pem) {
+			return nil, bad("egress-roots", fmt.Errorf("no PEM certificate in %s", cfg.EgressRoots))
+		}
+		gcfg.RootCAs = roots
+	}
 	if cfg.EgressDNS != "" {
 		addr := cfg.EgressDNS
 		if _, _, err := net.SplitHostPort(addr); err != nil {

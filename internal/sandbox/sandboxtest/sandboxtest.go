@@ -14,6 +14,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -23,6 +25,7 @@ import (
 	"time"
 
 	"github.com/cellbox/cellbox/api"
+	"github.com/cellbox/cellbox/internal/egress"
 	"github.com/cellbox/cellbox/internal/errdefs"
 	"github.com/cellbox/cellbox/internal/guestproto"
 	"github.com/cellbox/cellbox/internal/sandbox"
@@ -61,6 +64,7 @@ func Run(t *testing.T, b sandbox.Backend) {
 	}
 	if caps.NoNetwork {
 		t.Run("no_network", func(t *testing.T) { testNoNetwork(t, b) })
+		t.Run("egress_proxy", func(t *testing.T) { testEgressProxy(t, b) })
 	}
 	if caps.Limits {
 		t.Run("limits", func(t *testing.T) {
@@ -610,6 +614,78 @@ func testNoNetwork(t *testing.T, b sandbox.Backend) {
 			t.Errorf("the host's listener on %s accepted a connection from the sandbox", addr)
 		default:
 		}
+	}
+}
+
+// testEgressProxy: the guest's proxy on the sandbox's loopback hands connections to the
+// server's gateway over the guest channel, the environment of kernels and commands names
+// it, and the trust bundle takes the session's authority. What the gateway then decides is
+// package egress's; here it lets the host's loopback through.
+func testEgressProxy(t *testing.T, b sandbox.Backend) {
+	up, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer up.Close()
+	go http.Serve(up, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "upstream saw %s %s", r.Method, r.URL.Path)
+	}))
+	g := egress.New(egress.Config{Ranges: egress.Ranges{PrivateAllow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}})
+	p, err := egress.Compile(api.Network{Egress: api.EgressPublic}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := egress.NewCA("conformance")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Set("s", "", p, egress.Limits{}, ca)
+	x := start(t, b, limits)
+	x.c.ServeEgress(func(c net.Conn) { g.Serve("s", c) })
+
+	env := x.run(t, "import os\nprint(os.environ.get('HTTP_PROXY'), os.environ.get('https_proxy'), os.environ.get('NO_PROXY'), end='')")
+	if want := "http://" + guestproto.EgressListen + " http://" + guestproto.EgressListen + " localhost,127.0.0.1,::1"; env != want {
+		t.Errorf("the kernel's proxy variables: %q, want %q", env, want)
+	}
+	// A plain request, by hand: no client's NO_PROXY rules in the way.
+	port := up.Addr().(*net.TCPAddr).Port
+	code := fmt.Sprintf(`import os, socket
+host, port = os.environ['HTTP_PROXY'].rsplit('/', 1)[1].split(':')
+s = socket.create_connection((host, int(port)), timeout=10)
+s.sendall(b'GET http://127.0.0.1:%d/through HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nConnection: close\r\n\r\n')
+data = b''
+while True:
+    b = s.recv(65536)
+    if not b: break
+    data += b
+print(data.decode().split('\r\n\r\n', 1)[1], end='')`, port, port)
+	if got := x.run(t, code); got != "upstream saw GET /through" {
+		t.Errorf("through the proxy: %q", got)
+	}
+	l, _ := g.Log("s")
+	if len(l.Connections) != 1 || l.Connections[0].Decision != "allowed" || l.Connections[0].Status != 200 {
+		t.Errorf("the gateway's record: %+v", l.Connections)
+	}
+	// The same from a command.
+	r := x.command(t, "sh", "-c", `printf 'CONNECT 127.0.0.1:1 HTTP/1.1\r\n\r\n' | python3 -c "
+import os, socket, sys
+s = socket.create_connection(('127.0.0.1', 3128), timeout=10)
+s.sendall(sys.stdin.buffer.read()); print(s.recv(200).split(b'\r\n')[0].decode())"; echo "$HTTPS_PROXY"`)
+	if r.ExitCode != 0 || !strings.HasPrefix(r.Stdout, "HTTP/1.1 502") || !strings.Contains(r.Stdout, "http://"+guestproto.EgressListen) {
+		t.Errorf("a command's CONNECT to a closed port: %+v", r)
+	}
+
+	if err := x.c.Trust(ctxT(t, 10*time.Second), ca.CertPEM()); err != nil {
+		t.Fatal(err)
+	}
+	line := strings.Split(strings.TrimSpace(ca.CertPEM()), "\n")[1]
+	code = fmt.Sprintf("import os\nb = open(os.environ['SSL_CERT_FILE']).read()\nprint(%q in b, os.environ['REQUESTS_CA_BUNDLE'] == os.environ['SSL_CERT_FILE'], end='')", line)
+	if got := x.run(t, code); got != "True True" {
+		t.Errorf("the trust bundle after Trust: %s", got)
+	}
+	// Nothing else leaves: no name resolves inside.
+	if got := x.run(t, "import socket\ntry:\n  socket.getaddrinfo('example.com', 80); print('resolved', end='')\nexcept OSError: print('no', end='')"); got != "no" {
+		t.Errorf("a name resolved inside the sandbox: %s", got)
 	}
 }
 
