@@ -92,7 +92,8 @@ func (g *Gateway) open(ctx context.Context, s *sess, h Host, port int, protocol 
 			f.addr = a
 			f.rec.Address = a.String()
 			f.mu.Unlock()
-			up := &upConn{Conn: c, f: f, idle: g.cfg.IdleTimeout, ctx: context.WithoutCancel(ctx)}
+			up := &upConn{Conn: c, f: f, idle: g.cfg.IdleTimeout, ctx: context.WithoutCancel(ctx),
+				in: g.metrics.bytes.WithLabelValues(s.tenant, "in"), out: g.metrics.bytes.WithLabelValues(s.tenant, "out")}
 			f.onKill(func() { c.Close() })
 			return f, up, nil
 		}

@@ -189,6 +189,8 @@ type upConn struct {
 	f    *flow
 	idle time.Duration
 	ctx  context.Context
+
+	in, out prometheus.Counter // the tenant's byte counters
 }
 
 func (c *upConn) Read(p []byte) (int, error) {
@@ -196,7 +198,7 @@ func (c *upConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	if n > 0 {
 		c.f.in.Add(int64(n))
-		c.f.g.metrics.bytes.WithLabelValues(c.f.s.tenant, "in").Add(float64(n))
+		c.in.Add(float64(n))
 		if !c.f.s.use(n) {
 			c.f.setReason("this session has used its egress quota of " + formatBytes(c.f.s.limits.QuotaBytes))
 			return n, errQuota
@@ -219,7 +221,7 @@ func (c *upConn) Write(p []byte) (int, error) {
 	c.Conn.SetWriteDeadline(time.Now().Add(c.idle))
 	n, err := c.Conn.Write(p)
 	c.f.out.Add(int64(n))
-	c.f.g.metrics.bytes.WithLabelValues(c.f.s.tenant, "out").Add(float64(n))
+	c.out.Add(float64(n))
 	return n, err
 }
 

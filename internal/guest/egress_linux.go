@@ -78,10 +78,10 @@ func (s *server) egressConn(c net.Conn) {
 	sent := make(chan struct{})
 	go func() {
 		defer close(sent)
-		io.Copy(st, c)
+		pipe(st, c)
 		st.Close() // the client's half-close, passed on
 	}()
-	io.Copy(c, st)
+	pipe(c, st)
 	// The server is done: pass that on, and give the client a moment to finish reading
 	// and close; closing with its data unread would reset the connection.
 	if tc, ok := c.(*net.TCPConn); ok {
@@ -167,3 +167,10 @@ func (s *server) setMux(sess *yamux.Session) { s.mux.Store(sess) }
 
 // clearMux forgets sess if it is still the current one.
 func (s *server) clearMux(sess *yamux.Session) { s.mux.CompareAndSwap(sess, nil) }
+
+// pipe copies src to dst through a buffer of 256 KiB (not the 32 KiB of dst's ReadFrom):
+// fewer reads, writes and yamux frames per byte.
+func pipe(dst io.Writer, src io.Reader) {
+	b := make([]byte, 256<<10)
+	io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, b)
+}

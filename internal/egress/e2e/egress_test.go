@@ -53,6 +53,11 @@ func setup(t *testing.T) *env {
 	h.ServeTLS(t, netip.AddrPortFrom(h.Addr(2), 443), []string{gitName}, testhost.Git(t,
 		map[string]string{"README.md": "cloned through the gateway\n"}, testhost.GitOptions{RequireHeader: "Authorization", Value: gitSecret}))
 
+	return newEnv(t, h)
+}
+
+// newEnv starts a server whose gateway resolves with h's DNS and trusts h's root.
+func newEnv(t testing.TB, h *testhost.Host) *env {
 	cfg := testserver.Config(testserver.Host(t), t.TempDir())
 	cfg.EgressDNS = h.DNSAddr()
 	cfg.EgressRoots = h.CAFile()
@@ -73,13 +78,13 @@ func authorized(want string) http.Handler {
 	})
 }
 
-func ctxT(t *testing.T, d time.Duration) context.Context {
+func ctxT(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
 }
 
-func (e *env) session(t *testing.T, n *api.Network) string {
+func (e *env) session(t testing.TB, n *api.Network) string {
 	t.Helper()
 	s, err := e.c.CreateSession(ctxT(t, time.Minute), api.CreateSessionRequest{Network: n})
 	if err != nil {
@@ -89,7 +94,7 @@ func (e *env) session(t *testing.T, n *api.Network) string {
 	return s.ID
 }
 
-func (e *env) sh(t *testing.T, id, script string) *api.CommandResult {
+func (e *env) sh(t testing.TB, id, script string) *api.CommandResult {
 	t.Helper()
 	r, err := e.c.Command(ctxT(t, 2*time.Minute), id, api.CommandRequest{Cmd: []string{"sh", "-c", script}, TimeoutS: 90})
 	if err != nil {
