@@ -54,6 +54,11 @@ func TestAttackTenantIsolation(t *testing.T) {
 				_, err := m.SetLifetime(ctx, s.ID, time.Second)
 				return err
 			},
+			"set network": func() error {
+				_, err := m.SetNetwork(ctx, s.ID, api.Network{Egress: api.EgressNone})
+				return err
+			},
+			"egress log": func() error { _, err := m.Egress(ctx, s.ID); return err },
 		}
 		for call, f := range calls {
 			t.Run("attack/"+name+"/"+call, func(t *testing.T) {

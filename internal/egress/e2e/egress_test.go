@@ -300,3 +300,42 @@ func TestEgressPublic(t *testing.T) {
 		})
 	}
 }
+
+// TestEgressAfterRestart: a session outlives its server with its policy, its secret and
+// its certificate authority: the next server process applies them again.
+func TestEgressAfterRestart(t *testing.T) {
+	testbin.NeedProgram(t, "curl", "curl")
+	h := testhost.New(t)
+	h.DNS.Set(apiName, h.Addr(1))
+	h.DNS.Set(otherName, h.Addr(1))
+	h.ServeTLS(t, netip.AddrPortFrom(h.Addr(1), 443), []string{apiName, otherName}, authorized(apiSecret))
+	cfg := testserver.Config(testserver.Host(t), t.TempDir())
+	cfg.EgressDNS, cfg.EgressRoots = h.DNSAddr(), h.CAFile()
+	cfg.EndSessionsOnExit, cfg.PoolSize = false, 1
+	first, err := server.Start(ctxT(t, 2*time.Minute), cfg, server.Options{GuestBinary: testbin.Cellbox(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{h: h, c: client.New(first.URL)}
+	id := e.session(t, &api.Network{Egress: api.EgressAllowlist, Allow: []string{apiName},
+		Secrets: []api.EgressSecret{{Domain: apiName, Headers: map[string]string{"Authorization": apiSecret}}}})
+	if r := e.sh(t, id, "curl -sS https://"+apiName+"/"); r.Stdout != "authorized" {
+		t.Fatalf("before the restart: %+v", r)
+	}
+	if err := first.Shutdown(ctxT(t, time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	second := testserver.Start(t, cfg, server.Options{})
+	e.c = client.New(second.URL)
+	t.Cleanup(func() { e.c.DeleteSession(context.Background(), id) }) // before second's shutdown: nothing outlives the test
+	s, err := e.c.GetSession(ctxT(t, 10*time.Second), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Network.Egress != api.EgressAllowlist || len(s.Network.Secrets) != 1 || s.Network.Secrets[0].Headers["Authorization"] != api.EgressRedacted {
+		t.Errorf("the policy after the restart: %+v", s.Network)
+	}
+	if r := e.sh(t, id, "curl -sS https://"+apiName+"/ && curl -sS https://"+otherName+"/ 2>&1"); !strings.HasPrefix(r.Stdout, "authorized") || !strings.Contains(r.Stdout, "403") {
+		t.Errorf("after the restart: %+v", r)
+	}
+}
