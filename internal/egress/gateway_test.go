@@ -308,6 +308,16 @@ func curl(t *testing.T, args ...string) (string, error) {
 	return string(out), nil
 }
 
+// lastLine splits what curl wrote into what came before its last line, and that line (what
+// -w "\n..." added).
+func lastLine(out string) (string, string) {
+	i := strings.LastIndexByte(out, '\n')
+	if i < 0 {
+		return "", out
+	}
+	return out[:i], out[i+1:]
+}
+
 // writePEM writes pem to a file of t's and returns its path.
 func writePEM(t *testing.T, pem []byte) string {
 	p := filepath.Join(t.TempDir(), "ca.pem")
