@@ -89,12 +89,9 @@ func (g *Gateway) plain(ctx context.Context, s *sess, cl *client, req *http.Requ
 		writeStatus(cl, http.StatusBadRequest, "the URL's host: "+err.Error())
 		return false
 	}
-	if req.Host != "" && req.Host != req.URL.Host {
-		if h, p, err := splitHostPort(hostPortOf(req.Host, 80)); err != nil || h != host || p != port {
-			writeStatus(cl, http.StatusForbidden, "the Host header names another host than the URL")
-			return false
-		}
-	}
+	// The URL names the destination. http.ReadRequest has already dropped the client's Host
+	// header of an absolute-form request for the URL's host (RFC 9112 3.2.2), and outgoing
+	// sends that: no request reaches one host under another's name.
 	f, up, fail := g.open(ctx, s, host, port, "http")
 	if fail != nil {
 		writeFailure(cl, fail)
