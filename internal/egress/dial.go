@@ -107,6 +107,15 @@ func (g *Gateway) open(ctx context.Context, s *sess, h Host, port int, protocol 
 	return nil, nil, fail
 }
 
+// tooMany is why a connection past its session's MaxConns is refused.
+const tooMany = "this session has too many egress connections open; close some and try again"
+
+// refuseOver records a destination refused because its session has too many connections
+// open: a refusal is on the record like any other.
+func (g *Gateway) refuseOver(s *sess, h Host, port int, protocol string) {
+	g.newFlow(s, h, port, protocol).refuse(Decision{Reason: tooMany})
+}
+
 // control checks, as the socket is about to connect, that the address is one the gateway
 // may dial: a second look, after the policy's, at exactly what the kernel is given.
 func (g *Gateway) control(network, address string, _ syscall.RawConn) error {

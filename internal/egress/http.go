@@ -40,7 +40,14 @@ func (g *Gateway) serveHTTP(s *sess, cl *client, over bool) {
 		}
 		cl.SetReadDeadline(time.Time{})
 		if over {
-			writeStatus(cl, http.StatusTooManyRequests, "this session has too many egress connections open; close some and try again")
+			target, protocol := hostPortOf(req.URL.Host, 80), "http"
+			if req.Method == http.MethodConnect {
+				target, protocol = req.RequestURI, "connect"
+			}
+			if h, port, err := splitHostPort(target); err == nil {
+				g.refuseOver(s, h, port, protocol)
+			}
+			writeStatus(cl, http.StatusTooManyRequests, tooMany)
 			return
 		}
 		if req.Method == http.MethodConnect {
