@@ -137,11 +137,48 @@ func (g *Gateway) plain(ctx context.Context, s *sess, cl *client, req *http.Requ
 		resp.Header.Del(h)
 	}
 	resp.Close = req.Close
-	if err := resp.Write(cl); err != nil {
+	if err := relay(cl, up, resp); err != nil {
 		return false
 	}
 	return !req.Close
 }
+
+// relay writes resp to the client. The upstream is closed as soon as the client goes (its
+// side of the connection ends, or a write to it fails): else a response that never ends, or
+// drips, would be read (resp.Write drains the body when a write fails) for a client that
+// left, holding the flow, its share of MaxConns and its bytes of the quota.
+func relay(cl *client, up net.Conn, resp *http.Response) error {
+	stop, watched := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watched)
+		// The request was sent whole: what the client sends now is its next request
+		// (left in cl.br for the next ReadRequest), or its end.
+		_, err := cl.br.Peek(1)
+		select {
+		case <-stop:
+		default:
+			if err != nil {
+				up.Close()
+			}
+		}
+	}()
+	err := resp.Write(writerFunc(func(p []byte) (int, error) {
+		n, err := cl.Write(p)
+		if err != nil {
+			up.Close()
+		}
+		return n, err
+	}))
+	close(stop)
+	cl.SetReadDeadline(time.Unix(1, 0)) // ends the Peek
+	<-watched
+	cl.SetReadDeadline(time.Time{})
+	return err
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
 // outgoing is req as it goes upstream: in origin form, without the connection's headers,
 // with the secret's headers set.
