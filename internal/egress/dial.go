@@ -45,6 +45,11 @@ func (g *Gateway) open(ctx context.Context, s *sess, h Host, port int, protocol 
 		if f.byName.Refused {
 			return refuse(f.byName)
 		}
+		if !f.byName.Allowed && !addrRuleFor(p, port) {
+			// Only an address rule could allow it, and none is for this port: refused
+			// without a DNS query, or names would carry data out through the resolver.
+			return refuse(Decision{Refused: true, Reason: f.byName.Reason})
+		}
 		rctx, cancel := context.WithTimeout(ctx, g.cfg.DialTimeout)
 		found, err := g.cfg.Resolver.LookupNetIP(rctx, "ip", h.Name)
 		cancel()
@@ -105,6 +110,16 @@ func (g *Gateway) open(ctx context.Context, s *sess, h Host, port int, protocol 
 	f.setReason(fail.msg)
 	f.finish()
 	return nil, nil, fail
+}
+
+// addrRuleFor reports whether p has an allow rule for an address (not a name) on port.
+func addrRuleFor(p *Policy, port int) bool {
+	for _, r := range p.Allow {
+		if r.Domain == "" && (r.Port == 0 || r.Port == port) {
+			return true
+		}
+	}
+	return false
 }
 
 // tooMany is why a connection past its session's MaxConns is refused.

@@ -1,10 +1,12 @@
 package egress
 
 import (
+	"context"
 	"net"
 	"net/http"
 	"net/netip"
 	"strconv"
+	"sync/atomic"
 	"testing"
 
 	"github.com/cellbox/cellbox/api"
@@ -160,4 +162,47 @@ func TestGatewayBlocked(t *testing.T) {
 		code, body = get(t, sb.client(nil), "http://127.0.0.2:"+loopPort+"/")
 		wantRefusal(t, code, body, http.StatusForbidden, "127.0.0.2:"+loopPort+" is refused: the address is loopback")
 	})
+}
+
+// TestGatewayResolvesOnlyWhatMayPass: a name the policy cannot allow (refused by name, or
+// under an allowlist with no address rule to allow it by its address) is refused without a
+// DNS query: else code in a sandbox without internet could send data out in the names it
+// asks the server's resolver for.
+func TestGatewayResolvesOnlyWhatMayPass(t *testing.T) {
+	e := newEnv(t, nil)
+	var queries atomic.Int64
+	ce := e.withGateway(func(c *Config) {
+		dns := e.h.DNSAddr()
+		c.Resolver = &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			queries.Add(1)
+			return (&net.Dialer{}).DialContext(ctx, network, dns)
+		}}
+	})
+	tests := []struct {
+		name    string
+		net     api.Network
+		url     string
+		code    int
+		resolve bool
+	}{
+		{"none", api.Network{}, "http://data.leak.example/", 403, false},
+		{"allowlist of names", api.Network{Egress: "allowlist", Allow: []string{"echo.example"}}, "http://data.leak.example/", 403, false},
+		{"denied name", api.Network{Egress: "public", Deny: []string{"*.leak.example"}}, "http://data.leak.example/", 403, false},
+		{"allowlist of names, on another port", api.Network{Egress: "allowlist", Allow: []string{"echo.example:443", "10.0.0.0/8:5432"}}, "http://echo.example/", 403, false},
+		{"allowed name", api.Network{Egress: "allowlist", Allow: []string{"echo.example"}}, "http://echo.example/", 200, true},
+		{"allowlist with an address rule", api.Network{Egress: "allowlist", Allow: []string{e.h.Addr(2).String()}}, "http://other.example/", 200, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sb := ce.session(t, tt.net, Limits{})
+			before := queries.Load()
+			code, body := get(t, sb.client(nil), tt.url)
+			if code != tt.code {
+				t.Errorf("%d %q; want %d", code, body, tt.code)
+			}
+			if asked := queries.Load() > before; asked != tt.resolve {
+				t.Errorf("resolved: %v; want %v", asked, tt.resolve)
+			}
+		})
+	}
 }
