@@ -45,6 +45,11 @@ func (g *Gateway) open(ctx context.Context, s *sess, h Host, port int, protocol 
 		if f.byName.Refused {
 			return refuse(f.byName)
 		}
+		if !f.byName.Allowed && !addrRuleFor(p, port) {
+			// Only an address rule could allow it, and none is for this port: refused
+			// without a DNS query, or names would carry data out through the resolver.
+			return refuse(Decision{Refused: true, Reason: f.byName.Reason})
+		}
 		rctx, cancel := context.WithTimeout(ctx, g.cfg.DialTimeout)
 		found, err := g.cfg.Resolver.LookupNetIP(rctx, "ip", h.Name)
 		cancel()
@@ -106,6 +111,25 @@ func (g *Gateway) open(ctx context.Context, s *sess, h Host, port int, protocol 
 	f.setReason(fail.msg)
 	f.finish()
 	return nil, nil, fail
+}
+
+// addrRuleFor reports whether p has an allow rule for an address (not a name) on port.
+func addrRuleFor(p *Policy, port int) bool {
+	for _, r := range p.Allow {
+		if r.Domain == "" && (r.Port == 0 || r.Port == port) {
+			return true
+		}
+	}
+	return false
+}
+
+// tooMany is why a connection past its session's MaxConns is refused.
+const tooMany = "this session has too many egress connections open; close some and try again"
+
+// refuseOver records a destination refused because its session has too many connections
+// open: a refusal is on the record like any other.
+func (g *Gateway) refuseOver(s *sess, h Host, port int, protocol string) {
+	g.newFlow(s, h, port, protocol).refuse(Decision{Reason: tooMany})
 }
 
 // control checks, as the socket is about to connect, that the address is one the gateway

@@ -40,7 +40,14 @@ func (g *Gateway) serveHTTP(s *sess, cl *client, over bool) {
 		}
 		cl.SetReadDeadline(time.Time{})
 		if over {
-			writeStatus(cl, http.StatusTooManyRequests, "this session has too many egress connections open; close some and try again")
+			target, protocol := hostPortOf(req.URL.Host, 80), "http"
+			if req.Method == http.MethodConnect {
+				target, protocol = req.RequestURI, "connect"
+			}
+			if h, port, err := splitHostPort(target); err == nil {
+				g.refuseOver(s, h, port, protocol)
+			}
+			writeStatus(cl, http.StatusTooManyRequests, tooMany)
 			return
 		}
 		if req.Method == http.MethodConnect {
@@ -89,12 +96,9 @@ func (g *Gateway) plain(ctx context.Context, s *sess, cl *client, req *http.Requ
 		writeStatus(cl, http.StatusBadRequest, "the URL's host: "+err.Error())
 		return false
 	}
-	if req.Host != "" && req.Host != req.URL.Host {
-		if h, p, err := splitHostPort(hostPortOf(req.Host, 80)); err != nil || h != host || p != port {
-			writeStatus(cl, http.StatusForbidden, "the Host header names another host than the URL")
-			return false
-		}
-	}
+	// The URL names the destination. http.ReadRequest has already dropped the client's Host
+	// header of an absolute-form request for the URL's host (RFC 9112 3.2.2), and outgoing
+	// sends that: no request reaches one host under another's name.
 	f, up, fail := g.open(ctx, s, host, port, "http")
 	if fail != nil {
 		writeFailure(cl, fail)
@@ -133,11 +137,48 @@ func (g *Gateway) plain(ctx context.Context, s *sess, cl *client, req *http.Requ
 		resp.Header.Del(h)
 	}
 	resp.Close = req.Close
-	if err := resp.Write(cl); err != nil {
+	if err := relay(cl, up, resp); err != nil {
 		return false
 	}
 	return !req.Close
 }
+
+// relay writes resp to the client. The upstream is closed as soon as the client goes (its
+// side of the connection ends, or a write to it fails): else a response that never ends, or
+// drips, would be read (resp.Write drains the body when a write fails) for a client that
+// left, holding the flow, its share of MaxConns and its bytes of the quota.
+func relay(cl *client, up net.Conn, resp *http.Response) error {
+	stop, watched := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watched)
+		// The request was sent whole: what the client sends now is its next request
+		// (left in cl.br for the next ReadRequest), or its end.
+		_, err := cl.br.Peek(1)
+		select {
+		case <-stop:
+		default:
+			if err != nil {
+				up.Close()
+			}
+		}
+	}()
+	err := resp.Write(writerFunc(func(p []byte) (int, error) {
+		n, err := cl.Write(p)
+		if err != nil {
+			up.Close()
+		}
+		return n, err
+	}))
+	close(stop)
+	cl.SetReadDeadline(time.Unix(1, 0)) // ends the Peek
+	<-watched
+	cl.SetReadDeadline(time.Time{})
+	return err
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
 // outgoing is req as it goes upstream: in origin form, without the connection's headers,
 // with the secret's headers set.

@@ -103,6 +103,7 @@ func (g *Gateway) serveSOCKS(s *sess, cl *client, over bool) {
 		return
 	}
 	if over {
+		g.refuseOver(s, host, int(binary.BigEndian.Uint16(port[:])), "socks5")
 		socksReply(cl, socksFailure)
 		return
 	}
