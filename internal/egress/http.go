@@ -137,17 +137,17 @@ func (g *Gateway) plain(ctx context.Context, s *sess, cl *client, req *http.Requ
 		resp.Header.Del(h)
 	}
 	resp.Close = req.Close
-	if err := relay(cl, up, resp); err != nil {
+	if err := respond(cl, up, resp); err != nil {
 		return false
 	}
 	return !req.Close
 }
 
-// relay writes resp to the client. The upstream is closed as soon as the client goes (its
+// respond writes resp to the client. The upstream is closed as soon as the client goes (its
 // side of the connection ends, or a write to it fails): else a response that never ends, or
 // drips, would be read (resp.Write drains the body when a write fails) for a client that
 // left, holding the flow, its share of MaxConns and its bytes of the quota.
-func relay(cl *client, up net.Conn, resp *http.Response) error {
+func respond(cl *client, up net.Conn, resp *http.Response) error {
 	stop, watched := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(watched)
