@@ -201,3 +201,15 @@ func (h *Host) RootsEnv() []string {
 // BundleFile is a PEM file holding the host's roots (Debian's bundle, where there is one)
 // and the test root.
 func (h *Host) BundleFile() string { return filepath.Join(h.dir, "bundle.pem") }
+
+// Shape caps what the Host sends (toward the host: downloads) at rate, e.g. "1gbit", with
+// a token bucket on its end of the veth pair: a link like a server's uplink rather than
+// memory speed. It needs tc (iproute2).
+func (h *Host) Shape(t testing.TB, rate string) {
+	t.Helper()
+	args := []string{"netns", "exec", h.names.netns, "tc", "qdisc", "replace", "dev", "eth0", "root", "tbf",
+		"rate", rate, "burst", "4mb", "latency", "100ms"}
+	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+		t.Fatalf("shape the test host's link: %v: %s", err, out)
+	}
+}

@@ -18,7 +18,7 @@ import (
 
 // BenchmarkEgress measures the gateway against the host itself, with the same client (curl,
 // pip) on both sides and the same server on a test host: a 100 MB download (throughput),
-// the time to the first byte of a small HTTPS request (tunnelled, and intercepted to add a
+// the same over a link shaped to 1 Gbit/s, the time to the first byte of a small HTTPS request (tunnelled, and intercepted to add a
 // secret, which the sandbox's bundle of the system's roots and the session's authority
 // verifies), and pip installing a wheel from an index. Each figure is reported as a metric
 // of its own; the ratios are the direct figure over the gateway's (or the reverse for
@@ -93,6 +93,16 @@ func BenchmarkEgress(b *testing.B) {
 	b.Run("download_100MB/gateway", func(b *testing.B) {
 		each(b, "MB/s", func(b *testing.B) float64 { return sandbox(b, speed+" http://blob.egress.test/") / 1e6 })
 	})
+	// The same over a link of 1 Gbit/s, a server's uplink.
+	h.Shape(b, "1gbit")
+	b.Run("download_100MB_1gbit/host", func(b *testing.B) {
+		each(b, "MB/s", func(b *testing.B) float64 {
+			return host(b, speed+" "+resolve("blob.egress.test", h.Addr(0), 80)+" http://blob.egress.test/") / 1e6
+		})
+	})
+	b.Run("download_100MB_1gbit/gateway", func(b *testing.B) {
+		each(b, "MB/s", func(b *testing.B) float64 { return sandbox(b, speed+" http://blob.egress.test/") / 1e6 })
+	})
 	b.Run("https_ttfb/host", func(b *testing.B) {
 		each(b, "ms", func(b *testing.B) float64 {
 			return 1000 * host(b, ttfb+" --cacert "+root+" "+resolve("tunnel.egress.test", h.Addr(1), 443)+" https://tunnel.egress.test/")
@@ -111,7 +121,8 @@ func BenchmarkEgress(b *testing.B) {
 		dir := b.TempDir()
 		each(b, "ms", func(b *testing.B) float64 {
 			start := time.Now()
-			cmd := fmt.Sprintf(pip, h.Addr(2), h.Addr(2), dir)
+			// The same interpreter as the sandbox's (the host's PATH may name another).
+			cmd := "/usr/bin/" + fmt.Sprintf(pip, h.Addr(2), h.Addr(2), dir)
 			if out, err := exec.Command("sh", "-c", cmd).CombinedOutput(); err != nil {
 				b.Fatalf("pip on the host: %v: %s", err, out)
 			}
