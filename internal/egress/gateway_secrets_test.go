@@ -96,7 +96,7 @@ func TestGatewaySecrets(t *testing.T) {
 		}
 		r := sb.done()
 		wantRecord(t, r, "allowed", "secret.example", "")
-		if r.Protocol != "connect" || !r.Intercepted || r.BytesOut == 0 || r.BytesIn == 0 {
+		if r.Protocol != "connect" || !r.Intercepted || r.Status != 200 || r.BytesOut == 0 || r.BytesIn == 0 {
 			t.Errorf("record %+v; want intercepted, bytes both ways", r)
 		}
 	})

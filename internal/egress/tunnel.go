@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -211,7 +212,7 @@ func (g *Gateway) intercept(ctx context.Context, f *flow, cl *client, up net.Con
 	f.mu.Unlock()
 	down := make(chan error, 1)
 	go func() {
-		_, err := relay(tcl, tup)
+		_, err := relay(&statusOf{w: tcl, f: f}, tup)
 		if err == nil {
 			closeWrite(tcl)
 		}
@@ -326,4 +327,27 @@ func relay(dst io.Writer, src io.Reader) (int64, error) {
 	b := relayBuffers.Get().(*[]byte)
 	defer relayBuffers.Put(b)
 	return io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, *b)
+}
+
+// statusOf passes what it writes on to w, and notes in f the status of the first HTTP
+// response in it (an intercepted connection's answers are HTTP/1.1: ALPN offered no other).
+type statusOf struct {
+	w    io.Writer
+	f    *flow
+	head []byte // the first bytes, until the status is read
+	done bool
+}
+
+func (s *statusOf) Write(p []byte) (int, error) {
+	if !s.done {
+		s.head = append(s.head, p[:min(len(p), 12-len(s.head))]...)
+		if len(s.head) == 12 {
+			s.done = true
+			// "HTTP/1.1 200"
+			if code, err := strconv.Atoi(string(s.head[9:12])); err == nil && strings.HasPrefix(string(s.head), "HTTP/1.") {
+				s.f.setStatus(code)
+			}
+		}
+	}
+	return s.w.Write(p)
 }
