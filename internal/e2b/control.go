@@ -55,6 +55,7 @@ func (h *Handler) controlRoutes() http.Handler {
 	mux.HandleFunc("GET /sandboxes/{id}", h.info)
 	mux.HandleFunc("DELETE /sandboxes/{id}", h.kill)
 	mux.HandleFunc("POST /sandboxes/{id}/timeout", h.setTimeout)
+	mux.HandleFunc("PUT /sandboxes/{id}/network", h.setNetwork)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, r, fmt.Errorf("%s %s is not part of cellbox's E2B-compatible API (docs/e2b.md lists what is): %w",
 			r.Method, r.URL.Path, errdefs.ErrNotFound))
@@ -99,9 +100,12 @@ type listed struct {
 
 type detail struct {
 	listed
-	EnvdAccessToken     string  `json:"envdAccessToken"`
-	Domain              *string `json:"domain"`
-	AllowInternetAccess bool    `json:"allowInternetAccess"`
+	EnvdAccessToken string  `json:"envdAccessToken"`
+	Domain          *string `json:"domain"`
+	// AllowInternetAccess and Network say what the session's policy is, in E2B's terms
+	// (networkView).
+	AllowInternetAccess *bool          `json:"allowInternetAccess,omitempty"`
+	Network             *networkConfig `json:"network,omitempty"`
 }
 
 // clientID fills E2B's deprecated, still required field.
@@ -142,10 +146,12 @@ func timeoutSeconds(t *int, def int) (time.Duration, error) {
 
 func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 	var req struct {
-		TemplateID string            `json:"templateID"`
-		Timeout    *int              `json:"timeout"`
-		Metadata   map[string]string `json:"metadata"`
-		EnvVars    map[string]string `json:"envVars"`
+		TemplateID          string            `json:"templateID"`
+		Timeout             *int              `json:"timeout"`
+		Metadata            map[string]string `json:"metadata"`
+		EnvVars             map[string]string `json:"envVars"`
+		AllowInternetAccess *bool             `json:"allow_internet_access"`
+		Network             *networkConfig    `json:"network"`
 	}
 	if err := h.decode(w, r, &req); err != nil {
 		h.writeError(w, r, err)
@@ -156,12 +162,18 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, r, err)
 		return
 	}
+	network, err := policyOf(req.AllowInternetAccess, req.Network)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
 	s, err := h.m.Create(r.Context(), api.CreateSessionRequest{
 		Env:          req.EnvVars,
 		Metadata:     req.Metadata,
 		LifetimeS:    int(life.Seconds()),
 		IdleTimeoutS: int(h.opts.MaxIdleTimeout.Seconds()),
 		Image:        imageOf(req.TemplateID),
+		Network:      network,
 	})
 	template := cmp.Or(req.TemplateID, templates[0]) // what was asked, echoed
 	if errors.Is(err, errdefs.ErrNotFound) {
@@ -205,7 +217,9 @@ func (h *Handler) info(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, detail{listed: h.listedOf(*s), EnvdAccessToken: h.token(session.Tenant(r.Context()), s.ID)})
+	d := detail{listed: h.listedOf(*s), EnvdAccessToken: h.token(session.Tenant(r.Context()), s.ID)}
+	d.AllowInternetAccess, d.Network = networkView(s.Network)
+	writeJSON(w, http.StatusOK, d)
 }
 
 func (h *Handler) setTimeout(w http.ResponseWriter, r *http.Request) {

@@ -48,6 +48,11 @@ var shared = &testserver.Shared{Prefix: "e2b", FromSetup: true, Prepare: func(di
 		return err
 	}
 	cfg.MaxUploadBytes = maxUpload
+	// bob may ask for an allowlist within pypi.org at most (TestNetworkRefusals).
+	cfg.EgressTenants = filepath.Join(dir, "egress-tenants.json")
+	if err := os.WriteFile(cfg.EgressTenants, []byte(`{"tenants":{"bob":{"max":{"egress":"allowlist","allow":["pypi.org"]}}}}`), 0o600); err != nil {
+		return err
+	}
 	opts.Keys, opts.Quiet = keys, true
 	return nil
 }}

@@ -4,7 +4,8 @@
 //
 // Scenarios: program (the issue's unmodified E2B program), sdk (every call, errors
 // included), tenant <sandboxID> (another key's view of that sandbox), legacy (e2b 2.49,
-// whose control plane paths differ). Each prints one JSON report on stdout: what the SDK
+// whose control plane paths differ), network <url> (egress settings on create and
+// updateNetwork, with curl through the sandbox's proxy to url). Each prints one JSON report on stdout: what the SDK
 // returned or threw at each step, for the Go test to check. Nothing is asserted here.
 import fs from 'node:fs';
 import { Sandbox } from '@e2b/code-interpreter';
@@ -303,7 +304,51 @@ async function legacy() {
   await step('kill', async () => sandbox.kill());
 }
 
-const scenarios = { program, sdk, tenant, wrongKey, legacy };
+// network creates sandboxes with E2B's egress settings, changes one's with updateNetwork,
+// and fetches url (a server outside) from inside through the sandbox's proxy: curl prints
+// the HTTP status, the proxy's own (403) when the policy refuses. The sandboxes live on:
+// the Go test reads their policies and kills them.
+async function network() {
+  const url = args[0];
+  const fetchOut = async (sbx) => (await sbx.commands.run(`curl -s -o /dev/null -w '%{http_code}' -x "$http_proxy" ${url}`)).stdout;
+  const info = async (sbx) => {
+    const i = await sbx.getInfo();
+    return { allowInternetAccess: i.allowInternetAccess ?? null, network: i.network ?? null };
+  };
+  const ids = {};
+  report.ids = ids;
+
+  const offline = await Sandbox.create({ allowInternetAccess: false });
+  ids.offline = offline.sandboxId;
+  await step('offlineFetch', async () => fetchOut(offline));
+  await step('offlineInfo', async () => info(offline));
+
+  const online = await Sandbox.create({ allowInternetAccess: true });
+  ids.online = online.sandboxId;
+  await step('onlineFetch', async () => fetchOut(online));
+  await step('onlineInfo', async () => info(online));
+  await step('updateOffline', async () => online.updateNetwork({ allowInternetAccess: false }));
+  await step('afterOfflineFetch', async () => fetchOut(online));
+  const host = new URL(url).hostname;
+  await step('updateAllowlist', async () => online.updateNetwork({ allowOut: [host], denyOut: ({ allTraffic }) => [allTraffic] }));
+  await step('afterAllowlistFetch', async () => fetchOut(online));
+  await step('afterAllowlistInfo', async () => info(online));
+
+  const domains = await Sandbox.create({ network: { allowOut: ['pypi.org', '*.pythonhosted.org'], denyOut: ({ allTraffic }) => [allTraffic] } });
+  ids.domains = domains.sandboxId;
+  await step('domainsFetch', async () => fetchOut(domains));
+  await step('domainsInfo', async () => info(domains));
+
+  const carved = await Sandbox.create({ network: { allowOut: [host], denyOut: [`${host}/29`] } });
+  ids.carved = carved.sandboxId;
+  await step('carvedFetch', async () => fetchOut(carved));
+
+  await step('createDomainWithoutAll', async () => Sandbox.create({ network: { allowOut: ['pypi.org'] } }));
+  await step('updateDomainDeny', async () => online.updateNetwork({ denyOut: ['pypi.org'] }));
+  await step('updateUnknown', async () => Sandbox.updateNetwork('0123456789abcdef01234567', { allowInternetAccess: false }));
+}
+
+const scenarios = { program, sdk, tenant, wrongKey, legacy, network };
 try {
   await scenarios[scenario]();
 } catch (e) {
