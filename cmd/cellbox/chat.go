@@ -95,6 +95,7 @@ func chatMain(args []string) int {
 		System:    system,
 		MaxSteps:  maxSteps,
 		Runner:    clientRunner{s.c},
+		Sessions:  clientRunner{s.c},
 		SessionID: s.id,
 		Tools:     tool.Definitions(tool.Options{TimeoutS: f.cfg.ExecTimeout.Seconds(), MemoryMB: f.cfg.MemoryMB}),
 		OnEvent:   func(e agent.Event) { c.event(ctx, e) },
@@ -334,7 +335,7 @@ func describeFiles(paths []string) (string, error) {
 	return agent.FilesNote(descs), nil
 }
 
-// clientRunner runs the agent's tool calls through the REST API.
+// clientRunner runs the agent's tool calls through the REST API, and reads the session.
 type clientRunner struct{ c *client.Client }
 
 func (r clientRunner) Execute(ctx context.Context, id string, req api.ExecuteRequest, onOutput func(api.Output)) (*api.ExecuteResult, error) {
@@ -342,6 +343,10 @@ func (r clientRunner) Execute(ctx context.Context, id string, req api.ExecuteReq
 		return r.c.Execute(ctx, id, req)
 	}
 	return r.c.ExecuteStream(ctx, id, req, onOutput)
+}
+
+func (r clientRunner) Get(ctx context.Context, id string) (*api.Session, error) {
+	return r.c.GetSession(ctx, id)
 }
 
 func (r clientRunner) Command(ctx context.Context, id string, req api.CommandRequest) (*api.CommandResult, error) {
