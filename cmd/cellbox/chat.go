@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/client"
 	"github.com/cellbox/cellbox/internal/agent"
+	"github.com/cellbox/cellbox/internal/errdefs"
 	"github.com/cellbox/cellbox/internal/tool"
 )
 
@@ -29,7 +31,11 @@ func chatMain(args []string) int {
 	f.fs.StringVar(&approve, "approve", "", "ask: show the code and ask before it runs (default when stdin is a terminal) | auto: run it without asking")
 	f.fs.IntVar(&maxSteps, "max-steps", agent.DefaultMaxSteps, "tool calls the model may make for one request")
 	f.fs.StringVar(&system, "system", "", "replace the system prompt with this text, or with the contents of FILE when given as @FILE")
-	f.own = append([]string{"p", "approve", "max-steps", "system", "provider", "model", "base-url"}, f.own...)
+	var allow string
+	var internet bool
+	f.fs.StringVar(&allow, "allow", "", "DOMAIN,...: the session's code may reach these (domains, *.wildcards, IPs, CIDRs, each with an optional :port) and nothing else")
+	f.fs.BoolVar(&internet, "internet", false, "the session's code may reach the public internet (private addresses stay refused)")
+	f.own = append([]string{"p", "approve", "max-steps", "system", "allow", "internet", "provider", "model", "base-url"}, f.own...)
 	if rc := f.parse(args); rc >= 0 {
 		return rc
 	}
@@ -61,6 +67,18 @@ func chatMain(args []string) int {
 		}
 		system = string(b)
 	}
+	switch {
+	case allow != "" && len(splitList(allow)) == 0:
+		fmt.Fprintln(os.Stderr, "cellbox chat: --allow: name at least one destination (DOMAIN,...)")
+		return exitUsage
+	case allow != "" && internet:
+		fmt.Fprintln(os.Stderr, "cellbox chat: give --allow DOMAIN,... or --internet, not both")
+		return exitUsage
+	case allow != "":
+		f.network = &api.Network{Egress: api.EgressAllowlist, Allow: splitList(allow)}
+	case internet:
+		f.network = &api.Network{Egress: api.EgressPublic}
+	}
 	provider, model, err := agent.NewProvider(agent.ProviderConfig{Name: f.cfg.Provider, Model: f.cfg.Model, BaseURL: f.cfg.BaseURL})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "cellbox chat: %v\n", err)
@@ -73,6 +91,10 @@ func chatMain(args []string) int {
 	defer sig.stop()
 	s, end, err := f.start(ctx, sig)
 	if err != nil {
+		if msg, ok := networkRefusal(err); ok && f.network != nil {
+			fmt.Fprintf(os.Stderr, "cellbox chat: the server refused the network access asked for: %s.\n", msg)
+			return exitService
+		}
 		return failed(ctx, err)
 	}
 	defer end()
@@ -95,6 +117,7 @@ func chatMain(args []string) int {
 		System:    system,
 		MaxSteps:  maxSteps,
 		Runner:    clientRunner{s.c},
+		Sessions:  clientRunner{s.c},
 		SessionID: s.id,
 		Tools:     tool.Definitions(tool.Options{TimeoutS: f.cfg.ExecTimeout.Seconds(), MemoryMB: f.cfg.MemoryMB}),
 		OnEvent:   func(e agent.Event) { c.event(ctx, e) },
@@ -334,7 +357,27 @@ func describeFiles(paths []string) (string, error) {
 	return agent.FilesNote(descs), nil
 }
 
-// clientRunner runs the agent's tool calls through the REST API.
+// networkRefusal is the server's reason for refusing a session's network policy, without
+// the error's code: the policy is wider than the server allows, or an entry is not one.
+func networkRefusal(err error) (string, bool) {
+	var e *client.Error
+	if !errors.As(err, &e) {
+		return "", false
+	}
+	msg, ok := strings.CutPrefix(e.Message, "network: ")
+	if !ok {
+		return "", false
+	}
+	kinds := map[string]error{api.CodePermissionDenied: errdefs.ErrPermissionDenied,
+		api.CodeInvalidArgument: errdefs.ErrInvalidArgument, api.CodeFailedPrecondition: errdefs.ErrFailedPrecondition}
+	kind, ok := kinds[e.Code]
+	if !ok {
+		return "", false
+	}
+	return strings.TrimSuffix(msg, ": "+kind.Error()), true
+}
+
+// clientRunner runs the agent's tool calls through the REST API, and reads the session.
 type clientRunner struct{ c *client.Client }
 
 func (r clientRunner) Execute(ctx context.Context, id string, req api.ExecuteRequest, onOutput func(api.Output)) (*api.ExecuteResult, error) {
@@ -342,6 +385,10 @@ func (r clientRunner) Execute(ctx context.Context, id string, req api.ExecuteReq
 		return r.c.Execute(ctx, id, req)
 	}
 	return r.c.ExecuteStream(ctx, id, req, onOutput)
+}
+
+func (r clientRunner) Get(ctx context.Context, id string) (*api.Session, error) {
+	return r.c.GetSession(ctx, id)
 }
 
 func (r clientRunner) Command(ctx context.Context, id string, req api.CommandRequest) (*api.CommandResult, error) {

@@ -214,3 +214,49 @@ sys.stdout.write(out.decode(errors="replace"))
 		t.Errorf("%d model requests, want 2", n)
 	}
 }
+
+// --allow and --internet make the session's network policy, which the model is told of in
+// its system prompt; what the server does not allow is refused with its reason.
+func TestChatNetwork(t *testing.T) {
+	needRunc(t)
+	s := llmtest.NewOpenAI(t, func(llmtest.Request) llmtest.Reply { return llmtest.Text("ok") })
+	t.Setenv("OPENAI_BASE_URL", s.URL)
+	t.Setenv("OPENAI_API_KEY", s.Key)
+	tests := []struct {
+		name   string
+		args   []string
+		code   int
+		system string // what the system prompt says of the network
+		stderr string
+	}{
+		{"default", nil, exitOK, "no internet access", ""},
+		{"allow", []string{"--allow", "pypi.org, *.pythonhosted.org:443"}, exitOK, "may reach only pypi.org, *.pythonhosted.org:443", ""},
+		{"internet", []string{"--internet"}, exitOK, "may reach the public internet", ""},
+		{"wider than the server allows", []string{"--egress-max", "allowlist:pypi.org", "--allow", "example.com"}, exitService, "",
+			`cellbox chat: the server refused the network access asked for: allow entry "example.com": not within what this server allows (allow entries within "pypi.org").` + "\n"},
+		{"a bad entry", []string{"--allow", "exa mple.com"}, exitService, "",
+			`cellbox chat: the server refused the network access asked for: allow entry "exa mple.com": not a domain, IP address or CIDR.` + "\n"},
+		{"both", []string{"--allow", "pypi.org", "--internet"}, exitUsage, "", "--allow DOMAIN,... or --internet, not both"},
+		{"an empty list", []string{"--allow", ","}, exitUsage, "", "name at least one destination"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := len(s.Requests())
+			r := cellbox(t, "", append(append([]string{"chat", "--provider", "openai"}, tt.args...), "-p", "hello")...)
+			r.want(t, tt.code)
+			if !strings.Contains(r.stderr, tt.stderr) {
+				t.Errorf("stderr lacks %q:\n%s", tt.stderr, r.stderr)
+			}
+			reqs := s.Requests()[before:]
+			if tt.system == "" {
+				if len(reqs) != 0 {
+					t.Errorf("the model was asked %d times", len(reqs))
+				}
+				return
+			}
+			if len(reqs) != 1 || !strings.Contains(reqs[0].System, tt.system) {
+				t.Fatalf("the model was not told %q: %d requests; stderr:\n%s", tt.system, len(reqs), r.stderr)
+			}
+		})
+	}
+}

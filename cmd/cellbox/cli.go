@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -58,6 +59,7 @@ type cliFlags struct {
 	out     string
 	timeout time.Duration
 	files   []string
+	network *api.Network // the session's network policy; nil: the server's default
 	fs      *flag.FlagSet
 	own     []string // names of the flags shown by -h
 }
@@ -173,7 +175,7 @@ func (f *cliFlags) start(ctx context.Context, sig *signals) (s *session, end fun
 	if err != nil {
 		return nil, nil, err
 	}
-	sess, err := c.CreateSession(ctx, api.CreateSessionRequest{Image: f.cfg.Image})
+	sess, err := c.CreateSession(ctx, api.CreateSessionRequest{Image: f.cfg.Image, Network: f.network})
 	if err != nil {
 		stop()
 		return nil, nil, fmt.Errorf("start a session: %w", err)
@@ -192,6 +194,17 @@ func (f *cliFlags) start(ctx context.Context, sig *signals) (s *session, end fun
 	}
 	s = &session{c: c, id: sess.ID, outDir: f.out, stdout: os.Stdout, stderr: os.Stderr, sig: sig}
 	return s, end, nil
+}
+
+// splitList splits a comma-separated list, dropping blanks.
+func splitList(s string) []string {
+	var out []string
+	for _, e := range strings.Split(s, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 func upload(ctx context.Context, c *client.Client, id, path string) error {

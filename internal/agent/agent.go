@@ -43,7 +43,7 @@ const (
 type Config struct {
 	Provider  llm.Provider
 	Model     string
-	System    string // "" → DefaultSystem
+	System    string // "" → DefaultSystem; the session's network note follows it (see Sessions)
 	MaxSteps  int    // tool calls per turn; 0 → DefaultMaxSteps
 	MaxTokens int    // per model call; 0 → the provider's default
 	// MaxHistoryBytes bounds what the conversation sends the model: past it, the oldest
@@ -53,8 +53,12 @@ type Config struct {
 
 	Runner    tool.Runner
 	SessionID string
-	Tools     []tool.Definition // nil → tool.Definitions(tool.Options{})
-	Limits    tool.RenderLimits
+	// Sessions, if set, is asked for the session at the start of each turn: the system
+	// prompt then ends with what its code may reach (tool.NetworkNote), as its policy is
+	// now. nil: the prompt says nothing of the network.
+	Sessions Sessions
+	Tools    []tool.Definition // nil → tool.Definitions(tool.Options{})
+	Limits   tool.RenderLimits
 
 	// History is the conversation so far (one kept by History), to go on with.
 	History []llm.Message
@@ -65,6 +69,12 @@ type Config struct {
 	OnEvent func(Event)
 	// Stream streams the model's text to OnEvent as it is written.
 	Stream bool
+}
+
+// Sessions is what the agent asks of the session service: the session, for its network
+// policy.
+type Sessions interface {
+	Get(ctx context.Context, id string) (*api.Session, error)
 }
 
 // Event kinds.
@@ -106,6 +116,7 @@ type Turn struct {
 // Agent holds one conversation with a model about one session.
 type Agent struct {
 	cfg         Config
+	system      string // the system prompt of the turn: cfg.System and the network note
 	history     []llm.Message
 	pendingText string // the text of the last message before addUser joined the request to it
 }
@@ -213,7 +224,21 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Tools == nil {
 		cfg.Tools = tool.Definitions(tool.Options{})
 	}
-	return &Agent{cfg: cfg, history: slices.Clone(cfg.History)}, nil
+	return &Agent{cfg: cfg, system: cfg.System, history: slices.Clone(cfg.History)}, nil
+}
+
+// describeNetwork ends the system prompt with the session's network note, as its policy is
+// now. When the session cannot be read, the prompt stays as it was: the turn's tool calls
+// tell what went wrong.
+func (a *Agent) describeNetwork(ctx context.Context) {
+	if a.cfg.Sessions == nil {
+		return
+	}
+	s, err := a.cfg.Sessions.Get(ctx, a.cfg.SessionID)
+	if err != nil {
+		return
+	}
+	a.system = a.cfg.System + "\n\n" + tool.NetworkNote(s.Network)
 }
 
 // History returns the conversation so far, to keep and go on with later (Config.History).
@@ -230,6 +255,7 @@ func (a *Agent) emit(e Event) {
 // answers. The error is a failure of the model API or of cellbox, or ctx's; the
 // conversation stays usable after it.
 func (a *Agent) Send(ctx context.Context, input string) (*Turn, error) {
+	a.describeNetwork(ctx)
 	before := len(a.history)
 	a.addUser(input)
 	a.forgetOldImages()
@@ -242,7 +268,7 @@ func (a *Agent) Send(ctx context.Context, input string) (*Turn, error) {
 	}
 	for {
 		final := len(turn.Steps) >= a.cfg.MaxSteps
-		req := llm.Request{Model: a.cfg.Model, System: a.cfg.System, Messages: a.history, Tools: a.cfg.Tools, MaxTokens: a.cfg.MaxTokens, NoToolCalls: final}
+		req := llm.Request{Model: a.cfg.Model, System: a.system, Messages: a.history, Tools: a.cfg.Tools, MaxTokens: a.cfg.MaxTokens, NoToolCalls: final}
 		resp, err := a.cfg.Provider.Complete(ctx, req, onText)
 		if err != nil {
 			if len(turn.Steps) == 0 {

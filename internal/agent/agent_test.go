@@ -420,3 +420,63 @@ func TestHistoryBound(t *testing.T) {
 		t.Errorf("with a tiny bound the last request has %d messages, starting %.20q; want the latest exchange's 3", len(got), got[0].Text)
 	}
 }
+
+// netSessions answers for the session with the network policy of the moment.
+type netSessions struct {
+	mu  sync.Mutex
+	net api.Network
+}
+
+func (s *netSessions) Get(ctx context.Context, id string) (*api.Session, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return &api.Session{ID: id, Network: s.net}, nil
+}
+
+func (s *netSessions) set(n api.Network) {
+	s.mu.Lock()
+	s.net = n
+	s.mu.Unlock()
+}
+
+// The system prompt ends with what the session's code may reach, as its policy is at the
+// start of each turn; a custom system prompt gets it too.
+func TestSystemPromptTellsTheNetwork(t *testing.T) {
+	m := sessiontest.New(t, nil)
+	allow := api.Network{Egress: api.EgressAllowlist, Allow: []string{"pypi.org", "*.pythonhosted.org"},
+		Secrets: []api.EgressSecret{{Domain: "api.github.com", Headers: map[string]string{"Authorization": api.EgressRedacted}}}}
+	tests := []struct {
+		name, system string
+		turns        []api.Network
+		want         [][]string // per turn
+	}{
+		{"none", "", []api.Network{{Egress: api.EgressNone}},
+			[][]string{{DefaultSystem, "no internet access", "pip install"}}},
+		{"allowlist, then none", "", []api.Network{allow, {Egress: api.EgressNone}},
+			[][]string{{"only pypi.org, *.pythonhosted.org", "403", "api.github.com get their credentials added"}, {"no internet access"}}},
+		{"a custom prompt", "Be brief.", []api.Network{{Egress: api.EgressPublic}},
+			[][]string{{"Be brief.\n\nNetwork: the code may reach the public internet"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sessions := &netSessions{}
+			p := &scripted{reply: func(n int, req llm.Request) (*llm.Response, error) { return answer("ok"), nil }}
+			a := newAgent(t, m, p, func(c *Config) { c.System, c.Sessions = tt.system, sessions })
+			for i, n := range tt.turns {
+				sessions.set(n)
+				if _, err := a.Send(context.Background(), "hello"); err != nil {
+					t.Fatal(err)
+				}
+				sys := p.requests()[i].System
+				for _, w := range tt.want[i] {
+					if !strings.Contains(sys, w) {
+						t.Errorf("turn %d: the system prompt lacks %q:\n%s", i+1, w, sys)
+					}
+				}
+				if strings.Contains(sys, api.EgressRedacted) || strings.Contains(sys, "Authorization") {
+					t.Errorf("turn %d: the system prompt names a secret's header:\n%s", i+1, sys)
+				}
+			}
+		})
+	}
+}

@@ -235,7 +235,7 @@ func (s *Store) Create(ctx context.Context, req api.ConversationRequest) (*api.C
 // newAgent makes the loop of c, going on from its kept history.
 func (s *Store) newAgent(c *conv, p llm.Provider, model string) (*agent.Agent, error) {
 	return agent.New(agent.Config{Provider: p, Model: model, System: c.system, MaxSteps: c.info.MaxSteps,
-		MaxHistoryBytes: s.opts.MaxHistoryBytes, Runner: s.opts.Sessions, SessionID: c.info.SessionID,
+		MaxHistoryBytes: s.opts.MaxHistoryBytes, Runner: s.opts.Sessions, Sessions: s.opts.Sessions, SessionID: c.info.SessionID,
 		Tools: tool.Definitions(s.opts.Tools), Approve: c.approve, OnEvent: c.event, Stream: true, History: c.kept})
 }
 

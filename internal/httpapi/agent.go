@@ -126,6 +126,7 @@ func (s *server) agentConfig(req *api.AgentRequest) (agent.Config, error) {
 		System:   req.System,
 		MaxSteps: req.MaxSteps,
 		Runner:   s.m,
+		Sessions: s.m,
 		Tools:    tool.Definitions(s.opts.Tools),
 	}, nil
 }

@@ -98,7 +98,9 @@ type conn struct {
 
 // instructions tell a model how to use the server (MCP's initialize result).
 const instructions = "cellbox runs Python (a stateful IPython session, like a notebook) and shell commands " +
-	"in a sandbox with no network access. This connection has its own session, started at the first " +
+	"in a sandbox. Its internet access is what the session's network policy allows (by default none), through " +
+	"the proxy that HTTP_PROXY and HTTPS_PROXY already name; a refused host answers 403 Forbidden from the proxy. " +
+	"This connection has its own session, started at the first " +
 	"tool call: variables and the files in " + api.WorkspaceDir + " persist between calls. The session's " +
 	"files are resources (cellbox://<session_id>" + api.WorkspaceDir + "/<path>). A tool result with " +
 	"isError set means the code failed (an exception, a timeout, ...) or the call could not run: read it, fix, retry."

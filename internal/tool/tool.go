@@ -36,6 +36,11 @@ type Options struct {
 	SessionID bool    // add an optional session_id argument
 }
 
+// networkText is what the descriptions say of the network: sessions differ (see
+// NetworkNote, which the agent's system prompt carries).
+const networkText = "Internet access is only what the session's network policy allows (by default none): " +
+	"through the proxy that HTTP_PROXY and HTTPS_PROXY already name; a refused host answers 403 Forbidden from the proxy."
+
 // Definition is one tool: a name, a description written for a model, and the JSON schema
 // of its arguments.
 type Definition struct {
@@ -61,8 +66,8 @@ func Definitions(o Options) []Definition {
 		Name: Python,
 		Description: "Run Python 3 code in a stateful IPython session, like a cell of a Jupyter notebook: " +
 			"variables, imports and functions persist between calls. Installed: the standard library, numpy, " +
-			"pandas, matplotlib and scipy; there is no network access and packages cannot be installed. " +
-			"Files are in " + api.WorkspaceDir + ": the user's files are there, and save the files you make there. " +
+			"pandas, matplotlib and scipy. " + networkText +
+			" Files are in " + api.WorkspaceDir + ": the user's files are there, and save the files you make there. " +
 			"The value of the last expression is shown, as in a notebook; print() anything else you want to see. " +
 			"Show plots with matplotlib and plt.show(); each figure comes back to you as an image. " +
 			"Long output is cut in the middle, so print summaries (df.head(), df.describe()) rather than whole data sets." +
@@ -75,7 +80,7 @@ func Definitions(o Options) []Definition {
 		Name: Shell,
 		Description: "Run a shell command with bash -c in the same sandbox as the python tool, with " +
 			api.WorkspaceDir + " as the working directory. Use it for quick file work (ls -la, head, wc -l, file); " +
-			"use the python tool for analysis. No network access." + limitText,
+			"use the python tool for analysis. " + networkText + limitText,
 		InputSchema: object(map[string]any{
 			"command": map[string]any{"type": "string", "description": "The command line to run with bash -c."},
 		}, "command"),

@@ -1,5 +1,6 @@
 // Package web is the browser page of cellbox, served by `cellbox serve` at /: a chat with a
-// model that runs code in a session, a notebook on the same session, and the key's sessions.
+// model that runs code in a session, a notebook on the same session (with its files, network
+// policy and recent connections), and the key's sessions.
 // Its assets (static/, with the vendored libraries of scripts/vendor-web.sh) are embedded;
 // the page talks only to the REST API v1 of the same origin.
 //

@@ -5,6 +5,8 @@ import { html, useEffect, useState } from './vendor/preact-htm.js';
 import { ApiError, del, get, message, sessionPath } from './api.js';
 import { ago } from './cells.js';
 
+const internet = { none: 'no internet', allowlist: 'internet: allowlist', public: 'public internet' };
+
 export function Sessions({ active, go, onEnded }) {
   const [list, setList] = useState(null);
   const [error, setError] = useState('');
@@ -66,6 +68,7 @@ export function Sessions({ active, go, onEnded }) {
             <span title=${new Date(s.last_active_at).toLocaleString()}>last used ${ago(s.last_active_at)}</span>
             <span>started ${ago(s.created_at)}</span>
             <span>${s.execution_count} ${s.execution_count === 1 ? 'run' : 'runs'}</span>
+            <span>${internet[s.network?.egress] || internet.none}</span>
           </div>
           <div class="row">
             <button type="button" aria-label=${'Open session ' + s.id} onClick=${() => open(s)}>Open</button>
