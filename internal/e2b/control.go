@@ -162,7 +162,14 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, r, err)
 		return
 	}
-	network, err := policyOf(req.AllowInternetAccess, req.Network)
+	// E2B's SDKs send allow_internet_access: true unless told otherwise, so true alone is
+	// no request for more than the server gives by default (--egress): an operator's "none
+	// unless asked" holds for E2B's clients too. An explicit network, or false, is taken.
+	allowInternet := req.AllowInternetAccess
+	if allowInternet != nil && *allowInternet && req.Network == nil {
+		allowInternet = nil
+	}
+	network, err := policyOf(allowInternet, req.Network)
 	if err != nil {
 		h.writeError(w, r, err)
 		return

@@ -43,7 +43,7 @@ func TestNetwork(t *testing.T) {
 	t.Run("fetch", func(t *testing.T) {
 		for step, want := range map[string]string{
 			"offlineFetch":        "403", // allowInternetAccess: false
-			"onlineFetch":         "200", // allowInternetAccess: true
+			"onlineFetch":         "403", // allowInternetAccess: true alone: the server's default, none here
 			"afterOfflineFetch":   "403", // updateNetwork({allowInternetAccess: false})
 			"afterAllowlistFetch": "200", // updateNetwork({allowOut: [ip], denyOut: [ALL_TRAFFIC]})
 			"domainsFetch":        "403", // an allowlist of domains that are not this one
@@ -128,7 +128,9 @@ func TestNetworkRefusals(t *testing.T) {
 		status                   int
 		want                     string
 	}{
-		{"internet beyond the tenant's widest", "POST", "/v2/sandboxes", `{"templateID":"base","allow_internet_access":true}`, bobH, 403, `at most egress \"allowlist\"`},
+		{"internet beyond the tenant's widest", "POST", "/v2/sandboxes", `{"templateID":"base","network":{"denyOut":["10.0.0.0/8"]}}`, bobH, 403, `at most egress \"allowlist\"`},
+		// What every SDK sends unless told otherwise: the server's default, not a request.
+		{"allow_internet_access alone", "POST", "/v2/sandboxes", `{"templateID":"base","allow_internet_access":true}`, bobH, 201, `"sandboxID"`},
 		{"a domain beyond the tenant's widest", "POST", "/v2/sandboxes", `{"network":{"allowOut":["example.com"],"denyOut":["0.0.0.0/0"]}}`, bobH, 403, "pypi.org"},
 		{"update: an empty body is all traffic", "PUT", "/sandboxes/" + bob.SandboxID + "/network", `{}`, bobH, 403, "at most"},
 		{"update within the widest", "PUT", "/sandboxes/" + bob.SandboxID + "/network", `{"allowOut":["pypi.org"],"denyOut":["0.0.0.0/0"]}`, bobH, 204, ""},
