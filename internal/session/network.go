@@ -123,7 +123,7 @@ func parsePolicyFlag(s string) (api.Network, error) {
 	case api.EgressAllowlist:
 		return api.Network{Egress: mode, Allow: splitList(list)}, nil
 	}
-	return api.Network{}, fmt.Errorf("%q: want none, public or allowlist:ENTRY,...", s)
+	return api.Network{}, fmt.Errorf("%q: want none, public or allowlist:ENTRY,ENTRY", s)
 }
 
 func splitList(s string) []string {
