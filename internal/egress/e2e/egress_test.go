@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -224,6 +225,30 @@ print(attempt(lambda: socket.create_connection((%q, 443), timeout=5)))`, e.h.Add
 		b, _ := json.Marshal(l)
 		if strings.Contains(string(b), "s3cret") {
 			t.Errorf("the egress log holds a secret: %s", b)
+		}
+		resp, err := http.Get(e.url + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		m, _ := io.ReadAll(resp.Body)
+		for _, want := range []string{`cellbox_egress_connections_total{decision="allowed",tenant=""}`,
+			`cellbox_egress_connections_total{decision="refused",tenant=""}`, `cellbox_egress_bytes_total{direction="in",tenant=""}`} {
+			if !strings.Contains(string(m), want) {
+				t.Errorf("/metrics has no %s", want)
+			}
+		}
+	})
+	t.Run("one_shot", func(t *testing.T) {
+		code := fmt.Sprintf("import urllib.request\nprint(urllib.request.urlopen('https://%s/x', timeout=30).read().decode())", apiName)
+		r, err := e.c.ExecuteOnce(ctxT(t, 2*time.Minute), api.OneShotRequest{Code: code, Network: &api.Network{Egress: api.EgressAllowlist,
+			Allow: []string{apiName}, Secrets: []api.EgressSecret{{Domain: apiName, Headers: map[string]string{"Authorization": apiSecret}}}}})
+		if err != nil || r.Status != api.StatusOK || len(r.Outputs) == 0 || r.Outputs[0].Text != "authorized\n" {
+			t.Errorf("a one-shot with a policy and a secret: %v %+v", err, r)
+		}
+		r, err = e.c.ExecuteOnce(ctxT(t, 2*time.Minute), api.OneShotRequest{Code: code})
+		if err != nil || r.Status != api.StatusError {
+			t.Errorf("a one-shot without a policy reached the API: %v %+v", err, r)
 		}
 	})
 	t.Run("live_change_closes_connections", func(t *testing.T) {
