@@ -80,7 +80,7 @@ func (g *Gateway) open(ctx context.Context, s *sess, h Host, port int, protocol 
 		return refuse(first)
 	}
 	f.rec.Decision, f.rec.Rule, f.rec.Open = "allowed", first.Rule, true
-	if why := s.admitFlow(f); why != "" {
+	if why := s.admitFlow(f, p); why != "" {
 		f.rec.Decision, f.rec.Open = "refused", false
 		d := Decision{Reason: why}
 		f.refuse(d)
@@ -100,6 +100,13 @@ func (g *Gateway) open(ctx context.Context, s *sess, h Host, port int, protocol 
 			up := &upConn{Conn: c, f: f, idle: g.cfg.IdleTimeout, ctx: context.WithoutCancel(ctx),
 				in: g.metrics.bytes.WithLabelValues(s.tenant, "in"), out: g.metrics.bytes.WithLabelValues(s.tenant, "out")}
 			f.onKill(func() { c.Close() })
+			// A Set between the admission and the dial decided this flow without its
+			// address: decide it again now that it has one.
+			if now, _ := s.snapshot(); now != p && !f.stillAllowed(g.cfg.Ranges, now) {
+				f.kill("the session's network policy changed and no longer allows it")
+				f.finish()
+				return nil, nil, &failure{kind: failRefused, msg: "the session's network policy changed and no longer allows it"}
+			}
 			return f, up, nil
 		}
 	}

@@ -257,13 +257,16 @@ func (l *limitConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// admitFlow counts a new flow of s, or says why it may not start.
-func (s *sess) admitFlow(f *flow) string {
+// admitFlow counts a new flow of s, decided under policy p, or says why it may not start.
+func (s *sess) admitFlow(f *flow, p *Policy) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
 	case s.ended:
 		return "the session has ended"
+	case s.policy != p:
+		// Set ran since the decision: a flow it did not see must not slip past it.
+		return "the session's network policy changed while the connection was decided; try again"
 	case s.limits.QuotaBytes > 0 && s.used >= s.limits.QuotaBytes:
 		return "this session has used its egress quota of " + formatBytes(s.limits.QuotaBytes)
 	}

@@ -324,6 +324,20 @@ func TestEgressPublic(t *testing.T) {
 			}
 		})
 	}
+	// A session's proxy is its own: the one at the same address in a session without a
+	// policy refuses what the public session's lets through, and the host's loopback
+	// (where no sandbox's proxy is anyway) is refused to both.
+	t.Run("attack/another_sessions_proxy", func(t *testing.T) {
+		closed := e.session(t, nil)
+		if r := e.sh(t, closed, "curl -sS http://"+otherName+"/ 2>&1"); !strings.Contains(r.Stdout, "no internet access") {
+			t.Errorf("a session without a policy: %+v", r)
+		}
+		for _, sid := range []string{id, closed} {
+			if r := e.sh(t, sid, "curl -sS --noproxy '' -x \"$HTTP_PROXY\" http://127.0.0.1:3128/ 2>&1"); !strings.Contains(r.Stdout, "cellbox egress") {
+				t.Errorf("the proxy's port on the host, through the proxy: %+v", r)
+			}
+		}
+	})
 }
 
 // TestEgressAfterRestart: a session outlives its server with its policy, its secret and
