@@ -12,6 +12,7 @@ import (
 	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/client"
 	"github.com/cellbox/cellbox/internal/agent"
+	"github.com/cellbox/cellbox/internal/config"
 	"github.com/cellbox/cellbox/internal/errdefs"
 	"github.com/cellbox/cellbox/internal/tool"
 )
@@ -68,14 +69,14 @@ func chatMain(args []string) int {
 		system = string(b)
 	}
 	switch {
-	case allow != "" && len(splitList(allow)) == 0:
+	case allow != "" && len(config.SplitList(allow)) == 0:
 		fmt.Fprintln(os.Stderr, "cellbox chat: --allow: name at least one destination (DOMAIN,...)")
 		return exitUsage
 	case allow != "" && internet:
 		fmt.Fprintln(os.Stderr, "cellbox chat: give --allow DOMAIN,... or --internet, not both")
 		return exitUsage
 	case allow != "":
-		f.network = &api.Network{Egress: api.EgressAllowlist, Allow: splitList(allow)}
+		f.network = &api.Network{Egress: api.EgressAllowlist, Allow: config.SplitList(allow)}
 	case internet:
 		f.network = &api.Network{Egress: api.EgressPublic}
 	}

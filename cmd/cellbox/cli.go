@@ -12,7 +12,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -194,17 +193,6 @@ func (f *cliFlags) start(ctx context.Context, sig *signals) (s *session, end fun
 	}
 	s = &session{c: c, id: sess.ID, outDir: f.out, stdout: os.Stdout, stderr: os.Stderr, sig: sig}
 	return s, end, nil
-}
-
-// splitList splits a comma-separated list, dropping blanks.
-func splitList(s string) []string {
-	var out []string
-	for _, e := range strings.Split(s, ",") {
-		if e = strings.TrimSpace(e); e != "" {
-			out = append(out, e)
-		}
-	}
-	return out
 }
 
 func upload(ctx context.Context, c *client.Client, id, path string) error {

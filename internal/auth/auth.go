@@ -23,7 +23,7 @@ import (
 const (
 	MinKeyLen  = 16
 	maxKeyLen  = 256
-	maxNameLen = 32
+	MaxNameLen = 32
 )
 
 // Keys is a set of API keys, each naming its tenant. A nil *Keys holds none.
@@ -102,8 +102,8 @@ func parseFile(data []byte, path string) ([]entry, error) {
 		}
 		e := entry{key: fields[0], name: derivedName(fields[0]), where: where}
 		if len(fields) == 2 {
-			if !validName(fields[1]) {
-				return nil, fmt.Errorf("%s: a name is 1 to %d letters, digits, '.', '_' or '-'", where, maxNameLen)
+			if !ValidName(fields[1]) {
+				return nil, fmt.Errorf("%s: a name is 1 to %d letters, digits, '.', '_' or '-'", where, MaxNameLen)
 			}
 			e.name = fields[1]
 		}
@@ -125,8 +125,10 @@ func checkKey(k string) error {
 	return nil
 }
 
-func validName(n string) bool {
-	if n == "" || len(n) > maxNameLen {
+// ValidName reports whether n is a tenant's name: 1 to MaxNameLen letters, digits, '.', '_'
+// or '-'.
+func ValidName(n string) bool {
+	if n == "" || len(n) > MaxNameLen {
 		return false
 	}
 	for _, c := range n {

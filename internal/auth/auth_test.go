@@ -171,7 +171,7 @@ func FuzzParseKeys(f *testing.F) {
 			t.Fatalf("%d entries, %d keys", len(es), k.Len())
 		}
 		for _, e := range es {
-			if checkKey(e.key) != nil || !validName(e.name) || !strings.Contains(data, e.key) {
+			if checkKey(e.key) != nil || !ValidName(e.name) || !strings.Contains(data, e.key) {
 				t.Fatalf("accepted key %q name %q", e.key, e.name)
 			}
 			if _, ok := k.Lookup(e.name); ok {

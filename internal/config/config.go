@@ -505,3 +505,14 @@ func parsePools(s string) (map[string]int, error) {
 	}
 	return pools, nil
 }
+
+// SplitList splits a comma-separated list of a flag, dropping blanks around and between.
+func SplitList(s string) []string {
+	var out []string
+	for _, e := range strings.Split(s, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			out = append(out, e)
+		}
+	}
+	return out
+}

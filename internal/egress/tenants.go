@@ -11,6 +11,7 @@ import (
 	"slices"
 
 	"github.com/cellbox/cellbox/api"
+	"github.com/cellbox/cellbox/internal/auth"
 	"github.com/cellbox/cellbox/internal/errdefs"
 )
 
@@ -33,10 +34,9 @@ type Tenant struct {
 
 // Bounds of the tenants file.
 const (
-	maxTenantNameLen = 32 // as package auth's names
-	maxQuotaMB       = 1 << 30
-	maxRateKbps      = 1 << 30
-	maxConnections   = 1 << 16
+	maxQuotaMB     = 1 << 30
+	maxRateKbps    = 1 << 30
+	maxConnections = 1 << 16
 )
 
 // tenantsFile is the JSON of --egress-tenants.
@@ -122,8 +122,8 @@ func jsonError(err error) string {
 }
 
 func loadTenant(name string, tj tenantJSON) (Tenant, error) {
-	if name != "" && !validTenantName(name) {
-		return Tenant{}, fmt.Errorf("a tenant's name is one of the keys file: 1 to %d letters, digits, '.', '_' or '-' (\"\" for a server without keys): %w", maxTenantNameLen, errdefs.ErrInvalidArgument)
+	if name != "" && !auth.ValidName(name) {
+		return Tenant{}, fmt.Errorf("a tenant's name is one of the keys file: 1 to %d letters, digits, '.', '_' or '-' (\"\" for a server without keys): %w", auth.MaxNameLen, errdefs.ErrInvalidArgument)
 	}
 	t := Tenant{Secrets: map[string]NamedSecret{}}
 	for _, sn := range slices.Sorted(maps.Keys(tj.Secrets)) {
@@ -165,8 +165,8 @@ func loadTenant(name string, tj tenantJSON) (Tenant, error) {
 }
 
 func loadNamedSecret(name string, sj namedSecretJSON) (NamedSecret, error) {
-	if !validTenantName(name) {
-		return NamedSecret{}, fmt.Errorf("a secret's name is 1 to %d letters, digits, '.', '_' or '-': %w", maxTenantNameLen, errdefs.ErrInvalidArgument)
+	if !auth.ValidName(name) {
+		return NamedSecret{}, fmt.Errorf("a secret's name is 1 to %d letters, digits, '.', '_' or '-': %w", auth.MaxNameLen, errdefs.ErrInvalidArgument)
 	}
 	if len(sj.Domains) == 0 {
 		return NamedSecret{}, fmt.Errorf("domains: give the domains the secret may be sent to: %w", errdefs.ErrInvalidArgument)
@@ -185,19 +185,4 @@ func loadNamedSecret(name string, sj namedSecretJSON) (NamedSecret, error) {
 	}
 	ns.Headers = h
 	return ns, nil
-}
-
-// validTenantName is package auth's rule for a tenant's name.
-func validTenantName(n string) bool {
-	if n == "" || len(n) > maxTenantNameLen {
-		return false
-	}
-	for _, c := range n {
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '.', c == '_', c == '-':
-		default:
-			return false
-		}
-	}
-	return true
 }

@@ -46,7 +46,7 @@ func newNetwork(cfg config.Config, confined bool, log *slog.Logger, reg promethe
 	if err != nil {
 		return nil, bad("egress-max", err)
 	}
-	maxNet.Deny = splitList(cfg.EgressDeny)
+	maxNet.Deny = config.SplitList(cfg.EgressDeny)
 	if n.max, err = egress.Compile(maxNet, nil); err != nil {
 		return nil, bad("egress-max or --egress-deny", err)
 	}
@@ -71,7 +71,7 @@ func newNetwork(cfg config.Config, confined bool, log *slog.Logger, reg promethe
 		}
 	}
 	var allow []netip.Prefix
-	for _, s := range splitList(cfg.EgressPrivateAllow) {
+	for _, s := range config.SplitList(cfg.EgressPrivateAllow) {
 		p, err := netip.ParsePrefix(s)
 		if err != nil {
 			a, aerr := netip.ParseAddr(s)
@@ -121,19 +121,9 @@ func parsePolicyFlag(s string) (api.Network, error) {
 		}
 		return api.Network{Egress: mode}, nil
 	case api.EgressAllowlist:
-		return api.Network{Egress: mode, Allow: splitList(list)}, nil
+		return api.Network{Egress: mode, Allow: config.SplitList(list)}, nil
 	}
 	return api.Network{}, fmt.Errorf("%q: want none, public or allowlist:ENTRY,ENTRY", s)
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, e := range strings.Split(s, ",") {
-		if e = strings.TrimSpace(e); e != "" {
-			out = append(out, e)
-		}
-	}
-	return out
 }
 
 // ownAddrs lists the machine's addresses, looked up again at most every few seconds: the
