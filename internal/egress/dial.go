@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -77,7 +78,17 @@ func (g *Gateway) open(ctx context.Context, s *sess, h Host, port int, protocol 
 		}
 	}
 	if len(allowed) == 0 {
-		return refuse(first)
+		f.refuse(first)
+		msg := first.Reason
+		if h.Name != "" {
+			// The client is told the name was refused, not what the server's resolver
+			// answered for it: the record keeps that, the sandbox needs no map of the
+			// server's network (split-horizon names and their private addresses).
+			for _, a := range addrs {
+				msg = strings.ReplaceAll(msg, " ("+a.Unmap().String()+")", "")
+			}
+		}
+		return nil, nil, &failure{kind: failRefused, msg: msg}
 	}
 	f.rec.Decision, f.rec.Rule, f.rec.Open = "allowed", first.Rule, true
 	if why := s.admitFlow(f, p); why != "" {
@@ -97,7 +108,7 @@ func (g *Gateway) open(ctx context.Context, s *sess, h Host, port int, protocol 
 			f.addr = a
 			f.rec.Address = a.String()
 			f.mu.Unlock()
-			up := &upConn{Conn: c, f: f, idle: g.cfg.IdleTimeout, ctx: context.WithoutCancel(ctx),
+			up := &upConn{Conn: c, f: f, idle: g.cfg.IdleTimeout, ctx: f.ctx,
 				in: g.metrics.bytes.WithLabelValues(s.tenant, "in"), out: g.metrics.bytes.WithLabelValues(s.tenant, "out")}
 			f.onKill(func() { c.Close() })
 			// A Set between the admission and the dial decided this flow without its

@@ -37,16 +37,36 @@ type flow struct {
 	rec     api.EgressConnection
 	addr    netip.Addr
 	secret  http.Header // the headers added, when intercepted or plain HTTP
-	closers []func()
+	closers []func()    // run when the flow ends, however
+	killers []func()    // run only when it is killed (the client's connection, for plain requests)
 	done    bool
+	killed  bool
+
+	// ctx ends with the flow: a wait for the bandwidth cap does not outlive it.
+	ctx    context.Context
+	cancel context.CancelFunc
 
 	out, in atomic.Int64
 }
 
 func (g *Gateway) newFlow(s *sess, h Host, port int, protocol string) *flow {
 	f := &flow{g: g, s: s, start: time.Now(), host: h, port: port, protocol: protocol}
+	f.ctx, f.cancel = context.WithCancel(context.Background())
 	f.rec = api.EgressConnection{Time: f.start.UTC(), Host: h.String(), Port: port, Protocol: protocol}
 	return f
+}
+
+// onKillOnly adds something kill closes, and the flow's normal end does not.
+func (f *flow) onKillOnly(c func()) {
+	f.mu.Lock()
+	killed := f.killed
+	if !f.done {
+		f.killers = append(f.killers, c)
+	}
+	f.mu.Unlock()
+	if killed {
+		c()
+	}
 }
 
 // onKill adds something kill closes.
@@ -68,10 +88,11 @@ func (f *flow) kill(why string) {
 	if f.rec.Reason == "" {
 		f.rec.Reason = why
 	}
-	cs := f.closers
-	f.closers = nil
-	f.done = true
+	cs := append(f.closers, f.killers...)
+	f.closers, f.killers = nil, nil
+	f.done, f.killed = true, true
 	f.mu.Unlock()
+	f.cancel()
 	for _, c := range cs {
 		c()
 	}
@@ -84,10 +105,15 @@ func (f *flow) refuse(d Decision) {
 	f.rec.DurationMS = time.Since(f.start).Milliseconds()
 	f.done = true
 	f.mu.Unlock()
+	f.cancel()
 	f.s.record(f)
 	f.g.metrics.conns.WithLabelValues(f.s.tenant, "refused").Inc()
-	f.g.log.Info("egress refused", "session_id", f.s.id, "tenant", f.s.tenant, "host", f.rec.Host, "port", f.port,
-		"protocol", f.protocol, "rule", d.Rule, "reason", d.Reason)
+	// Code can be refused as fast as it connects: the log gets a sample, the record
+	// and the metric all of them.
+	if f.s.logs.Allow() {
+		f.g.log.Info("egress refused", "session_id", f.s.id, "tenant", f.s.tenant, "host", f.rec.Host, "port", f.port,
+			"protocol", f.protocol, "rule", d.Rule, "reason", d.Reason)
+	}
 }
 
 // finish records the end of an allowed flow.
@@ -99,9 +125,10 @@ func (f *flow) finish() {
 	}
 	f.done = true
 	cs := f.closers
-	f.closers = nil
+	f.closers, f.killers = nil, nil
 	rec := f.rec
 	f.mu.Unlock()
+	f.cancel()
 	for _, c := range cs {
 		c()
 	}
@@ -199,8 +226,8 @@ func (c *upConn) Read(p []byte) (int, error) {
 	if n > 0 {
 		c.f.in.Add(int64(n))
 		c.in.Add(float64(n))
-		if !c.f.s.use(n) {
-			c.f.setReason("this session has used its egress quota of " + formatBytes(c.f.s.limits.QuotaBytes))
+		if ok, quota := c.f.s.use(n); !ok {
+			c.f.setReason("this session has used its egress quota of " + formatBytes(quota))
 			return n, errQuota
 		}
 		if werr := c.f.s.wait(c.ctx, n); werr != nil && err == nil {
@@ -214,8 +241,8 @@ func (c *upConn) Write(p []byte) (int, error) {
 	if err := c.f.s.wait(c.ctx, len(p)); err != nil {
 		return 0, err
 	}
-	if !c.f.s.use(len(p)) {
-		c.f.setReason("this session has used its egress quota of " + formatBytes(c.f.s.limits.QuotaBytes))
+	if ok, quota := c.f.s.use(len(p)); !ok {
+		c.f.setReason("this session has used its egress quota of " + formatBytes(quota))
 		return 0, errQuota
 	}
 	c.Conn.SetWriteDeadline(time.Now().Add(c.idle))

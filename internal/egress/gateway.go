@@ -101,6 +101,11 @@ type sess struct {
 	recent  []*flow
 	next    int // where the next flow goes in recent, once it is full
 	ended   bool
+	logs    *rate.Limiter // refusals logged (all are recorded)
+}
+
+func newSess(id, tenant string) *sess {
+	return &sess{id: id, tenant: tenant, flows: map[*flow]struct{}{}, logs: rate.NewLimiter(5, 20)}
 }
 
 // Set installs session id's policy, limits and authority (nil: none), or replaces them:
@@ -113,7 +118,7 @@ func (g *Gateway) Set(id, tenant string, p *Policy, l Limits, ca *CA) {
 	g.mu.Lock()
 	s := g.sessions[id]
 	if s == nil {
-		s = &sess{id: id, tenant: tenant, flows: map[*flow]struct{}{}}
+		s = newSess(id, tenant)
 		g.sessions[id] = s
 	}
 	g.mu.Unlock()
@@ -196,7 +201,8 @@ func (g *Gateway) Serve(id string, c net.Conn) {
 	g.mu.Unlock()
 	if s == nil {
 		// A sandbox not (or no longer) a session's: nothing leaves it.
-		s = &sess{id: id, policy: &Policy{Mode: api.EgressNone}, flows: map[*flow]struct{}{}, ended: true}
+		s = newSess(id, "")
+		s.policy, s.ended = &Policy{Mode: api.EgressNone}, true
 	}
 	s.mu.Lock()
 	over := s.clients >= s.limits.MaxConns && s.limits.MaxConns > 0
@@ -292,12 +298,12 @@ func (s *sess) addRecent(f *flow) {
 	}
 }
 
-// use counts n bytes against the quota: false when it is used up.
-func (s *sess) use(n int) bool {
+// use counts n bytes against the quota: false when it is used up (and the quota).
+func (s *sess) use(n int) (bool, int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.used += int64(n)
-	return s.limits.QuotaBytes <= 0 || s.used <= s.limits.QuotaBytes
+	return s.limits.QuotaBytes <= 0 || s.used <= s.limits.QuotaBytes, s.limits.QuotaBytes
 }
 
 // wait waits for the bandwidth cap to allow n bytes.

@@ -73,7 +73,7 @@ func (g *Gateway) connect(ctx context.Context, s *sess, cl *client, req *http.Re
 		return
 	}
 	defer f.finish()
-	f.onKill(func() { cl.Close() })
+	f.onKillOnly(func() { cl.Close() })
 	if _, err := io.WriteString(cl, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
 		return
 	}
@@ -105,11 +105,19 @@ func (g *Gateway) plain(ctx context.Context, s *sess, cl *client, req *http.Requ
 		return !req.Close && drainBody(req)
 	}
 	defer f.finish()
-	f.onKill(func() { cl.Close() })
+	// A kill (a policy change, the session's end) ends the client's connection too; the
+	// flow's own end leaves it open for the next request.
+	f.onKillOnly(func() { cl.Close() })
 	p, _ := s.snapshot()
-	out := outgoing(req, p.SecretFor(host.Name))
+	secret := p.SecretFor(host.Name)
+	if secret != nil && isTrace(req.Method) {
+		f.setReason("TRACE to a domain with a secret is refused: it would echo the secret back")
+		writeStatus(cl, http.StatusForbidden, "TRACE to a domain with a secret is refused: it would echo the secret back")
+		return false
+	}
+	out := outgoing(req, secret)
 	f.mu.Lock()
-	f.secret = p.SecretFor(host.Name)
+	f.secret = secret
 	f.mu.Unlock()
 	out.Close = true // one request a connection upstream: each is decided alone
 	if err := out.Write(up); err != nil {
@@ -117,15 +125,15 @@ func (g *Gateway) plain(ctx context.Context, s *sess, cl *client, req *http.Requ
 		writeStatus(cl, http.StatusBadGateway, fmt.Sprintf("sending the request to %s failed", host))
 		return false
 	}
-	u := up.(*upConn)
-	u.idle = g.cfg.HeaderTimeout
-	resp, err := http.ReadResponse(bufio.NewReader(up), req)
-	u.idle = g.cfg.IdleTimeout
+	resp, err := g.readResponse(up, req, cl)
 	if err != nil {
 		why := fmt.Sprintf("%s sent no valid HTTP response", host)
 		code := http.StatusBadGateway
-		if isTimeout(err) {
+		switch {
+		case isTimeout(err):
 			why, code = fmt.Sprintf("%s did not answer within %s", host, g.cfg.HeaderTimeout), http.StatusGatewayTimeout
+		case errors.Is(err, errHeaderTooLarge):
+			why = fmt.Sprintf("%s sent a response header larger than 64 KiB", host)
 		}
 		f.setReason(why)
 		writeStatus(cl, code, why)
@@ -143,6 +151,55 @@ func (g *Gateway) plain(ctx context.Context, s *sess, cl *client, req *http.Requ
 	return !req.Close
 }
 
+// readResponse reads the upstream's answer to req, its header capped at maxHeaderBytes and
+// due within the header timeout. Informational answers (100 Continue, 103 Early Hints) go
+// to the client as they come; the final one is returned.
+func (g *Gateway) readResponse(up net.Conn, req *http.Request, cl *client) (*http.Response, error) {
+	u := up.(*upConn)
+	lim := &capReader{r: up}
+	br := bufio.NewReader(lim)
+	for range 16 {
+		lim.n = maxHeaderBytes
+		u.idle = g.cfg.HeaderTimeout
+		resp, err := http.ReadResponse(br, req)
+		u.idle = g.cfg.IdleTimeout
+		lim.n = -1
+		if err != nil {
+			return nil, err
+		}
+		if resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
+			return resp, nil
+		}
+		if err := resp.Write(cl); err != nil {
+			return nil, err
+		}
+	}
+	return nil, errors.New("too many informational responses")
+}
+
+// capReader reads from r at most n bytes while n >= 0 (a header), then errHeaderTooLarge;
+// n < 0: no cap.
+type capReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *capReader) Read(p []byte) (int, error) {
+	if c.n < 0 {
+		return c.r.Read(p)
+	}
+	if c.n == 0 {
+		return 0, errHeaderTooLarge
+	}
+	p = p[:min(int64(len(p)), c.n)]
+	k, err := c.r.Read(p)
+	c.n -= int64(k)
+	return k, err
+}
+
+// isTrace: a method whose answer carries the request's headers back.
+func isTrace(m string) bool { return strings.EqualFold(m, "TRACE") || strings.EqualFold(m, "TRACK") }
+
 // respond writes resp to the client. The upstream is closed as soon as the client goes (its
 // side of the connection ends, or a write to it fails): else a response that never ends, or
 // drips, would be read (resp.Write drains the body when a write fails) for a client that
@@ -152,12 +209,13 @@ func respond(cl *client, up net.Conn, resp *http.Response) error {
 	go func() {
 		defer close(watched)
 		// The request was sent whole: what the client sends now is its next request
-		// (left in cl.br for the next ReadRequest), or its end.
+		// (left in cl.br for the next ReadRequest), or its end. Its end may be a
+		// half-close (it still reads): only a broken connection stops the answer.
 		_, err := cl.br.Peek(1)
 		select {
 		case <-stop:
 		default:
-			if err != nil {
+			if err != nil && !errors.Is(err, io.EOF) {
 				up.Close()
 			}
 		}

@@ -40,6 +40,13 @@ func (g *Gateway) tunnel(ctx context.Context, f *flow, cl *client, up net.Conn) 
 	if f.host.Name != "" {
 		secret = p.SecretFor(f.host.Name)
 	}
+	if secret != nil {
+		// Noted at once: a policy change that takes the secret away or changes it ends
+		// this tunnel, whatever it turns out to carry.
+		f.mu.Lock()
+		f.secret = secret
+		f.mu.Unlock()
+	}
 	if secret != nil && ca != nil {
 		// A client speaks first to a web server: wait for its first byte.
 		cl.SetReadDeadline(deadline(g.cfg.HeaderTimeout))
@@ -58,6 +65,10 @@ func (g *Gateway) tunnel(ctx context.Context, f *flow, cl *client, up net.Conn) 
 		_, err := relay(cl.Conn, up)
 		if err == nil {
 			closeWrite(cl.Conn)
+		} else {
+			// Silence past the idle timeout, or a broken upstream: the client's side,
+			// which may be waiting on a silent client, ends too.
+			f.kill("the connection broke or was idle too long")
 		}
 		down <- err
 	}()
@@ -215,6 +226,8 @@ func (g *Gateway) intercept(ctx context.Context, f *flow, cl *client, up net.Con
 		_, err := relay(&statusOf{w: tcl, f: f}, tup)
 		if err == nil {
 			closeWrite(tcl)
+		} else {
+			f.kill("the connection broke or was idle too long")
 		}
 		down <- err
 	}()
@@ -251,19 +264,31 @@ func closeWrite(c net.Conn) {
 	}
 }
 
-// looksHTTP reports whether br starts with an HTTP request line's method.
+// looksHTTP reports whether br starts like an HTTP request: a method (any token, up to 32
+// bytes) and a space, or an empty line (which servers skip and http.ReadRequest refuses,
+// so the tunnel is cut rather than relayed unread). It reads no further than the first
+// byte that settles it.
 func looksHTTP(br *bufio.Reader) bool {
-	b, _ := br.Peek(8)
-	i := bytes.IndexByte(b, ' ')
-	if i < 3 {
-		return false
-	}
-	for _, c := range b[:i] {
-		if c < 'A' || c > 'Z' {
+	for n := 1; n <= 32; n++ {
+		b, err := br.Peek(n)
+		if err != nil {
+			return false
+		}
+		switch c := b[n-1]; {
+		case n == 1 && (c == '\r' || c == '\n'):
+			return true
+		case c == ' ':
+			return n > 1
+		case !isToken(c):
 			return false
 		}
 	}
-	return true
+	return false
+}
+
+// isToken: a byte of an HTTP token (RFC 9110 5.6.2).
+func isToken(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
 }
 
 // readSNI reads the server name of the ClientHello at the head of br (one TLS record),

@@ -30,7 +30,7 @@ const maxErrorMessage = 2048
 type Client struct {
 	sess   *yamux.Session
 	hello  Hello
-	egress atomic.Pointer[func(net.Conn)] // streams the guest opens go here (ServeEgress)
+	egress atomic.Pointer[egressHandler] // streams the guest opens go here (ServeEgress)
 	// MaxExecutionBytes caps what one Execute or Command may read from the guest in all,
 	// whatever the guest claims its own caps are.
 	MaxExecutionBytes int64
@@ -80,20 +80,31 @@ func Dial(ctx context.Context, conn io.ReadWriteCloser) (*Client, error) {
 // egressHello bounds how long the guest has to name a stream it opened.
 const egressHello = 10 * time.Second
 
+// egressHandler is what ServeEgress set.
+type egressHandler struct {
+	serve func(net.Conn)
+	max   int64
+}
+
 // accept takes the streams the guest opens: egress connections go to the handler
-// ServeEgress set; anything else, or any stream while there is no handler, is closed at
-// once, so that a hostile guest cannot pile up buffers here.
+// ServeEgress set, while the connection has fewer than its max streams (of either side,
+// and those half-closed that yamux keeps, with up to a window of unread bytes each, until
+// the guest closes them too or StreamCloseTimeout); anything else, any stream past the
+// max, or any stream while there is no handler, is closed at once: a hostile guest cannot
+// pile up goroutines and buffers here.
 func (c *Client) accept() {
 	for {
 		s, err := c.sess.AcceptStream()
 		if err != nil {
 			return
 		}
-		if c.egress.Load() == nil {
+		h := c.egress.Load()
+		if h == nil || int64(c.sess.NumStreams()) > h.max {
 			s.Close()
 			continue
 		}
 		go func() {
+			defer s.Close()
 			s.SetReadDeadline(time.Now().Add(egressHello))
 			var req Request
 			// Read the line byte by byte: what follows it is the connection's, unbuffered.
@@ -105,10 +116,9 @@ func (c *Client) accept() {
 			s.SetReadDeadline(time.Time{})
 			h := c.egress.Load()
 			if h == nil {
-				s.Close()
 				return
 			}
-			(*h)(s)
+			h.serve(s)
 		}()
 	}
 }
@@ -129,15 +139,15 @@ func readLineUnbuffered(r io.Reader, max int) ([]byte, error) {
 	return nil, ErrMessageTooLarge
 }
 
-// ServeEgress hands each egress connection the guest opens (see OpEgress) to h, which
-// owns it: it is a net.Conn whose CloseWrite-like half-close is Close of the write side
-// as yamux streams do. nil: refuse them.
-func (c *Client) ServeEgress(h func(net.Conn)) {
+// ServeEgress hands each egress connection the guest opens (see OpEgress) to h, while the
+// connection has at most max streams (those past it are closed as they come). The connection is a yamux
+// stream, whose Close is a half-close: h returning closes it whole. nil: refuse them.
+func (c *Client) ServeEgress(h func(net.Conn), max int) {
 	if h == nil {
 		c.egress.Store(nil)
 		return
 	}
-	c.egress.Store(&h)
+	c.egress.Store(&egressHandler{serve: h, max: int64(max)})
 }
 
 // Trust makes code in the sandbox trust the certificate authority ca (PEM; "": none).

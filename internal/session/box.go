@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"sync/atomic"
 	"time"
 
 	"github.com/cellbox/cellbox/api"
@@ -30,7 +31,7 @@ type box struct {
 	sb    sandbox.Sandbox
 	guest *guestproto.Client
 	// trusted is the certificate authority the sandbox trusts (see Manager.trust).
-	trusted *egress.CA
+	trusted atomic.Pointer[egress.CA]
 }
 
 // newSessionID is a new session's id: in a cluster, the node's tag and then random hex (see
@@ -86,7 +87,7 @@ func (m *Manager) startBox(ctx context.Context, id string, spec boxSpec, ws stri
 		stop()
 		return nil, err
 	}
-	g.ServeEgress(m.serveEgress(id))
+	m.serveEgress(g, id)
 	err = g.Configure(ctx, m.guestConfig(spec))
 	if err != nil {
 		g.Close()

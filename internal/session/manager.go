@@ -64,6 +64,7 @@ type Session struct {
 	slot     func()            // gives back the session's slot (admission) when it ends
 
 	saveMu sync.Mutex // held while the session's record is written or removed
+	netMu  sync.Mutex // held while the session's network policy changes (SetNetwork)
 
 	mu         sync.Mutex
 	box        *box

@@ -18,6 +18,7 @@ import (
 	"github.com/cellbox/cellbox/internal/config"
 	"github.com/cellbox/cellbox/internal/egress"
 	"github.com/cellbox/cellbox/internal/errdefs"
+	"github.com/cellbox/cellbox/internal/guestproto"
 )
 
 // Network access: each session has a policy (api.Network) that the egress gateway
@@ -33,6 +34,10 @@ type network struct {
 	tenants  map[string]egress.Tenant // the operator's per-tenant settings
 	limits   egress.Limits            // the server's per-session limits
 	confined bool                     // the backend's sandboxes reach nothing but through the proxy
+	// streams caps the streams of a guest's connection when egress streams are accepted:
+	// twice the most connections a session may have open (those closing linger), and room
+	// for the server's own calls.
+	streams int
 }
 
 // newNetwork reads the egress settings of cfg.
@@ -41,7 +46,8 @@ func newNetwork(cfg config.Config, confined bool, log *slog.Logger, reg promethe
 		return fmt.Errorf("--%s: %w", flag, err)
 	}
 	n := &network{confined: confined, limits: egress.Limits{MaxConns: cfg.EgressMaxConns,
-		QuotaBytes: int64(cfg.EgressQuotaMB) << 20, RateBytesPerSec: int64(cfg.EgressRateKiB) << 10}}
+		QuotaBytes: int64(cfg.EgressQuotaMB) << 20, RateBytesPerSec: int64(cfg.EgressRateKiB) << 10},
+		streams: 2*cfg.EgressMaxConns + 16}
 	maxNet, err := parsePolicyFlag(cfg.EgressMax)
 	if err != nil {
 		return nil, bad("egress-max", err)
@@ -61,6 +67,9 @@ func newNetwork(cfg config.Config, confined bool, log *slog.Logger, reg promethe
 	if n.def, err = egress.Narrow(def, n.max); err != nil {
 		return nil, bad("egress", err)
 	}
+	if n.def.Mode != api.EgressNone && !confined {
+		return nil, bad("egress", fmt.Errorf("this backend's sandboxes share the host's network: no policy but none can be enforced"))
+	}
 	if cfg.EgressTenants != "" {
 		data, err := os.ReadFile(cfg.EgressTenants)
 		if err != nil {
@@ -68,6 +77,14 @@ func newNetwork(cfg config.Config, confined bool, log *slog.Logger, reg promethe
 		}
 		if n.tenants, err = egress.LoadTenants(data); err != nil {
 			return nil, bad("egress-tenants", err)
+		}
+		for name, t := range n.tenants {
+			// A tenant's sessions that ask for nothing get its default, else the server's:
+			// either must be within its widest and the server's.
+			if _, err := n.policy(name, nil); err != nil {
+				return nil, bad("egress-tenants", fmt.Errorf("tenant %q: its default (or the server's --egress) is not within its max or --egress-max: give it a default: %w", name, err))
+			}
+			n.streams = max(n.streams, 2*t.MaxConnections+16)
 		}
 	}
 	var allow []netip.Prefix
@@ -162,6 +179,12 @@ func (n *network) policy(tenant string, req *api.Network) (*egress.Policy, error
 		if hasTenant && t.Default != nil {
 			p = t.Default
 		}
+		var err error
+		if hasTenant && t.Max != nil {
+			if p, err = egress.Narrow(p, t.Max); err != nil {
+				return nil, fmt.Errorf("network: the default policy: %w", err)
+			}
+		}
 		return egress.Narrow(p, n.max)
 	}
 	p, err := egress.Compile(*req, t.Secrets)
@@ -223,19 +246,19 @@ func (m *Manager) applyNetwork(ctx context.Context, s *Session, p *egress.Policy
 
 // trust has box b's sandbox trust ca, once.
 func (m *Manager) trust(ctx context.Context, b *box, ca *egress.CA) error {
-	if ca == nil || b.trusted == ca {
+	if ca == nil || b.trusted.Load() == ca {
 		return nil
 	}
 	if err := b.guest.Trust(ctx, ca.CertPEM()); err != nil {
 		return err
 	}
-	b.trusted = ca
+	b.trusted.Store(ca)
 	return nil
 }
 
-// serveEgress is the handler of box id's egress connections.
-func (m *Manager) serveEgress(id string) func(net.Conn) {
-	return func(c net.Conn) { m.net.gw.Serve(id, c) }
+// serveEgress has guest g hand box id's egress connections to the gateway.
+func (m *Manager) serveEgress(g *guestproto.Client, id string) {
+	g.ServeEgress(func(c net.Conn) { m.net.gw.Serve(id, c) }, m.net.streams)
 }
 
 // SetNetwork replaces session id's egress policy: open connections the new one refuses
@@ -249,12 +272,21 @@ func (m *Manager) SetNetwork(ctx context.Context, id string, req api.Network) (*
 	if err != nil {
 		return nil, err
 	}
+	// One change at a time, so that the record and the gateway end up with the same one.
+	s.netMu.Lock()
+	defer s.netMu.Unlock()
 	if err := m.applyNetwork(ctx, s, p); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
 	s.network = &req
+	closed := s.closed
 	s.mu.Unlock()
+	if closed {
+		// The session ended meanwhile, and the gateway heard of it before this Set.
+		m.net.gw.End(s.id)
+		return nil, notFound(id)
+	}
 	m.save(s)
 	m.log.Info("session network changed", "session_id", s.id, "tenant", s.tenant, "egress", p.Mode)
 	v := s.view()

@@ -26,6 +26,12 @@ func TestNetworkFlags(t *testing.T) {
 		{"bad deny entry", func(c *config.Config) { c.EgressDeny = "10.0.0.0/33" }, "--egress-max or --egress-deny"},
 		{"bad private allow", func(c *config.Config) { c.EgressPrivateAllow = "intranet" }, "--egress-private-allow"},
 		{"missing tenants file", func(c *config.Config) { c.EgressTenants = "/nonexistent/tenants.json" }, "--egress-tenants"},
+		{"a tenant's max below the server's default", func(c *config.Config) {
+			p := filepath.Join(t.TempDir(), "tenants.json")
+			os.WriteFile(p, []byte(`{"tenants": {"alice": {"max": {"egress": "none"}}}}`), 0o600)
+			c.Egress, c.EgressTenants = "public", p
+		}, `tenant "alice"`},
+		{"a default beyond an unconfined backend", func(c *config.Config) { c.Egress = "public" }, "share the host's network"},
 		{"roots without a certificate", func(c *config.Config) {
 			p := filepath.Join(t.TempDir(), "roots.pem")
 			os.WriteFile(p, []byte("not a certificate"), 0o600)
@@ -36,7 +42,8 @@ func TestNetworkFlags(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := config.Default()
 			c.set(&cfg)
-			if _, err := newNetwork(cfg, true, slog.New(slog.DiscardHandler), nil); err == nil || !strings.Contains(err.Error(), c.want) {
+			confined := c.name != "a default beyond an unconfined backend"
+			if _, err := newNetwork(cfg, confined, slog.New(slog.DiscardHandler), nil); err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Errorf("got %v, want an error naming %s", err, c.want)
 			}
 		})
@@ -45,7 +52,7 @@ func TestNetworkFlags(t *testing.T) {
 	cfg := config.Default()
 	cfg.Egress, cfg.EgressMax, cfg.EgressDeny = "allowlist:pypi.org", "allowlist:pypi.org,*.pythonhosted.org", "files.pythonhosted.org"
 	tenants := filepath.Join(t.TempDir(), "tenants.json")
-	os.WriteFile(tenants, []byte(`{"tenants": {"alice": {"default": {"egress": "none"}, "max_connections": 3},
+	os.WriteFile(tenants, []byte(`{"tenants": {"alice": {"default": {"egress": "none"}, "max": {"egress": "none"}, "max_connections": 3},
 		"bob": {"secrets": {"gh": {"domains": ["pypi.org"], "headers": {"Authorization": "Bearer x"}}}}}}`), 0o600)
 	cfg.EgressTenants = tenants
 	n, err := newNetwork(cfg, true, slog.New(slog.DiscardHandler), nil)
@@ -59,6 +66,9 @@ func TestNetworkFlags(t *testing.T) {
 		}
 		if p, err := n.policy("alice", nil); err != nil || p.Mode != api.EgressNone {
 			t.Errorf("a tenant's default: %+v %v", p, err)
+		}
+		if _, err := n.policy("alice", &api.Network{Egress: api.EgressAllowlist, Allow: []string{"pypi.org"}}); !errors.Is(err, errdefs.ErrPermissionDenied) {
+			t.Errorf("beyond a tenant's max: %v", err)
 		}
 	})
 	t.Run("attack/wider_than_max", func(t *testing.T) {

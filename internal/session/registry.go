@@ -66,6 +66,7 @@ func (m *Manager) Create(ctx context.Context, req api.CreateSessionRequest) (*ap
 	}
 	if !m.register(s) {
 		slot()
+		m.net.gw.End(s.id)
 		m.discard(context.WithoutCancel(ctx), b, false)
 		return nil, errShuttingDown
 	}

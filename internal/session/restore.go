@@ -180,7 +180,7 @@ func (m *Manager) attachBox(ctx context.Context, r record, ws string) (*box, err
 		sb.Stop(cctx)
 		return nil, fmt.Errorf("%w: %w", err, errdefs.ErrNotFound)
 	}
-	g.ServeEgress(m.serveEgress(r.ID))
+	m.serveEgress(g, r.ID)
 	return &box{boxSpec: r.spec(), id: r.ID, ws: ws, sb: sb, guest: g}, nil
 }
 

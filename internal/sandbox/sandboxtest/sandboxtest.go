@@ -641,7 +641,7 @@ func testEgressProxy(t *testing.T, b sandbox.Backend) {
 	}
 	g.Set("s", "", p, egress.Limits{}, ca)
 	x := start(t, b, limits)
-	x.c.ServeEgress(func(c net.Conn) { g.Serve("s", c) })
+	x.c.ServeEgress(func(c net.Conn) { g.Serve("s", c) }, 64)
 
 	env := x.run(t, "import os\nprint(os.environ.get('HTTP_PROXY'), os.environ.get('https_proxy'), os.environ.get('NO_PROXY'), end='')")
 	if want := "http://" + guestproto.EgressListen + " http://" + guestproto.EgressListen + " localhost,127.0.0.1,::1"; env != want {
