@@ -92,7 +92,8 @@ func TestNetwork(t *testing.T) {
 		if off.AllowInternetAccess == nil || *off.AllowInternetAccess || off.Network != nil {
 			t.Errorf("offline: %s", mustJSON(off))
 		}
-		if on.AllowInternetAccess == nil || !*on.AllowInternetAccess {
+		// allowInternetAccess: true alone is the server's default, none here.
+		if on.AllowInternetAccess == nil || *on.AllowInternetAccess {
 			t.Errorf("online: %s", mustJSON(on))
 		}
 		if after.AllowInternetAccess != nil || after.Network == nil || strings.Join(after.Network.AllowOut, ",") != ip ||
