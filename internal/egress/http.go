@@ -301,10 +301,30 @@ func hostPortOf(h string, port int) string {
 
 // writeStatus answers with code and a one-line explanation, and tells the client the
 // answer is the proxy's own (X-Cellbox-Egress).
+//
+// The sentence is in the status line's reason phrase too: a client that fails a CONNECT
+// shows only that line (Python: "Tunnel connection failed: 403 Forbidden (cellbox egress:
+// example.com:443 is not in this session's allowlist)"), and a model reads it there.
 func writeStatus(w io.Writer, code int, msg string) {
 	body := "cellbox egress: " + msg + "\n"
-	fmt.Fprintf(w, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nX-Cellbox-Egress: %s\r\n\r\n%s",
-		code, http.StatusText(code), len(body), strings.ToLower(strings.ReplaceAll(http.StatusText(code), " ", "-")), body)
+	fmt.Fprintf(w, "HTTP/1.1 %d %s (%s)\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nX-Cellbox-Egress: %s\r\n\r\n%s",
+		code, http.StatusText(code), reasonPhrase("cellbox egress: "+msg), len(body),
+		strings.ToLower(strings.ReplaceAll(http.StatusText(code), " ", "-")), body)
+}
+
+// reasonPhrase is s as a status line may carry it: printable ASCII (and spaces), at most
+// 300 bytes.
+func reasonPhrase(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c < ' ' || c > '~' {
+			b[i] = '?'
+		}
+	}
+	if len(b) > 300 {
+		b = append(b[:297], "..."...)
+	}
+	return string(b)
 }
 
 func writeFailure(w io.Writer, f *failure) {

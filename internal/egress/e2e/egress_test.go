@@ -187,6 +187,11 @@ func TestEgress(t *testing.T) {
 		if r.ExitCode == 0 || !strings.Contains(r.Stderr, "403") {
 			t.Errorf("a host outside the allowlist: %+v", r)
 		}
+		// What a model sees in Python's exception names the reason.
+		code := fmt.Sprintf("import urllib.request\ntry:\n  urllib.request.urlopen('https://%s/', timeout=30)\nexcept Exception as e:\n  print(e)", otherName)
+		if got := e.py(t, id, code); !strings.Contains(got, "403") || !strings.Contains(got, "not in this session's allowlist") {
+			t.Errorf("urllib's error for a refused host: %q", got)
+		}
 		r = e.sh(t, id, "curl -sS http://rebind.egress.test/")
 		if !strings.Contains(r.Stdout, "not in this session's allowlist") && !strings.Contains(r.Stdout, "private") {
 			t.Errorf("a name outside the allowlist that resolves to a private address: %+v", r)
