@@ -74,6 +74,15 @@ func TestAttackServeRefusesOpenAddress(t *testing.T) {
 			}
 		})
 	}
+	// The python tool server takes no key at all (vLLM sends none): an open address for it
+	// is refused even on a server with keys.
+	t.Run("attack/python tool server on an open address", func(t *testing.T) {
+		code, out := cellboxEnv(t, []string{"CELLBOX_API_KEYS=" + envKey}, "serve", "--addr", "127.0.0.1:0", "--python-tool-addr", "0.0.0.0:0",
+			"--state-dir", state, "--backend", "local-unsafe")
+		if code != 1 || !strings.Contains(out, "--python-tool-addr 0.0.0.0:0 can be reached from other machines") || !strings.Contains(out, "listen on 127.0.0.1") {
+			t.Errorf("exit %d, want 1 with the refusal:\n%s", code, out)
+		}
+	})
 	keys := filepath.Join(t.TempDir(), "keys")
 	os.WriteFile(keys, []byte(fileKey+" alice\n"+fileKey+" bob\n"), 0o600)
 	for name, tt := range map[string]struct {

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -257,4 +258,64 @@ func TestMCPTypeScriptClient(t *testing.T) {
 		srv := serve(t, t.TempDir(), append([]string{"--pool-size", "1"}, setup.Flags()...)...)
 		check(t, run(t, "http", srv.URL+"/mcp"))
 	})
+}
+
+// TestPythonToolServer: gpt-oss's python tool as vLLM's tool server client reaches it (the
+// MCP TypeScript SDK's HTTP+SSE client): a server named python with a tool python(code),
+// state kept across connections of one conversation (x-session-id), none shared with
+// another conversation.
+func TestPythonToolServer(t *testing.T) {
+	setup := testbin.TestSetup(t)
+	node := testbin.NeedProgram(t, "node", "nodejs")
+	dir, err := filepath.Abs(filepath.Join("..", "..", "internal", "mcpserver", "testdata", "tsclient"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@modelcontextprotocol", "sdk")); err != nil {
+		testbin.Missing(t, "needs the MCP TypeScript SDK: run npm ci in %s (make test does)", dir)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	serve(t, t.TempDir(), append([]string{"--pool-size", "1", "--python-tool-addr", addr}, setup.Flags()...)...)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, "python.mjs", "http://"+addr+"/sse", "conversation-1", "conversation-2")
+	cmd.Dir = dir
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	type call struct {
+		Server       map[string]string
+		Instructions string
+		Tools        []struct {
+			Name     string
+			Required []string
+		}
+		IsError bool
+		Text    string
+	}
+	var r struct {
+		First, Again, Other call
+		Error               string
+	}
+	if err := cmd.Run(); err != nil || json.Unmarshal(stdout.Bytes(), &r) != nil || r.Error != "" {
+		t.Fatalf("client: %v\nreport: %s\nstderr: %s", err, &stdout, &stderr)
+	}
+	if r.First.Server["name"] != "python" || len(r.First.Tools) != 1 || r.First.Tools[0].Name != "python" ||
+		strings.Join(r.First.Tools[0].Required, ",") != "code" || !strings.Contains(r.First.Instructions, "stateful") {
+		t.Errorf("what vLLM matches and shows the model: server %v, tools %+v, instructions %q", r.First.Server, r.First.Tools, r.First.Instructions)
+	}
+	if r.First.IsError || !strings.Contains(r.First.Text, "set") {
+		t.Errorf("first call: %+v", r.First)
+	}
+	if r.Again.IsError || !strings.Contains(r.Again.Text, "42") {
+		t.Errorf("the conversation's variable on a new connection: %+v", r.Again)
+	}
+	if !r.Other.IsError || !strings.Contains(r.Other.Text, "NameError") {
+		t.Errorf("another conversation saw the variable: %+v", r.Other)
+	}
 }

@@ -60,11 +60,15 @@ type Config struct {
 	// API keys: with any, every call but /healthz needs one, and each key is a tenant that
 	// sees only its own sessions. The keys themselves come from the file and from the
 	// variable CELLBOX_API_KEYS (comma-separated), never from a flag or the config file.
-	APIKeysFile         string // --api-keys: file of keys, one a line, each optionally followed by its tenant's name
-	InsecureNoAuth      bool   // --insecure-no-auth: allow listening beyond loopback without keys
-	MetricsPublic       bool   // --metrics-public: /metrics without a key even when keys are configured
-	NoE2B               bool   // --no-e2b: do not serve the E2B-compatible API
-	NoWeb               bool   // --no-web: do not serve the web page at /
+	APIKeysFile    string // --api-keys: file of keys, one a line, each optionally followed by its tenant's name
+	InsecureNoAuth bool   // --insecure-no-auth: allow listening beyond loopback without keys
+	MetricsPublic  bool   // --metrics-public: /metrics without a key even when keys are configured
+	NoE2B          bool   // --no-e2b: do not serve the E2B-compatible API
+	NoWeb          bool   // --no-web: do not serve the web page at /
+	// The python tool server (gpt-oss's built-in python tool for vLLM's --tool-server):
+	// MCP over HTTP+SSE at /sse on a listener of its own, without keys (vLLM sends none).
+	PythonToolAddr      string // --python-tool-addr: "" (none) or host:port
+	PythonToolTenant    string // --python-tool-tenant: the tenant its sessions belong to
 	TenantMaxSessions   int    // --tenant-max-sessions: sessions (and one-shots) per tenant; 0: only --max-sessions
 	TenantMaxExecutions int    // --tenant-max-executions: executions and commands at once per tenant; 0: no cap
 
@@ -203,6 +207,8 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.MetricsPublic, "metrics-public", c.MetricsPublic, "serve /metrics without an API key even when keys are configured")
 	fs.BoolVar(&c.NoE2B, "no-e2b", c.NoE2B, "do not serve the E2B-compatible API (/sandboxes, and requests with an E2b-Sandbox-Id header)")
 	fs.BoolVar(&c.NoWeb, "no-web", c.NoWeb, "do not serve the web page (chat, notebook, sessions) at /")
+	fs.StringVar(&c.PythonToolAddr, "python-tool-addr", c.PythonToolAddr, "also serve gpt-oss's python tool (MCP over HTTP+SSE at /sse, for vllm serve --tool-server HOST:PORT) on this address; it takes no API key, so keep it on loopback or a network only vLLM reaches (see docs/openai.md)")
+	fs.StringVar(&c.PythonToolTenant, "python-tool-tenant", c.PythonToolTenant, "the tenant the python tool server's sessions belong to (a name of the keys file; default: the keyless tenant)")
 	fs.IntVar(&c.TenantMaxSessions, "tenant-max-sessions", c.TenantMaxSessions, "concurrent sessions (and one-shot executions) per API key; 0: only --max-sessions")
 	fs.IntVar(&c.TenantMaxExecutions, "tenant-max-executions", c.TenantMaxExecutions, "concurrent executions and commands per API key; 0: no cap")
 	fs.StringVar(&c.Egress, "egress", c.Egress, "network egress of sessions that ask for none: none | public (every public address) | allowlist:ENTRY,... (domains, *.wildcards, IPs, CIDRs, each with an optional :port)")

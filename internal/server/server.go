@@ -54,10 +54,13 @@ type Server struct {
 	// MCP serves the tools over MCP: at /mcp, and on stdio for cellbox mcp.
 	MCP *mcpserver.Server
 	// URL is where the REST API listens, e.g. http://127.0.0.1:8080; "" with NoListen.
-	URL     string
-	http    *http.Server     // nil with NoListen
-	cluster *cluster.Cluster // nil unless --cluster
-	unlock  func()           // of the state dir
+	URL string
+	// PythonURL is the python tool server's SSE endpoint (--python-tool-addr); "": none.
+	PythonURL string
+	http      *http.Server     // nil with NoListen
+	python    *http.Server     // the python tool server's; nil: none
+	cluster   *cluster.Cluster // nil unless --cluster
+	unlock    func()           // of the state dir
 }
 
 // Options are what the config does not say.
@@ -201,6 +204,10 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (_ *Server, err
 			"Set CELLBOX_API_KEYS=KEY[,KEY...] or give --api-keys FILE (make a key with: cellbox keygen), or listen on 127.0.0.1, "+
 			"or, only if something in front of cellbox authenticates, pass --insecure-no-auth", cfg.Addr)
 	}
+	if !opts.NoListen && cfg.PythonToolAddr != "" && !cfg.InsecureNoAuth && !loopbackAddr(cfg.PythonToolAddr) {
+		return nil, fmt.Errorf("--python-tool-addr %s can be reached from other machines, and the python tool server takes no API key (vLLM sends none): "+
+			"listen on 127.0.0.1, or, only if the network lets nothing but vLLM reach it, pass --insecure-no-auth", cfg.PythonToolAddr)
+	}
 	if cfg.Cluster != "" && cfg.ClusterNode == "" {
 		// Before the manager: the node's name is in every session id.
 		h, err := os.Hostname()
@@ -319,6 +326,24 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (_ *Server, err
 		Web:            webPage(cfg),
 		Cluster:        routes,
 	})
+	if cfg.PythonToolAddr != "" {
+		pl, err := net.Listen("tcp", cfg.PythonToolAddr)
+		if err != nil {
+			ln.Close()
+			m.Shutdown(ctx)
+			return nil, fmt.Errorf("listen on %s (--python-tool-addr): %w", cfg.PythonToolAddr, err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/sse", mcpserver.NewPython(m, mcpserver.PythonOptions{Tenant: cfg.PythonToolTenant, Logger: log}))
+		s.python = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		s.PythonURL = "http://" + pl.Addr().String() + "/sse"
+		log.Info("python tool server (gpt-oss's python tool, MCP over HTTP+SSE)", "url", s.PythonURL, "tenant", cfg.PythonToolTenant)
+		go func() {
+			if err := s.python.Serve(pl); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("python tool server", "err", err)
+			}
+		}()
+	}
 	s.http = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	s.URL = "http://" + ln.Addr().String()
 	go func() {
@@ -451,6 +476,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	// Stop taking requests, but let running ones end: the manager interrupts their cells.
 	s.MCP.Close()
+	if s.python != nil {
+		// Its event streams stay open until their clients go: close, don't wait.
+		s.python.Close()
+	}
 	done := make(chan error, 1)
 	go func() {
 		if s.http == nil {
