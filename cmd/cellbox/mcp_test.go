@@ -257,6 +257,7 @@ func TestMCPTypeScriptClient(t *testing.T) {
 	t.Run("streamable HTTP", func(t *testing.T) {
 		srv := serve(t, t.TempDir(), append([]string{"--pool-size", "1"}, setup.Flags()...)...)
 		check(t, run(t, "http", srv.URL+"/mcp"))
+		t.Run("HTTP+SSE", func(t *testing.T) { check(t, run(t, "sse", srv.URL+"/mcp/sse")) })
 	})
 }
 

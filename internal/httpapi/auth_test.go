@@ -5,6 +5,7 @@ package httpapi_test
 // HTTP, and the MCP SDK's own client over streamable HTTP.
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -120,7 +121,8 @@ func TestAttackAPIKeys(t *testing.T) {
 		"POST /v1/sessions/x/execute", "POST /v1/sessions/x/interrupt", "POST /v1/sessions/x/restart",
 		"POST /v1/sessions/x/commands", "DELETE /v1/sessions/x/contexts/c", "GET /v1/sessions/x/files", "PUT /v1/sessions/x/files/a.txt",
 		"GET /v1/sessions/x/files/a.txt", "DELETE /v1/sessions/x/files/a.txt", "POST /v1/execute",
-		"GET /v1/tools", "POST /v1/agent", "GET /v1/openapi.json", "POST /mcp", "GET /mcp", "DELETE /mcp",
+		"GET /v1/tools", "POST /v1/agent", "GET /v1/openapi.json", "POST /mcp", "GET /mcp", "DELETE /mcp", "GET /mcp/sse", "POST /mcp/sse",
+		"GET /v1/sessions/x/egress",
 		"GET /v1/providers", "POST /v1/conversations", "GET /v1/conversations", "GET /v1/conversations/x",
 		"PATCH /v1/conversations/x", "DELETE /v1/conversations/x", "POST /v1/conversations/x/messages",
 		"POST /v1/conversations/x/approvals", "POST /v1/conversations/x/stop",
@@ -407,5 +409,53 @@ func TestAttackTenantCapsOverHTTP(t *testing.T) {
 		if !bytes.Contains(a.body, []byte(m)) {
 			t.Errorf("metrics lack %s", m)
 		}
+	}
+}
+
+// TestAttackMCPSSEOtherTenant: a stream of MCP's HTTP+SSE transport opened with alice's key
+// takes messages only with alice's key: bob, knowing its session id, finds no such session.
+func TestAttackMCPSSEOtherTenant(t *testing.T) {
+	k := startKeyed(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", k.url+"/mcp/sse", nil)
+	req.Header.Set("Authorization", "Bearer "+aliceKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("alice's stream: %d", resp.StatusCode)
+	}
+	// The first event names the endpoint: data: /mcp/sse?sessionid=...
+	var endpoint string
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+			endpoint = v
+			break
+		}
+	}
+	if !strings.Contains(endpoint, "sessionid=") {
+		t.Fatalf("no endpoint event: %q", endpoint)
+	}
+	initialize := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2024-11-05","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
+	post := func(key string) int {
+		r, _ := http.NewRequestWithContext(ctx, "POST", k.url+endpoint, strings.NewReader(initialize))
+		r.Header.Set("Authorization", "Bearer "+key)
+		r.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if st := post(bobKey); st != http.StatusNotFound {
+		t.Errorf("bob posting to alice's stream: %d, want 404", st)
+	}
+	if st := post(aliceKey); st != http.StatusAccepted {
+		t.Errorf("alice posting to her stream: %d, want 202", st)
 	}
 }

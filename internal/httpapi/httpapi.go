@@ -38,6 +38,7 @@ type Options struct {
 	Logger         *slog.Logger
 	Gatherer       prometheus.Gatherer // for /metrics; nil: none
 	MCP            http.Handler        // MCP over streamable HTTP, served at /mcp; nil: none
+	MCPSSE         http.Handler        // MCP over the older HTTP+SSE transport, served at /mcp/sse; nil: none
 	// LoopbackOnly refuses requests whose Host is not a loopback name or address: set it
 	// when listening on loopback, so that a web page cannot reach the API by DNS rebinding.
 	LoopbackOnly bool
@@ -129,6 +130,9 @@ func New(m *session.Manager, opts Options) http.Handler {
 	}
 	if opts.MCP != nil {
 		mux.Handle("/mcp", opts.MCP)
+	}
+	if opts.MCPSSE != nil {
+		mux.Handle("/mcp/sse", opts.MCPSSE)
 	}
 	return s.wrap(mux)
 }

@@ -82,8 +82,9 @@ type Server struct {
 
 	mu     sync.Mutex
 	conns  map[*mcp.ServerSession]*conn
-	closed bool           // Close was called: the manager ends the sessions now
-	ending sync.WaitGroup // connections that closed, ending their sessions
+	sse    map[string]*mcp.SSEHandler // by tenant (see SSE)
+	closed bool                       // Close was called: the manager ends the sessions now
+	ending sync.WaitGroup             // connections that closed, ending their sessions
 }
 
 // conn is what a server keeps of one MCP connection.
@@ -111,21 +112,34 @@ func New(m Sessions, opts Options) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{m: m, opts: opts, log: log, conns: map[*mcp.ServerSession]*conn{}}
+	s := &Server{m: m, opts: opts, log: log, conns: map[*mcp.ServerSession]*conn{}, sse: map[string]*mcp.SSEHandler{}}
 	s.stop, s.halt = context.WithCancel(context.Background())
 	s.quit = m.Subscribe(s.sessionEvent)
-	s.srv = mcp.NewServer(&mcp.Implementation{Name: "cellbox", Title: "cellbox code interpreter", Version: Version},
+	s.srv = s.newMCP(nil)
+	s.http = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.srv },
+		&mcp.StreamableHTTPOptions{SessionTimeout: opts.SessionTimeout, Logger: sdkLogger(log)})
+	s.bound = mcpauth.RequireBearerToken(func(ctx context.Context, _ string, _ *http.Request) (*mcpauth.TokenInfo, error) {
+		return &mcpauth.TokenInfo{UserID: session.Tenant(ctx)}, nil
+	}, &mcpauth.RequireBearerTokenOptions{AllowMissingExpiration: true})(s.http)
+	return s
+}
+
+// newMCP is the SDK's server with cellbox's tools and resources. Each request runs as the
+// tenant of its token info (see Handler), or as *fixed when it is set (the SSE transport,
+// whose requests carry none: see SSE).
+func (s *Server) newMCP(fixed *string) *mcp.Server {
+	srv := mcp.NewServer(&mcp.Implementation{Name: "cellbox", Title: "cellbox code interpreter", Version: Version},
 		&mcp.ServerOptions{
 			Instructions: instructions,
-			Logger:       sdkLogger(log),
+			Logger:       sdkLogger(s.log),
 			// Tools and resources, no logging; the lists do not change.
 			Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}, Resources: &mcp.ResourceCapabilities{}},
-			GetSessionID: sessionIDs(opts.IDPrefix),
+			GetSessionID: sessionIDs(s.opts.IDPrefix),
 		})
-	for _, d := range tool.Definitions(tool.Options{TimeoutS: opts.TimeoutS, MemoryMB: opts.MemoryMB, SessionID: true}) {
-		s.srv.AddTool(&mcp.Tool{Name: d.Name, Description: d.Description, InputSchema: d.InputSchema}, s.callTool)
+	for _, d := range tool.Definitions(tool.Options{TimeoutS: s.opts.TimeoutS, MemoryMB: s.opts.MemoryMB, SessionID: true}) {
+		srv.AddTool(&mcp.Tool{Name: d.Name, Description: d.Description, InputSchema: d.InputSchema}, s.callTool)
 	}
-	s.srv.AddResourceTemplate(&mcp.ResourceTemplate{
+	srv.AddResourceTemplate(&mcp.ResourceTemplate{
 		Name:        "workspace-file",
 		Title:       "A workspace file",
 		Description: "A file in a session's workspace (" + api.WorkspaceDir + "), readable when it is at most " + maxReadText + ".",
@@ -133,21 +147,50 @@ func New(m Sessions, opts Options) *Server {
 	}, s.readResource)
 	// Every request runs as its tenant (see Handler). resources/list answers with the files
 	// of the connection's session, which the SDK's fixed list of resources cannot.
-	s.srv.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+	srv.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
 		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-			ctx = session.WithTenant(ctx, tenant(req))
+			t := tenant(req)
+			if fixed != nil {
+				t = *fixed
+			}
+			ctx = session.WithTenant(ctx, t)
 			if r, ok := req.(*mcp.ListResourcesRequest); ok && method == "resources/list" {
 				return s.listResources(ctx, r)
 			}
 			return next(ctx, method, req)
 		}
 	})
-	s.http = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.srv },
-		&mcp.StreamableHTTPOptions{SessionTimeout: opts.SessionTimeout, Logger: sdkLogger(log)})
-	s.bound = mcpauth.RequireBearerToken(func(ctx context.Context, _ string, _ *http.Request) (*mcpauth.TokenInfo, error) {
-		return &mcpauth.TokenInfo{UserID: session.Tenant(ctx)}, nil
-	}, &mcpauth.RequireBearerTokenOptions{AllowMissingExpiration: true})(s.http)
-	return s
+	return srv
+}
+
+// SSE serves MCP's older HTTP+SSE transport (mounted at /mcp/sse; vLLM's tool server client
+// and many MCP clients speak it): a GET opens the event stream and names the endpoint, POST
+// ?sessionid= carries the client's messages. Each tenant has its own handler and server:
+// a POST naming another tenant's session finds none (404), and every call runs as the
+// tenant whose key opened the stream.
+func (s *Server) SSE() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet { // the event stream: it ends at Close
+			ctx, cancel := context.WithCancel(r.Context())
+			defer cancel()
+			defer context.AfterFunc(s.stop, cancel)()
+			r = r.WithContext(ctx)
+		}
+		s.sseFor(session.Tenant(r.Context())).ServeHTTP(w, r)
+	})
+}
+
+// sseFor is tenant's SSE handler, made at its first request.
+func (s *Server) sseFor(tenant string) *mcp.SSEHandler {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h := s.sse[tenant]
+	if h == nil {
+		srv := s.newMCP(&tenant)
+		h = mcp.NewSSEHandler(func(*http.Request) *mcp.Server { return srv }, nil)
+		s.sse[tenant] = h
+	}
+	return h
 }
 
 // sessionIDs makes MCP session ids that start with prefix; nil (the SDK's own) without one.

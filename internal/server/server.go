@@ -315,6 +315,7 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (_ *Server, err
 		Logger:         log,
 		Gatherer:       reg,
 		MCP:            s.MCP.Handler(),
+		MCPSSE:         s.MCP.SSE(),
 		LoopbackOnly:   loopback,
 		Keys:           opts.Keys,
 		MetricsPublic:  cfg.MetricsPublic,

@@ -2,17 +2,19 @@
 //
 //   node client.mjs stdio <cellbox binary> <args of cellbox mcp...>
 //   node client.mjs http <URL of /mcp>
+//   node client.mjs sse <URL of /mcp/sse>     (the older HTTP+SSE transport)
 //
 // It lists the tools, keeps state across calls, gets a plot and an exception, reads a
 // workspace file as a resource, and prints one JSON report on stdout for the test to check.
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { SSEClientTransport } from '@modelcontextprotocol/sdk/client/sse.js';
 
 const [mode, target, ...rest] = process.argv.slice(2);
 const transport = mode === 'stdio'
   ? new StdioClientTransport({ command: target, args: rest, stderr: 'inherit' })
-  : new StreamableHTTPClientTransport(new URL(target));
+  : mode === 'sse' ? new SSEClientTransport(new URL(target)) : new StreamableHTTPClientTransport(new URL(target));
 
 const text = (res) => res.content.filter((c) => c.type === 'text').map((c) => c.text).join('\n');
 const call = (name, args, options) => client.callTool({ name, arguments: args }, undefined, { timeout: 120000, ...options });
