@@ -64,6 +64,7 @@ type Config struct {
 	InsecureNoAuth      bool   // --insecure-no-auth: allow listening beyond loopback without keys
 	MetricsPublic       bool   // --metrics-public: /metrics without a key even when keys are configured
 	NoE2B               bool   // --no-e2b: do not serve the E2B-compatible API
+	NoOpenAI            bool   // --no-openai: do not serve OpenAI's Containers and Files APIs
 	NoWeb               bool   // --no-web: do not serve the web page at /
 	TenantMaxSessions   int    // --tenant-max-sessions: sessions (and one-shots) per tenant; 0: only --max-sessions
 	TenantMaxExecutions int    // --tenant-max-executions: executions and commands at once per tenant; 0: no cap
@@ -202,6 +203,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.InsecureNoAuth, "insecure-no-auth", c.InsecureNoAuth, "allow listening on an address beyond loopback without API keys (only behind something that authenticates)")
 	fs.BoolVar(&c.MetricsPublic, "metrics-public", c.MetricsPublic, "serve /metrics without an API key even when keys are configured")
 	fs.BoolVar(&c.NoE2B, "no-e2b", c.NoE2B, "do not serve the E2B-compatible API (/sandboxes, and requests with an E2b-Sandbox-Id header)")
+	fs.BoolVar(&c.NoOpenAI, "no-openai", c.NoOpenAI, "do not serve OpenAI's Containers and Files APIs (/v1/containers, /v1/files)")
 	fs.BoolVar(&c.NoWeb, "no-web", c.NoWeb, "do not serve the web page (chat, notebook, sessions) at /")
 	fs.IntVar(&c.TenantMaxSessions, "tenant-max-sessions", c.TenantMaxSessions, "concurrent sessions (and one-shot executions) per API key; 0: only --max-sessions")
 	fs.IntVar(&c.TenantMaxExecutions, "tenant-max-executions", c.TenantMaxExecutions, "concurrent executions and commands per API key; 0: no cap")
