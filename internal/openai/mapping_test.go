@@ -65,7 +65,7 @@ func TestExpiresAfter(t *testing.T) {
 	}
 }
 
-func TestNetworkPolicy(t *testing.T) {
+func TestNetworkPolicyMapping(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		in   *networkPolicy
