@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http/httptest"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -179,4 +180,22 @@ func TestPagination(t *testing.T) {
 			t.Errorf("%q: %v; want invalid", q, err)
 		}
 	}
+}
+
+// FuzzNames: an upload's file name becomes one plain name in /mnt/data, and a container
+// file id decodes to what encoded it.
+func FuzzNames(f *testing.F) {
+	for _, s := range []string{"data.csv", "../x", "a/b\\c", "..", "", "/", "C:\\Users\\me\\x.txt"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if name, err := baseName(s); err == nil && (name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\\\x00")) {
+			t.Errorf("baseName(%q) = %q", s, name)
+		}
+		if s != "" {
+			if got, err := cfilePath(cfileID(s)); err != nil || got != s {
+				t.Errorf("cfilePath(cfileID(%q)) = %q, %v", s, got, err)
+			}
+		}
+	})
 }
