@@ -21,6 +21,8 @@ FUZZTIME ?= 20s
 TSCLIENT := internal/mcpserver/testdata/tsclient
 # E2B's official JS SDKs, for the E2B-compatible API's tests.
 E2BCLIENT := internal/e2b/testdata/e2bclient
+# OpenAI's official JS SDK, for the Containers and Files APIs' tests.
+OPENAICLIENT := internal/openai/testdata/openaiclient
 # playwright-core, which drives Debian's chromium in the web page's tests.
 BROWSER := internal/web/testdata/browser
 
@@ -52,7 +54,7 @@ STAGE := scripts/stage.sh
 
 test: ## install test needs, build the default image and a Kubernetes control plane, start dockerd, run every test with the race detector (as root)
 	$(STAGE) deps scripts/install-deps.sh --test
-	$(STAGE) npm $(MAKE) --no-print-directory $(TSCLIENT)/node_modules/.package-lock.json $(E2BCLIENT)/node_modules/.package-lock.json $(BROWSER)/node_modules/.package-lock.json
+	$(STAGE) npm $(MAKE) --no-print-directory $(TSCLIENT)/node_modules/.package-lock.json $(E2BCLIENT)/node_modules/.package-lock.json $(OPENAICLIENT)/node_modules/.package-lock.json $(BROWSER)/node_modules/.package-lock.json
 	$(STAGE) build $(MAKE) --no-print-directory build
 	scripts/with-dockerd.sh $(MAKE) --no-print-directory test-built
 
@@ -140,6 +142,9 @@ $(TSCLIENT)/node_modules/.package-lock.json: $(TSCLIENT)/package-lock.json
 
 $(E2BCLIENT)/node_modules/.package-lock.json: $(E2BCLIENT)/package-lock.json
 	npm ci --prefix $(E2BCLIENT) --no-audit --no-fund --prefer-offline --loglevel=error
+
+$(OPENAICLIENT)/node_modules/.package-lock.json: $(OPENAICLIENT)/package-lock.json
+	npm ci --prefix $(OPENAICLIENT) --no-audit --no-fund --prefer-offline --loglevel=error
 
 $(BROWSER)/node_modules/.package-lock.json: $(BROWSER)/package-lock.json
 	npm ci --prefix $(BROWSER) --no-audit --no-fund --prefer-offline --loglevel=error

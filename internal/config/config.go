@@ -64,6 +64,7 @@ type Config struct {
 	InsecureNoAuth bool   // --insecure-no-auth: allow listening beyond loopback without keys
 	MetricsPublic  bool   // --metrics-public: /metrics without a key even when keys are configured
 	NoE2B          bool   // --no-e2b: do not serve the E2B-compatible API
+	NoOpenAI       bool   // --no-openai: do not serve OpenAI's Containers and Files APIs
 	NoWeb          bool   // --no-web: do not serve the web page at /
 	// The python tool server (gpt-oss's built-in python tool for vLLM's --tool-server):
 	// MCP over HTTP+SSE at /sse on a listener of its own, without keys (vLLM sends none).
@@ -206,6 +207,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.InsecureNoAuth, "insecure-no-auth", c.InsecureNoAuth, "allow listening on an address beyond loopback without API keys (only behind something that authenticates)")
 	fs.BoolVar(&c.MetricsPublic, "metrics-public", c.MetricsPublic, "serve /metrics without an API key even when keys are configured")
 	fs.BoolVar(&c.NoE2B, "no-e2b", c.NoE2B, "do not serve the E2B-compatible API (/sandboxes, and requests with an E2b-Sandbox-Id header)")
+	fs.BoolVar(&c.NoOpenAI, "no-openai", c.NoOpenAI, "do not serve OpenAI's Containers and Files APIs (/v1/containers, /v1/files)")
 	fs.BoolVar(&c.NoWeb, "no-web", c.NoWeb, "do not serve the web page (chat, notebook, sessions) at /")
 	fs.StringVar(&c.PythonToolAddr, "python-tool-addr", c.PythonToolAddr, "also serve gpt-oss's python tool (MCP over HTTP+SSE at /sse, for vllm serve --tool-server HOST:PORT) on this address; it takes no API key, so keep it on loopback or a network only vLLM reaches (see docs/openai.md)")
 	fs.StringVar(&c.PythonToolTenant, "python-tool-tenant", c.PythonToolTenant, "the tenant the python tool server's sessions belong to (a name of the keys file; default: the keyless tenant)")

@@ -210,7 +210,7 @@ func TestGuestprotoNeitherSide(t *testing.T) {
 func TestBackendsBelowSessions(t *testing.T) {
 	rule{from: []string{"internal/sandbox/..."}, bad: either(
 		none("a backend knows nothing above the session layer", "internal/session/...", "internal/server/...",
-			"internal/httpapi/...", "internal/mcpserver/...", "internal/e2b/...", "internal/conversation/...",
+			"internal/httpapi/...", "internal/mcpserver/...", "internal/e2b/...", "internal/openai/...", "internal/conversation/...",
 			"internal/agent/...", "internal/llm/...", "internal/cluster/...", "internal/tool/..."),
 		none("the guest daemon is the guest's, not the server's", "internal/guest"),
 	)}.check(t)
@@ -227,8 +227,8 @@ func TestSandboxInterfacesBelowBackends(t *testing.T) {
 // The front doors reach sandboxes only through the session manager, which knows only
 // sandbox.Backend: none links a backend (the session layer's test helpers may).
 func TestFrontDoorsNoBackends(t *testing.T) {
-	rule{from: []string{"internal/httpapi/...", "internal/mcpserver/...", "internal/e2b/...", "internal/conversation/...",
-		"internal/agent/...", "internal/session"},
+	rule{from: []string{"internal/httpapi/...", "internal/mcpserver/...", "internal/e2b/...", "internal/openai/...",
+		"internal/conversation/...", "internal/agent/...", "internal/session"},
 		bad: none("a front door (or the session layer) sees sandbox.Backend, not a backend",
 			"internal/sandbox/runc/...", "internal/sandbox/docker/...", "internal/sandbox/local/...")}.check(t)
 }
@@ -237,9 +237,11 @@ func TestFrontDoorsNoBackends(t *testing.T) {
 // mounts them through interfaces it owns (the server wires them together); and the session
 // layer links no front door.
 func TestFrontDoorsApart(t *testing.T) {
-	rule{from: []string{"internal/mcpserver/...", "internal/e2b/...", "internal/conversation/...", "internal/agent/..."},
+	rule{from: []string{"internal/mcpserver/...", "internal/e2b/...", "internal/openai/...", "internal/conversation/...", "internal/agent/..."},
 		bad: none("a front door links another front door's package", "internal/httpapi/...")}.check(t)
+	rule{from: []string{"internal/openai/..."}, bad: none("a front door links another front door's package",
+		"internal/e2b/...", "internal/mcpserver/...", "internal/conversation/...", "internal/agent/...")}.check(t)
 	rule{from: []string{"internal/session/..."},
 		bad: none("the session layer links a front door",
-			"internal/httpapi/...", "internal/mcpserver/...", "internal/e2b/...", "internal/conversation/...", "internal/agent/...")}.check(t)
+			"internal/httpapi/...", "internal/mcpserver/...", "internal/e2b/...", "internal/openai/...", "internal/conversation/...", "internal/agent/...")}.check(t)
 }

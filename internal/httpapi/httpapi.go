@@ -49,6 +49,10 @@ type Options struct {
 	MetricsPublic bool
 	// E2B serves the E2B-compatible API (package e2b) on the same address; nil: none.
 	E2B FrontDoor
+	// OpenAI serves OpenAI's Containers and Files APIs (package openai) at /v1/containers
+	// and /v1/files, behind the same API-key check as REST (refusals in REST's error shape,
+	// whose error.message OpenAI's SDKs read); nil: none.
+	OpenAI http.Handler
 
 	// Tools says what the tool descriptions of /v1/tools and /v1/agent state (limits).
 	Tools tool.Options
@@ -133,6 +137,11 @@ func New(m *session.Manager, opts Options) http.Handler {
 	}
 	if opts.MCPSSE != nil {
 		mux.Handle("/mcp/sse", opts.MCPSSE)
+	}
+	if opts.OpenAI != nil {
+		for _, p := range []string{"/v1/containers", "/v1/containers/", "/v1/files", "/v1/files/", "/v1/responses", "/v1/responses/"} {
+			mux.Handle(p, opts.OpenAI)
+		}
 	}
 	return s.wrap(mux)
 }

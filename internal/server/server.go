@@ -36,6 +36,7 @@ import (
 	"github.com/cellbox/cellbox/internal/image"
 	"github.com/cellbox/cellbox/internal/llm"
 	"github.com/cellbox/cellbox/internal/mcpserver"
+	"github.com/cellbox/cellbox/internal/openai"
 	"github.com/cellbox/cellbox/internal/sandbox"
 	"github.com/cellbox/cellbox/internal/sandbox/docker"
 	"github.com/cellbox/cellbox/internal/sandbox/local"
@@ -290,6 +291,17 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (_ *Server, err
 		}
 		front = e
 	}
+	var oai http.Handler
+	if !cfg.NoOpenAI {
+		o, err := openai.New(m, openai.Options{StateDir: cfg.StateDir, MaxBodyBytes: cfg.MaxBodyBytes, MaxUploadBytes: cfg.MaxUploadBytes,
+			MaxMemoryMB: cfg.MaxMemoryMB, MaxIdleTimeout: cfg.MaxIdleTimeout, Logger: log})
+		if err != nil {
+			ln.Close()
+			m.Shutdown(ctx)
+			return nil, err
+		}
+		oai = o
+	}
 	convs, err := conversation.New(conversation.Options{Sessions: m, NewProvider: providers(cfg), Logger: log,
 		Tools: tool.Options{TimeoutS: cfg.ExecTimeout.Seconds(), MemoryMB: cfg.MemoryMB}, Dir: filepath.Join(cfg.StateDir, "conversations"),
 		IDPrefix: cfg.SessionIDPrefix()})
@@ -320,6 +332,7 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (_ *Server, err
 		Keys:           opts.Keys,
 		MetricsPublic:  cfg.MetricsPublic,
 		E2B:            front,
+		OpenAI:         oai,
 		Tools:          tool.Options{TimeoutS: cfg.ExecTimeout.Seconds(), MemoryMB: cfg.MemoryMB},
 		NewProvider:    providers(cfg),
 		Providers:      func() []api.Provider { return providerList(cfg) },
