@@ -111,7 +111,7 @@ type response struct {
 	CreatedAt          int64             `json:"created_at"`
 	Status             string            `json:"status"`
 	Model              string            `json:"model"`
-	Output             []respItem            `json:"output"`
+	Output             []respItem        `json:"output"`
 	Usage              usage             `json:"usage"`
 	Error              any               `json:"error"`
 	IncompleteDetails  any               `json:"incomplete_details"`
@@ -292,6 +292,18 @@ func (h *Handler) newTurn(r *http.Request, req responseRequest) (*turn, error) {
 			}
 			t.ci = tl
 			t.tools = append(t.tools, pythonDefinition())
+			// A container named by id must be the caller's, now: not a failure the model
+			// reads later.
+			var named string
+			if json.Unmarshal(tl.Container, &named) == nil && named != "" {
+				id, err := sessionID(named)
+				if err == nil {
+					_, err = h.m.Get(r.Context(), id)
+				}
+				if err != nil {
+					return nil, &paramError{fmt.Sprintf("tools[%d].container", i), notFound(err, named)}
+				}
+			}
 		case "function":
 			if tl.Name == "" || tl.Name == codeTool || t.clientFn[tl.Name] {
 				return nil, invalid(fmt.Sprintf("tools[%d].name", i), "a function needs a name of its own (not %q, nor one given twice)", codeTool)

@@ -159,6 +159,7 @@ func TestResponsesRefusals(t *testing.T) {
 		want   string
 	}{
 		"unknown previous":        {`{"input": "x", "previous_response_id": "resp_nope"}`, 404, "no response"},
+		"unknown container":       {`{"input": "x", "tools": [{"type": "code_interpreter", "container": "cntr_0123456789abcdef01234567"}]}`, 404, "cntr_0123456789abcdef01234567"},
 		"a tool cellbox lacks":    {`{"input": "x", "tools": [{"type": "web_search"}]}`, 400, "code_interpreter and function"},
 		"a function named python": {`{"input": "x", "tools": [{"type": "function", "name": "python"}]}`, 400, "a name of its own"},
 		"an output for no call":   {`{"input": [{"type": "function_call_output", "call_id": "call_x", "output": "1"}]}`, 400, "no function call"},
