@@ -62,6 +62,8 @@ type Options struct {
 	MaxMemoryMB    int
 	MaxIdleTimeout time.Duration
 	Logger         *slog.Logger
+	// Responses configures POST /v1/responses (responses.go).
+	Responses ResponsesOptions
 }
 
 // The per-tenant caps of /v1/files when Options leaves them 0.
@@ -79,6 +81,9 @@ type Handler struct {
 	files *fileStore
 	srcs  *sources
 	stop  func()
+
+	ropts  ResponsesOptions
+	stored responses // of /v1/responses, per tenant
 }
 
 // New returns the handler; Close stops its subscription to the sessions' events.
@@ -100,7 +105,7 @@ func New(m Sessions, opts Options) (*Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &Handler{m: m, opts: opts, log: opts.Logger, files: files, srcs: srcs}
+	h := &Handler{m: m, opts: opts, log: opts.Logger, files: files, srcs: srcs, ropts: opts.Responses}
 	h.stop = m.Subscribe(func(e session.Event) {
 		if e.Kind == session.SessionEnded && !e.Detached {
 			srcs.forget(e.SessionID)
@@ -121,6 +126,9 @@ func New(m Sessions, opts Options) (*Handler, error) {
 	mux.HandleFunc("GET /v1/files/{id}", h.getFile)
 	mux.HandleFunc("DELETE /v1/files/{id}", h.deleteFile)
 	mux.HandleFunc("GET /v1/files/{id}/content", h.fileContent)
+	mux.HandleFunc("POST /v1/responses", h.createResponse)
+	mux.HandleFunc("GET /v1/responses/{id}", h.getResponse)
+	mux.HandleFunc("DELETE /v1/responses/{id}", h.deleteResponse)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, r, fmt.Errorf("%s %s is not part of cellbox's OpenAI-compatible Containers and Files API (docs/openai.md lists what is): %w",
 			r.Method, r.URL.Path, errdefs.ErrNotFound))

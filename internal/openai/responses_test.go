@@ -1,0 +1,192 @@
+package openai
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/cellbox/cellbox/internal/llm"
+	"github.com/cellbox/cellbox/internal/llm/llmtest"
+	llmopenai "github.com/cellbox/cellbox/internal/llm/openai"
+	"github.com/cellbox/cellbox/internal/session"
+	"github.com/cellbox/cellbox/internal/session/sessiontest"
+)
+
+// responsesServer serves the handler over a real session manager (real IPython) with the
+// model played by a Chat Completions stand-in running script.
+func responsesServer(t *testing.T, script llmtest.Script) (*httptest.Server, *llmtest.Server) {
+	t.Helper()
+	m := sessiontest.New(t, nil)
+	model := llmtest.NewOpenAI(t, script)
+	h, err := New(m, Options{StateDir: t.TempDir(), MaxBodyBytes: 1 << 20, MaxUploadBytes: 1 << 20, MaxMemoryMB: 4096,
+		Responses: ResponsesOptions{Runner: m, NewProvider: func(string) (llm.Provider, string, error) {
+			p, err := llmopenai.New(llmopenai.Options{BaseURL: model.URL, APIKey: model.Key})
+			return p, "stand-in-model", err
+		}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Close)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(w, r.WithContext(session.WithTenant(r.Context(), "alice")))
+	}))
+	t.Cleanup(srv.Close)
+	return srv, model
+}
+
+func post(t *testing.T, url, body string) (int, map[string]any) {
+	t.Helper()
+	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	json.NewDecoder(resp.Body).Decode(&out)
+	return resp.StatusCode, out
+}
+
+func TestResponsesCodeInterpreter(t *testing.T) {
+	// Turn 1: the model runs code, then answers with its result. Turn 2 (previous_response_id):
+	// it uses the variable of turn 1, then calls the client's function; turn 3 gives the
+	// function's output and gets the answer.
+	script := llmtest.Replies(
+		llmtest.CallTool("python", `{"code": "x = 6 * 7\nprint(x)"}`),
+		llmtest.Text("The answer is 42."),
+		llmtest.CallTool("python", `{"code": "print(x + 1)"}`),
+		llmtest.CallTool("get_weather", `{"city": "Paris"}`),
+		llmtest.Text("43, and it is sunny."),
+	)
+	srv, model := responsesServer(t, script)
+	st, r1 := post(t, srv.URL+"/v1/responses", `{"model": "m", "input": "What is 6*7? Use code.",
+		"tools": [{"type": "code_interpreter", "container": {"type": "auto"}}], "include": ["code_interpreter_call.outputs"]}`)
+	if st != 200 || r1["status"] != "completed" {
+		t.Fatalf("%d %v", st, r1)
+	}
+	out := r1["output"].([]any)
+	ci := out[0].(map[string]any)
+	if ci["type"] != "code_interpreter_call" || ci["status"] != "completed" || !strings.HasPrefix(ci["container_id"].(string), "cntr_") {
+		t.Errorf("code_interpreter_call: %v", ci)
+	}
+	logs := ci["outputs"].([]any)[0].(map[string]any)
+	if logs["type"] != "logs" || logs["logs"] != "42\n" {
+		t.Errorf("outputs: %v", ci["outputs"])
+	}
+	msg := out[1].(map[string]any)
+	if msg["type"] != "message" || msg["content"].([]any)[0].(map[string]any)["text"] != "The answer is 42." {
+		t.Errorf("message: %v", msg)
+	}
+	// What the model read of the code's run.
+	if reqs := model.Requests(); len(reqs) != 2 || !strings.Contains(lastResult(reqs[1]), "42") {
+		t.Errorf("the model's second request: %+v", reqs)
+	}
+
+	st, r2 := post(t, srv.URL+"/v1/responses", `{"model": "m", "input": "Add one, then the weather.", "previous_response_id": "`+r1["id"].(string)+`",
+		"tools": [{"type": "code_interpreter", "container": {"type": "auto"}}, {"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}]}`)
+	out = r2["output"].([]any)
+	if st != 200 || len(out) != 2 || out[1].(map[string]any)["type"] != "function_call" || out[1].(map[string]any)["name"] != "get_weather" {
+		t.Fatalf("%d %v", st, r2)
+	}
+	if out[0].(map[string]any)["container_id"] != ci["container_id"] {
+		t.Errorf("the follow-up ran in another container: %v", out[0])
+	}
+	if reqs := model.Requests(); !strings.Contains(lastResult(reqs[3]), "43") {
+		t.Errorf("the variable of the first turn: %q", lastResult(reqs[3]))
+	}
+	call := out[1].(map[string]any)["call_id"].(string)
+	st, r3 := post(t, srv.URL+"/v1/responses", `{"model": "m", "previous_response_id": "`+r2["id"].(string)+`",
+		"input": [{"type": "function_call_output", "call_id": "`+call+`", "output": "sunny"}],
+		"tools": [{"type": "function", "name": "get_weather"}]}`)
+	if st != 200 || r3["output"].([]any)[0].(map[string]any)["content"].([]any)[0].(map[string]any)["text"] != "43, and it is sunny." {
+		t.Fatalf("%d %v", st, r3)
+	}
+
+	// Kept, per tenant: GET, DELETE, then gone.
+	resp, _ := http.Get(srv.URL + "/v1/responses/" + r1["id"].(string))
+	resp.Body.Close()
+	req, _ := http.NewRequest("DELETE", srv.URL+"/v1/responses/"+r1["id"].(string), nil)
+	del, _ := http.DefaultClient.Do(req)
+	del.Body.Close()
+	again, _ := http.Get(srv.URL + "/v1/responses/" + r1["id"].(string))
+	again.Body.Close()
+	if resp.StatusCode != 200 || del.StatusCode != 200 || again.StatusCode != 404 {
+		t.Errorf("get %d, delete %d, get again %d", resp.StatusCode, del.StatusCode, again.StatusCode)
+	}
+}
+
+func TestResponsesStream(t *testing.T) {
+	srv, _ := responsesServer(t, llmtest.Replies(llmtest.CallTool("python", `{"code": "print(2 + 2)"}`), llmtest.Text("It is 4.")))
+	resp, err := http.Post(srv.URL+"/v1/responses", "application/json", strings.NewReader(`{"input": "2+2?", "stream": true,
+		"tools": [{"type": "code_interpreter", "container": {"type": "auto"}}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var types []string
+	var text string
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+			var ev map[string]any
+			json.Unmarshal([]byte(d), &ev)
+			types = append(types, ev["type"].(string))
+			if ev["type"] == "response.output_text.delta" {
+				text += ev["delta"].(string)
+			}
+		}
+	}
+	joined := strings.Join(types, ",")
+	for _, want := range []string{"response.created", "response.code_interpreter_call.in_progress", "response.code_interpreter_call_code.delta",
+		"response.code_interpreter_call.interpreting", "response.code_interpreter_call.completed", "response.output_text.delta", "response.completed"} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("no %s in %s", want, joined)
+		}
+	}
+	if text != "It is 4." || types[len(types)-1] != "response.completed" {
+		t.Errorf("text %q, last %s", text, types[len(types)-1])
+	}
+}
+
+func TestResponsesRefusals(t *testing.T) {
+	srv, _ := responsesServer(t, llmtest.Replies())
+	for name, c := range map[string]struct {
+		body   string
+		status int
+		want   string
+	}{
+		"unknown previous":        {`{"input": "x", "previous_response_id": "resp_nope"}`, 404, "no response"},
+		"unknown container":       {`{"input": "x", "tools": [{"type": "code_interpreter", "container": "cntr_0123456789abcdef01234567"}]}`, 404, "cntr_0123456789abcdef01234567"},
+		"a tool cellbox lacks":    {`{"input": "x", "tools": [{"type": "web_search"}]}`, 400, "code_interpreter and function"},
+		"a function named python": {`{"input": "x", "tools": [{"type": "function", "name": "python"}]}`, 400, "a name of its own"},
+		"an output for no call":   {`{"input": [{"type": "function_call_output", "call_id": "call_x", "output": "1"}]}`, 400, "no function call"},
+		"no input":                {`{}`, 400, "needs input"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			resp, err := http.Post(srv.URL+"/v1/responses", "application/json", strings.NewReader(c.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != c.status || !strings.Contains(string(b), c.want) {
+				t.Errorf("%d %s; want %d with %q", resp.StatusCode, b, c.status, c.want)
+			}
+		})
+	}
+}
+
+// lastResult is the text of the first tool result of a request's last message.
+func lastResult(r llmtest.Request) string {
+	if len(r.Messages) == 0 {
+		return ""
+	}
+	last := r.Messages[len(r.Messages)-1]
+	if len(last.ToolResults) == 0 {
+		return ""
+	}
+	return last.ToolResults[0].Text
+}
