@@ -1,6 +1,7 @@
-// Package openai serves OpenAI's Containers API and a minimal Files API over the session
-// manager, so that programs written against OpenAI's SDKs create, fill and read code
-// interpreter containers on cellbox with their base URL changed: a container is a cellbox
+// Package openai serves OpenAI's Responses API (with its code_interpreter tool, for any
+// model the server has), its Containers API and a minimal Files API over the session
+// manager, so that programs written against OpenAI's SDKs run code and create, fill and
+// read code interpreter containers on cellbox with their base URL changed: a container is a cellbox
 // session ("cntr_" + its id), its files are the workspace's files under /mnt/data, and
 // /v1/files keeps uploads per tenant in the state dir for containers' file_ids.
 //
@@ -8,7 +9,7 @@
 // requests arrive with their tenant in the context (session.Tenant). docs/openai.md says
 // what maps to what; OpenAI's own API reference is the contract.
 //
-// Not for: the Responses API or a model loop (package conversation, agent), cellbox's own
+// Not for: the model APIs themselves (package llm), cellbox's own agent (package agent), cellbox's own
 // REST API (package httpapi), or anything that decides what a session does (package session).
 package openai
 
@@ -130,7 +131,7 @@ func New(m Sessions, opts Options) (*Handler, error) {
 	mux.HandleFunc("GET /v1/responses/{id}", h.getResponse)
 	mux.HandleFunc("DELETE /v1/responses/{id}", h.deleteResponse)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		h.writeError(w, r, fmt.Errorf("%s %s is not part of cellbox's OpenAI-compatible Containers and Files API (docs/openai.md lists what is): %w",
+		h.writeError(w, r, fmt.Errorf("%s %s is not part of cellbox's OpenAI-compatible API (Responses, Containers, Files: docs/openai.md lists what is): %w",
 			r.Method, r.URL.Path, errdefs.ErrNotFound))
 	})
 	h.mux = mux

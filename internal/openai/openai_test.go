@@ -19,6 +19,7 @@ import (
 
 	"github.com/cellbox/cellbox/internal/auth"
 	"github.com/cellbox/cellbox/internal/config"
+	"github.com/cellbox/cellbox/internal/llm/llmtest"
 	"github.com/cellbox/cellbox/internal/server"
 	"github.com/cellbox/cellbox/internal/testbin"
 	"github.com/cellbox/cellbox/internal/testhost"
@@ -260,4 +261,85 @@ func TestNetworkPolicy(t *testing.T) {
 	if refused.Type != "allowlist" || !slices.Equal(refused.AllowedDomains, []string{"pypi.org"}) || disabled.Type != "disabled" {
 		t.Errorf("network_policy read back: %+v, %+v", refused, disabled)
 	}
+}
+
+// TestResponsesSDK: the SDK's responses.create (and its streaming helper) with the
+// code_interpreter tool, the model played by a Chat Completions stand-in: the answer comes
+// from code that ran in a cellbox sandbox, a follow-up uses the variable of the turn
+// before, a function tool of the client's goes out and its output comes back.
+func TestResponsesSDK(t *testing.T) {
+	model := llmtest.NewOpenAI(t, func(r llmtest.Request) llmtest.Reply {
+		last := r.Messages[len(r.Messages)-1]
+		if len(last.ToolResults) > 0 {
+			res := last.ToolResults[0]
+			if res.Name == "get_weather" {
+				return llmtest.Text("In Paris: " + res.Text)
+			}
+			return llmtest.Text("The result is " + strings.TrimSpace(res.Text))
+		}
+		switch {
+		case strings.Contains(last.Text, "weather"):
+			return llmtest.CallTool("get_weather", `{"city": "Paris"}`)
+		case strings.Contains(last.Text, "Add one"):
+			return llmtest.CallTool("python", `{"code": "x = x + 1\nprint(x)"}`)
+		}
+		return llmtest.CallTool("python", `{"code": "x = 6 * 7\nprint(x)"}`)
+	})
+	t.Setenv("OPENAI_BASE_URL", model.URL)
+	t.Setenv("OPENAI_API_KEY", model.Key)
+	t.Setenv("ANTHROPIC_API_KEY", "")
+	r := runClient(t, aliceKey, "responses")
+	get := func(name string) (s struct {
+		ID         string `json:"id"`
+		Status     string `json:"status"`
+		OutputText string `json:"output_text"`
+		Types      []string
+		Calls      []struct {
+			Code        string `json:"code"`
+			ContainerID string `json:"container_id"`
+			Status      string `json:"status"`
+			Outputs     []struct{ Type, Logs string }
+		}
+		Functions []struct {
+			Name   string `json:"name"`
+			CallID string `json:"call_id"`
+		}
+	}) {
+		r.get(t, name, &s)
+		return s
+	}
+	first := get("first")
+	if first.Status != "completed" || first.OutputText != "The result is 42" || strings.Join(first.Types, ",") != "code_interpreter_call,message" ||
+		len(first.Calls) != 1 || !strings.HasPrefix(first.Calls[0].ContainerID, "cntr_") || len(first.Calls[0].Outputs) != 1 || first.Calls[0].Outputs[0].Logs != "42\n" {
+		t.Errorf("first: %+v", first)
+	}
+	second := get("second")
+	if second.OutputText != "The result is 43" || second.Calls[0].ContainerID != first.Calls[0].ContainerID {
+		t.Errorf("second (previous_response_id, the same container): %+v", second)
+	}
+	var streamed struct {
+		Events []string
+	}
+	r.get(t, "streamed", &streamed)
+	events := strings.Join(streamed.Events, ",")
+	for _, want := range []string{"response.created", "response.code_interpreter_call.interpreting", "response.code_interpreter_call_code.done",
+		"response.output_text.delta", "response.completed"} {
+		if !strings.Contains(events, want) {
+			t.Errorf("the stream has no %s: %s", want, events)
+		}
+	}
+	asked := get("asked")
+	if len(asked.Functions) != 1 || asked.Functions[0].Name != "get_weather" {
+		t.Errorf("asked: %+v", asked)
+	}
+	if answered := get("answered"); answered.OutputText != "In Paris: sunny, 21 C" {
+		t.Errorf("answered: %+v", answered)
+	}
+	if retrieved := get("retrieved"); retrieved.OutputText != "The result is 42" {
+		t.Errorf("retrieved: %+v", retrieved)
+	}
+	r.threw(t, "retrieveDeleted", "NotFoundError", 404, "no response")
+	r.threw(t, "unknownPrevious", "NotFoundError", 404, "resp_nope")
+	r.threw(t, "malformedTool", "BadRequestError", 400, "container")
+	r.threw(t, "unknownContainer", "NotFoundError", 404, "cntr_0123456789abcdef01234567")
 }

@@ -295,7 +295,13 @@ func (h *Handler) newTurn(r *http.Request, req responseRequest) (*turn, error) {
 			// A container named by id must be the caller's, now: not a failure the model
 			// reads later.
 			var named string
-			if json.Unmarshal(tl.Container, &named) == nil && named != "" {
+			var auto struct {
+				Type string `json:"type"`
+			}
+			if len(tl.Container) > 0 && json.Unmarshal(tl.Container, &named) != nil && (json.Unmarshal(tl.Container, &auto) != nil || auto.Type != "auto") {
+				return nil, invalid(fmt.Sprintf("tools[%d].container", i), "a code_interpreter's container is a container id (cntr_...) or {\"type\": \"auto\"}")
+			}
+			if named != "" {
 				id, err := sessionID(named)
 				if err == nil {
 					_, err = h.m.Get(r.Context(), id)
@@ -529,8 +535,8 @@ func (t *turn) run() error {
 func (t *turn) add(it respItem) {
 	idx := len(t.resp.Output)
 	t.resp.Output = append(t.resp.Output, it)
-	t.ev.send("response.output_item.added", map[string]any{"output_index": idx, "respItem": it})
-	t.ev.send("response.output_item.done", map[string]any{"output_index": idx, "respItem": it})
+	t.ev.send("response.output_item.added", map[string]any{"output_index": idx, "item": it})
+	t.ev.send("response.output_item.done", map[string]any{"output_index": idx, "item": it})
 }
 
 // interpret runs a code interpreter call in the container, adding its output item, and
@@ -547,13 +553,13 @@ func (t *turn) interpret(c llm.ToolCall) llm.ToolResult {
 	if err := t.container(); err != nil {
 		ci.Status = "failed"
 		t.resp.Output[idx] = ci
-		t.ev.send("response.output_item.added", map[string]any{"output_index": idx, "respItem": ci})
-		t.ev.send("response.output_item.done", map[string]any{"output_index": idx, "respItem": ci})
+		t.ev.send("response.output_item.added", map[string]any{"output_index": idx, "item": ci})
+		t.ev.send("response.output_item.done", map[string]any{"output_index": idx, "item": ci})
 		return llm.ToolResult{CallID: c.ID, Name: c.Name, Text: "the code interpreter could not start: " + err.Error(), IsError: true}
 	}
 	ci.ContainerID = containerPrefix + t.cont
 	t.resp.Output[idx] = ci
-	t.ev.send("response.output_item.added", map[string]any{"output_index": idx, "respItem": ci})
+	t.ev.send("response.output_item.added", map[string]any{"output_index": idx, "item": ci})
 	t.ev.send("response.code_interpreter_call.in_progress", map[string]any{"output_index": idx, "item_id": ci.ID})
 	t.ev.send("response.code_interpreter_call_code.delta", map[string]any{"output_index": idx, "item_id": ci.ID, "delta": code})
 	t.ev.send("response.code_interpreter_call_code.done", map[string]any{"output_index": idx, "item_id": ci.ID, "code": code})
@@ -575,7 +581,7 @@ func (t *turn) interpret(c llm.ToolCall) llm.ToolResult {
 	}
 	t.resp.Output[idx] = ci
 	t.ev.send("response.code_interpreter_call.completed", map[string]any{"output_index": idx, "item_id": ci.ID})
-	t.ev.send("response.output_item.done", map[string]any{"output_index": idx, "respItem": ci})
+	t.ev.send("response.output_item.done", map[string]any{"output_index": idx, "item": ci})
 	return out
 }
 
@@ -692,7 +698,7 @@ func (t *turn) startMessage() *textItem {
 	m := &textItem{t: t, idx: len(t.resp.Output), id: newID("msg_")}
 	it := respItem{Type: "message", ID: m.id, Role: "assistant", Status: "in_progress", Content: json.RawMessage(`[]`)}
 	t.resp.Output = append(t.resp.Output, it)
-	t.ev.send("response.output_item.added", map[string]any{"output_index": m.idx, "respItem": it})
+	t.ev.send("response.output_item.added", map[string]any{"output_index": m.idx, "item": it})
 	t.ev.send("response.content_part.added", map[string]any{"output_index": m.idx, "item_id": m.id, "content_index": 0,
 		"part": outputText{Type: "output_text", Annotations: []any{}}})
 	return m
@@ -710,7 +716,7 @@ func (m *textItem) done() {
 	m.t.resp.Output[m.idx] = it
 	m.t.ev.send("response.output_text.done", map[string]any{"output_index": m.idx, "item_id": m.id, "content_index": 0, "text": part.Text})
 	m.t.ev.send("response.content_part.done", map[string]any{"output_index": m.idx, "item_id": m.id, "content_index": 0, "part": part})
-	m.t.ev.send("response.output_item.done", map[string]any{"output_index": m.idx, "respItem": it})
+	m.t.ev.send("response.output_item.done", map[string]any{"output_index": m.idx, "item": it})
 }
 
 // events writes the Responses API's server-sent events; a nil *events writes nothing.

@@ -294,7 +294,8 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (_ *Server, err
 	var oai http.Handler
 	if !cfg.NoOpenAI {
 		o, err := openai.New(m, openai.Options{StateDir: cfg.StateDir, MaxBodyBytes: cfg.MaxBodyBytes, MaxUploadBytes: cfg.MaxUploadBytes,
-			MaxMemoryMB: cfg.MaxMemoryMB, MaxIdleTimeout: cfg.MaxIdleTimeout, Logger: log})
+			MaxMemoryMB: cfg.MaxMemoryMB, MaxIdleTimeout: cfg.MaxIdleTimeout, Logger: log,
+			Responses: openai.ResponsesOptions{NewProvider: providers(cfg), Runner: m}})
 		if err != nil {
 			ln.Close()
 			m.Shutdown(ctx)

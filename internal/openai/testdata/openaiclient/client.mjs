@@ -137,7 +137,46 @@ async function network() {
   await step('disabledFetch', () => curl(disabled.id));
 }
 
-const scenarios = { sdk, tenant, wrongKey, network };
+// responses drives the Responses API with the code_interpreter tool: a turn whose answer
+// comes from code, a follow-up with previous_response_id that uses the turn's variable, the
+// same through the SDK's streaming helper, a function tool of the client's, a retrieve and
+// a delete, and refusals. The model is the Go test's stand-in.
+async function responses() {
+  const ci = [{ type: 'code_interpreter', container: { type: 'auto' } }];
+  const summary = (r) => ({
+    id: r.id, status: r.status, output_text: r.output_text, types: r.output.map((o) => o.type),
+    calls: r.output.filter((o) => o.type === 'code_interpreter_call').map((o) => ({ code: o.code, container_id: o.container_id, status: o.status, outputs: o.outputs ?? null })),
+    functions: r.output.filter((o) => o.type === 'function_call').map((o) => ({ name: o.name, call_id: o.call_id, arguments: o.arguments })),
+  });
+  const first = await client.responses.create({ model: 'stand-in', input: 'What is 6 times 7?', tools: ci, include: ['code_interpreter_call.outputs'] });
+  report.first = summary(first);
+  const second = await client.responses.create({ model: 'stand-in', input: 'Add one to it.', previous_response_id: first.id, tools: ci });
+  report.second = summary(second);
+
+  const events = [];
+  const stream = client.responses.stream({ model: 'stand-in', input: 'Add one to it.', previous_response_id: second.id, tools: ci });
+  stream.on('response.output_text.delta', () => {});
+  for await (const ev of stream) events.push(ev.type);
+  report.streamed = { events, final: summary(await stream.finalResponse()) };
+
+  const weather = [{ type: 'function', name: 'get_weather', description: 'The weather in a city', parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] }, strict: false }];
+  const asked = await client.responses.create({ model: 'stand-in', input: 'And the weather in Paris?', previous_response_id: first.id, tools: [...ci, ...weather] });
+  report.asked = summary(asked);
+  const call = asked.output.find((o) => o.type === 'function_call');
+  if (call) {
+    const answered = await client.responses.create({ model: 'stand-in', previous_response_id: asked.id, tools: [...ci, ...weather],
+      input: [{ type: 'function_call_output', call_id: call.call_id, output: 'sunny, 21 C' }] });
+    report.answered = summary(answered);
+  }
+  report.retrieved = summary(await client.responses.retrieve(first.id));
+  await step('deleted', () => client.responses.delete(first.id));
+  await step('retrieveDeleted', () => client.responses.retrieve(first.id));
+  await step('unknownPrevious', () => client.responses.create({ model: 'stand-in', input: 'x', previous_response_id: 'resp_nope' }));
+  await step('malformedTool', () => client.responses.create({ model: 'stand-in', input: 'x', tools: [{ type: 'code_interpreter', container: 42 }] }));
+  await step('unknownContainer', () => client.responses.create({ model: 'stand-in', input: 'x', tools: [{ type: 'code_interpreter', container: 'cntr_0123456789abcdef01234567' }] }));
+}
+
+const scenarios = { sdk, tenant, wrongKey, network, responses };
 try {
   if (!scenarios[scenario]) throw new Error(`unknown scenario ${scenario}`);
   await scenarios[scenario]();
