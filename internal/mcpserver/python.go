@@ -66,8 +66,9 @@ type Python struct {
 }
 
 type pySession struct {
-	id   string // the cellbox session's
-	used uint64 // tick of the latest call
+	id    string // the cellbox session's
+	used  uint64 // tick of the latest call
+	calls int    // running now: a session with calls is not evicted
 }
 
 // NewPython returns the python tool server over m.
@@ -112,6 +113,7 @@ func (p *Python) call(ctx context.Context, conv, code string) *mcp.CallToolResul
 			return errorResult("cellbox could not start a Python session: " + errText(err))
 		}
 		res, err := p.m.Execute(ctx, id, api.ExecuteRequest{Code: code}, nil)
+		p.done(ctx, conv, id)
 		if errors.Is(err, errdefs.ErrNotFound) && !fresh {
 			p.forget(conv, id) // ended (idle too long): a new one, once
 			continue
@@ -135,6 +137,7 @@ func (p *Python) sessionFor(ctx context.Context, conv string) (id string, fresh 
 	p.tick++
 	if s, ok := p.sessions[conv]; ok && conv != "" {
 		s.used = p.tick
+		s.calls++
 		p.mu.Unlock()
 		return s.id, false, nil
 	}
@@ -144,21 +147,27 @@ func (p *Python) sessionFor(ctx context.Context, conv string) (id string, fresh 
 		return "", false, err
 	}
 	if conv == "" {
-		return s.ID, true, nil // no conversation: a session per call, as gpt-oss's own tool
+		return s.ID, true, nil // no conversation: a session per call (ended by done), as gpt-oss's own tool
 	}
 	p.mu.Lock()
 	var evict []string
 	if old, ok := p.sessions[conv]; ok { // made meanwhile by a concurrent call
 		evict = append(evict, s.ID)
 		s.ID = old.id
+		old.calls++
 	} else {
-		p.sessions[conv] = &pySession{id: s.ID, used: p.tick}
+		p.sessions[conv] = &pySession{id: s.ID, used: p.tick, calls: 1}
+		// Past the cap, the least recently used conversations without a call running
+		// end; those with calls stay until their calls return.
 		for len(p.sessions) > maxPythonSessions {
 			oldest, at := "", ^uint64(0)
 			for k, v := range p.sessions {
-				if v.used < at {
+				if v.calls == 0 && v.used < at {
 					oldest, at = k, v.used
 				}
+			}
+			if oldest == "" {
+				break
 			}
 			evict = append(evict, p.sessions[oldest].id)
 			delete(p.sessions, oldest)
@@ -169,6 +178,20 @@ func (p *Python) sessionFor(ctx context.Context, conv string) (id string, fresh 
 		p.m.Delete(ctx, e)
 	}
 	return s.ID, true, nil
+}
+
+// done ends a call in session id of conversation conv: a session made for a call without
+// a conversation ends with it.
+func (p *Python) done(ctx context.Context, conv, id string) {
+	if conv == "" {
+		p.m.Delete(context.WithoutCancel(ctx), id)
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if s, ok := p.sessions[conv]; ok && s.id == id && s.calls > 0 {
+		s.calls--
+	}
 }
 
 // forget drops conv's session id if it is still id.

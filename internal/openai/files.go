@@ -222,6 +222,7 @@ type uploadPart struct {
 	filename string
 	file     io.Reader
 	fields   map[string]string
+	parts    int // read so far, the file's not counted
 }
 
 // multipartFile reads a multipart/form-data request up to its part named "file" (OpenAI's
@@ -245,12 +246,36 @@ func multipartFile(r *http.Request) (*multipart.Reader, *uploadPart, error) {
 			u.filename, u.file = p.FileName(), p
 			return mr, u, nil
 		}
-		v, err := io.ReadAll(io.LimitReader(p, 4096))
-		if err != nil {
-			return nil, nil, fmt.Errorf("read multipart body: %s: %w", err.Error(), errdefs.ErrInvalidArgument)
+		if err := u.field(p); err != nil {
+			return nil, nil, err
 		}
+	}
+}
+
+// maxParts bounds the parts of an upload: OpenAI's SDKs send two or three.
+const maxParts = 16
+
+// field keeps a part the upload knows (purpose, at most 4 KiB) and reads any other to its
+// end unkept; past maxParts parts the upload is refused.
+func (u *uploadPart) field(p *multipart.Part) error {
+	u.parts++
+	if u.parts > maxParts {
+		return invalid("file", "an upload has at most %d parts", maxParts)
+	}
+	var v []byte
+	var err error
+	if p.FormName() == "purpose" {
+		v, err = io.ReadAll(io.LimitReader(p, 4096))
+	} else {
+		_, err = io.Copy(io.Discard, p)
+	}
+	if err != nil {
+		return fmt.Errorf("read multipart body: %s: %w", err.Error(), errdefs.ErrInvalidArgument)
+	}
+	if v != nil {
 		u.fields[p.FormName()] = string(v)
 	}
+	return nil
 }
 
 // rest reads the fields after the file part.
@@ -263,11 +288,9 @@ func (u *uploadPart) rest(mr *multipart.Reader) error {
 		if err != nil {
 			return fmt.Errorf("read multipart body: %s: %w", err.Error(), errdefs.ErrInvalidArgument)
 		}
-		v, err := io.ReadAll(io.LimitReader(p, 4096))
-		if err != nil {
-			return fmt.Errorf("read multipart body: %s: %w", err.Error(), errdefs.ErrInvalidArgument)
+		if err := u.field(p); err != nil {
+			return err
 		}
-		u.fields[p.FormName()] = string(v)
 	}
 }
 

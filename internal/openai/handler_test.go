@@ -369,3 +369,17 @@ func TestFilesAndContainers(t *testing.T) {
 		t.Errorf("delete container: %d %v", st, del)
 	}
 }
+
+// An upload with more parts than OpenAI's SDKs send is refused, unkept.
+func TestAttackUploadParts(t *testing.T) {
+	_, _, srv := served(t, Options{MaxBodyBytes: 1 << 16, MaxUploadBytes: 1 << 20, MaxMemoryMB: 8192, MaxIdleTimeout: time.Hour})
+	var fields []string
+	for i := range 40 {
+		fields = append(fields, fmt.Sprintf("f%d", i), strings.Repeat("x", 4096))
+	}
+	ct, body := form("a.txt", []byte("a"), fields...)
+	var eb errorBody
+	if st := call(t, srv, "alice", "POST", "/v1/files", ct, body, &eb); st != 400 || !strings.Contains(eb.Error.Message, "at most 16 parts") {
+		t.Errorf("%d %+v", st, eb)
+	}
+}

@@ -131,6 +131,7 @@ type stored struct {
 	messages  []llm.Message // the conversation, this response's turns included
 	container string        // its code interpreter's session; "" if none
 	pending   map[string]string
+	size      int64 // sizeOf, when stored
 }
 
 // responses keeps the stored responses of each tenant.
@@ -142,7 +143,11 @@ type responses struct {
 type tenantResponses struct {
 	byID  map[string]*stored
 	order []string
+	bytes int64
 }
+
+// maxStoredBytes bounds the stored responses of a tenant, as sizeOf counts them.
+const maxStoredBytes = 64 << 20
 
 func (rs *responses) put(tenant string, s *stored) {
 	rs.mu.Lock()
@@ -155,9 +160,14 @@ func (rs *responses) put(tenant string, s *stored) {
 		t = &tenantResponses{byID: map[string]*stored{}}
 		rs.tenant[tenant] = t
 	}
+	s.size = sizeOf(s)
 	t.byID[s.resp.ID] = s
 	t.order = append(t.order, s.resp.ID)
-	for len(t.order) > maxStored {
+	t.bytes += s.size
+	for len(t.order) > maxStored || t.bytes > maxStoredBytes && len(t.order) > 1 {
+		if old := t.byID[t.order[0]]; old != nil {
+			t.bytes -= old.size
+		}
 		delete(t.byID, t.order[0])
 		t.order = t.order[1:]
 	}
@@ -180,8 +190,66 @@ func (rs *responses) remove(tenant, id string) bool {
 	if t == nil || t.byID[id] == nil {
 		return false
 	}
+	t.bytes -= t.byID[id].size
 	delete(t.byID, id)
+	for i, o := range t.order {
+		if o == id {
+			t.order = append(t.order[:i], t.order[i+1:]...)
+			break
+		}
+	}
 	return true
+}
+
+// withoutImages is msgs with each tool result's images replaced by a note: a stored
+// conversation keeps text only (images are in the container, and a follow-up's model
+// calls would carry every earlier one again).
+func withoutImages(msgs []llm.Message) []llm.Message {
+	out := make([]llm.Message, len(msgs))
+	for i, m := range msgs {
+		out[i] = m
+		if len(m.ToolResults) == 0 {
+			continue
+		}
+		rs := make([]llm.ToolResult, len(m.ToolResults))
+		for j, r := range m.ToolResults {
+			if n := len(r.Images); n > 0 {
+				r.Text += fmt.Sprintf("\n[%d image(s) shown then, not kept]", n)
+				r.Images = nil
+			}
+			rs[j] = r
+		}
+		out[i].ToolResults = rs
+	}
+	return out
+}
+
+// sizeOf estimates what a stored response holds in memory.
+func sizeOf(s *stored) int64 {
+	b, _ := json.Marshal(s.resp)
+	n := int64(len(b))
+	for _, m := range s.messages {
+		n += int64(len(m.Text))
+		for _, c := range m.ToolCalls {
+			n += int64(len(c.Input))
+		}
+		for _, r := range m.ToolResults {
+			n += int64(len(r.Text))
+		}
+	}
+	return n
+}
+
+// toolNames lists the tools the model may call in this turn.
+func (t *turn) toolNames() string {
+	var names []string
+	for _, d := range t.tools {
+		names = append(names, d.Name)
+	}
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, ", ")
 }
 
 func newID(prefix string) string {
@@ -256,7 +324,7 @@ func (h *Handler) createResponse(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := t.run(); err != nil {
 		if t.ev != nil && t.ev.started {
-			t.ev.send("error", map[string]any{"code": errdefs.Code(err), "message": err.Error()})
+			t.ev.send("error", map[string]any{"code": errdefs.Code(err), "message": h.errText(r, err)})
 			return
 		}
 		h.writeError(w, r, err)
@@ -309,6 +377,22 @@ func (h *Handler) newTurn(r *http.Request, req responseRequest) (*turn, error) {
 				if err != nil {
 					return nil, &paramError{fmt.Sprintf("tools[%d].container", i), notFound(err, named)}
 				}
+				t.cont = id // the named container, over the previous response's
+			} else if len(tl.Container) > 0 {
+				// An auto container's settings are checked now, not at the model's first call.
+				var a struct {
+					FileIDs     []string `json:"file_ids"`
+					MemoryLimit string   `json:"memory_limit"`
+				}
+				json.Unmarshal(tl.Container, &a)
+				if _, err := memoryMB(a.MemoryLimit, h.opts.MaxMemoryMB); err != nil {
+					return nil, err
+				}
+				for j, fid := range a.FileIDs {
+					if _, err := h.files.get(r.Context(), fid); err != nil {
+						return nil, &paramError{fmt.Sprintf("tools[%d].container.file_ids[%d]", i, j), err}
+					}
+				}
 			}
 		case "function":
 			if tl.Name == "" || tl.Name == codeTool || t.clientFn[tl.Name] {
@@ -322,6 +406,17 @@ func (h *Handler) newTurn(r *http.Request, req responseRequest) (*turn, error) {
 			t.tools = append(t.tools, tool.Definition{Name: tl.Name, Description: tl.Description, InputSchema: params})
 		default:
 			return nil, invalid(fmt.Sprintf("tools[%d].type", i), "cellbox runs the tools code_interpreter and function, not %q", tl.Type)
+		}
+	}
+	if req.MaxOutputTokens < 0 {
+		return nil, invalid("max_output_tokens", "max_output_tokens must not be negative")
+	}
+	if len(req.Metadata) > 16 {
+		return nil, invalid("metadata", "metadata holds at most 16 pairs")
+	}
+	for k, v := range req.Metadata {
+		if len(k) > 64 || len(v) > 512 {
+			return nil, invalid("metadata", "metadata keys are at most 64 characters, values at most 512")
 		}
 	}
 	input, err := t.inputMessages(req.Input)
@@ -488,6 +583,14 @@ func (t *turn) run() error {
 		t.resp.Usage.InputTokens += res.Usage.InputTokens
 		t.resp.Usage.OutputTokens += res.Usage.OutputTokens
 		t.resp.Usage.TotalTokens = t.resp.Usage.InputTokens + t.resp.Usage.OutputTokens
+		if req.NoToolCalls && len(res.Message.ToolCalls) > 0 {
+			// Told not to call tools (the step limit, tool_choice "none") and did anyway, as
+			// local servers and hostile models do: the calls are dropped, the turn ends.
+			res.Message.ToolCalls = nil
+			if step >= steps {
+				t.resp.IncompleteDetails = map[string]string{"reason": "max_tool_calls"}
+			}
+		}
 		t.messages = append(t.messages, res.Message)
 		if res.Message.Text != "" {
 			if msg == nil {
@@ -498,6 +601,9 @@ func (t *turn) run() error {
 		}
 		if len(res.Message.ToolCalls) == 0 {
 			t.resp.Status = "completed"
+			if t.resp.IncompleteDetails != nil {
+				t.resp.Status = "incomplete"
+			}
 			if res.StopReason == llm.StopMaxTokens {
 				t.resp.Status, t.resp.IncompleteDetails = "incomplete", map[string]string{"reason": "max_output_tokens"}
 			}
@@ -507,6 +613,12 @@ func (t *turn) run() error {
 		for _, c := range res.Message.ToolCalls {
 			if c.Name == codeTool && t.ci != nil {
 				results = append(results, t.interpret(c))
+				continue
+			}
+			if !t.clientFn[c.Name] {
+				// A tool nobody defined: the model reads that, the client gets no call.
+				results = append(results, llm.ToolResult{CallID: c.ID, Name: c.Name, IsError: true,
+					Text: fmt.Sprintf("there is no tool named %q here; the tools are: %s", trimID(c.Name), t.toolNames())})
 				continue
 			}
 			pending[c.ID] = c.Name
@@ -525,7 +637,7 @@ func (t *turn) run() error {
 		t.messages = append(t.messages, llm.Message{Role: llm.RoleUser, ToolResults: results})
 	}
 	if t.resp.Store {
-		t.h.stored.put(session.Tenant(t.ctx), &stored{resp: t.resp, messages: t.messages, container: t.cont, pending: pending})
+		t.h.stored.put(session.Tenant(t.ctx), &stored{resp: t.resp, messages: withoutImages(t.messages), container: t.cont, pending: pending})
 	}
 	t.ev.send("response.completed", map[string]any{"response": t.resp})
 	return nil
@@ -555,7 +667,7 @@ func (t *turn) interpret(c llm.ToolCall) llm.ToolResult {
 		t.resp.Output[idx] = ci
 		t.ev.send("response.output_item.added", map[string]any{"output_index": idx, "item": ci})
 		t.ev.send("response.output_item.done", map[string]any{"output_index": idx, "item": ci})
-		return llm.ToolResult{CallID: c.ID, Name: c.Name, Text: "the code interpreter could not start: " + err.Error(), IsError: true}
+		return llm.ToolResult{CallID: c.ID, Name: c.Name, Text: "the code interpreter could not start: " + t.h.errText(t.r, err), IsError: true}
 	}
 	ci.ContainerID = containerPrefix + t.cont
 	t.resp.Output[idx] = ci
@@ -564,12 +676,12 @@ func (t *turn) interpret(c llm.ToolCall) llm.ToolResult {
 	t.ev.send("response.code_interpreter_call_code.delta", map[string]any{"output_index": idx, "item_id": ci.ID, "delta": code})
 	t.ev.send("response.code_interpreter_call_code.done", map[string]any{"output_index": idx, "item_id": ci.ID, "code": code})
 	t.ev.send("response.code_interpreter_call.interpreting", map[string]any{"output_index": idx, "item_id": ci.ID})
-	ctx := session.WithTenant(context.WithoutCancel(t.ctx), session.Tenant(t.ctx))
-	res, err := t.h.ropts.Runner.Execute(ctx, t.cont, api.ExecuteRequest{Code: code}, nil)
+	// The run lives as long as the request: a client that goes away interrupts it.
+	res, err := t.h.ropts.Runner.Execute(t.ctx, t.cont, api.ExecuteRequest{Code: code}, nil)
 	var out llm.ToolResult
 	if err != nil {
 		ci.Status = "failed"
-		out = llm.ToolResult{CallID: c.ID, Name: c.Name, Text: "the code could not run: " + err.Error(), IsError: true}
+		out = llm.ToolResult{CallID: c.ID, Name: c.Name, Text: "the code could not run: " + t.h.errText(t.r, err), IsError: true}
 	} else {
 		ci.Status = "completed"
 		rendered := tool.RenderExecute(res, t.h.ropts.Limits)
@@ -605,8 +717,7 @@ func (t *turn) ciOutputs(res *api.ExecuteResult, callID string) []ciOutput {
 				}
 				rel := fmt.Sprintf("outputs/%s_%d.png", callID, n)
 				n++
-				ctx := session.WithTenant(context.WithoutCancel(t.ctx), session.Tenant(t.ctx))
-				if _, err := t.h.m.PutFile(ctx, t.cont, rel, bytes.NewReader(b)); err != nil {
+				if _, err := t.h.m.PutFile(t.ctx, t.cont, rel, bytes.NewReader(b)); err != nil {
 					continue
 				}
 				outs = append(outs, ciOutput{Type: "image", URL: t.baseURL() + "/v1/containers/" + containerPrefix + t.cont + "/files/" + cfileID(rel) + "/content"})
@@ -746,4 +857,14 @@ func (e *events) send(typ string, fields map[string]any) {
 	if f, ok := e.w.(http.Flusher); ok {
 		f.Flush()
 	}
+}
+
+// errText is err as a client or a model may read it: an internal error's details go to the
+// log only.
+func (h *Handler) errText(r *http.Request, err error) string {
+	if errdefs.Code(err) == api.CodeInternal {
+		h.log.Error("internal error", "method", r.Method, "path", r.URL.Path, "err", err)
+		return "an internal error (the server's log has it)"
+	}
+	return err.Error()
 }

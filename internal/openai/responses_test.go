@@ -190,3 +190,28 @@ func lastResult(r llmtest.Request) string {
 	}
 	return last.ToolResults[0].Text
 }
+
+// A model that calls tools whatever it is told: the step limit and tool_choice "none" end
+// the turn, and a call of a tool nobody defined reaches neither the client nor the sandbox.
+func TestResponsesUnrulyModel(t *testing.T) {
+	always := func(r llmtest.Request) llmtest.Reply { return llmtest.CallTool("python", `{"code": "1"}`) }
+	srv, model := responsesServer(t, always)
+	st, r := post(t, srv.URL+"/v1/responses", `{"input": "x", "tool_choice": "none", "tools": [{"type": "code_interpreter", "container": {"type": "auto"}}]}`)
+	if st != 200 || r["status"] != "completed" || len(r["output"].([]any)) != 0 || len(model.Requests()) != 1 {
+		t.Errorf("tool_choice none: %d %v after %d model requests", st, r, len(model.Requests()))
+	}
+	st, r = post(t, srv.URL+"/v1/responses", `{"input": "x", "tools": [{"type": "code_interpreter", "container": {"type": "auto"}}]}`)
+	if st != 200 || r["status"] != "incomplete" || len(model.Requests()) != 1+21 {
+		t.Errorf("the step limit: %d %v after %d model requests", st, r["status"], len(model.Requests()))
+	}
+
+	srv, model = responsesServer(t, llmtest.Replies(llmtest.CallTool("delete_everything", `{}`), llmtest.Text("ok")))
+	st, r = post(t, srv.URL+"/v1/responses", `{"input": "x", "tools": [{"type": "function", "name": "get_weather"}]}`)
+	out := r["output"].([]any)
+	if st != 200 || len(out) != 1 || out[0].(map[string]any)["type"] != "message" {
+		t.Errorf("a tool nobody defined: %d %v", st, r)
+	}
+	if res := lastResult(model.Requests()[1]); !strings.Contains(res, `no tool named "delete_everything"`) {
+		t.Errorf("what the model read: %q", res)
+	}
+}
