@@ -198,12 +198,10 @@ type tsReport struct {
 	Error        string   `json:"error"`
 }
 
-// TestMCPTypeScriptClient runs the official MCP TypeScript SDK's client against cellbox mcp
-// (stdio) and cellbox serve's /mcp (streamable HTTP), on the setup of testbin.TestSetup
-// (runc on the host's root unless CELLBOX_TEST_SETUP says otherwise).
-func TestMCPTypeScriptClient(t *testing.T) {
-	setup := testbin.TestSetup(t)
-	node := testbin.NeedProgram(t, "node", "nodejs")
+// tsClient is node and the folder of the MCP TypeScript SDK's client scripts.
+func tsClient(t *testing.T) (node, dir string) {
+	t.Helper()
+	node = testbin.NeedProgram(t, "node", "nodejs")
 	dir, err := filepath.Abs(filepath.Join("..", "..", "internal", "mcpserver", "testdata", "tsclient"))
 	if err != nil {
 		t.Fatal(err)
@@ -211,6 +209,15 @@ func TestMCPTypeScriptClient(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@modelcontextprotocol", "sdk")); err != nil {
 		testbin.Missing(t, "needs the MCP TypeScript SDK: run npm ci in %s (make test does)", dir)
 	}
+	return node, dir
+}
+
+// TestMCPTypeScriptClient runs the official MCP TypeScript SDK's client against cellbox mcp
+// (stdio) and cellbox serve's /mcp (streamable HTTP), on the setup of testbin.TestSetup
+// (runc on the host's root unless CELLBOX_TEST_SETUP says otherwise).
+func TestMCPTypeScriptClient(t *testing.T) {
+	setup := testbin.TestSetup(t)
+	node, dir := tsClient(t)
 	bin := testbin.Cellbox(t)
 	run := func(t *testing.T, args ...string) tsReport {
 		t.Helper()
@@ -267,14 +274,7 @@ func TestMCPTypeScriptClient(t *testing.T) {
 // another conversation.
 func TestPythonToolServer(t *testing.T) {
 	setup := testbin.TestSetup(t)
-	node := testbin.NeedProgram(t, "node", "nodejs")
-	dir, err := filepath.Abs(filepath.Join("..", "..", "internal", "mcpserver", "testdata", "tsclient"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@modelcontextprotocol", "sdk")); err != nil {
-		testbin.Missing(t, "needs the MCP TypeScript SDK: run npm ci in %s (make test does)", dir)
-	}
+	node, dir := tsClient(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
