@@ -246,11 +246,7 @@ func (h *Handler) message(r *http.Request, err error) string {
 	if errors.As(err, &mbe) {
 		return fmt.Sprintf("request body is larger than this server's limit of %d bytes", mbe.Limit)
 	}
-	if errdefs.Code(err) == api.CodeInternal {
-		h.log.Error("internal error", "method", r.Method, "path", r.URL.Path, "err", err)
-		return "internal error; the server log has the details"
-	}
-	return err.Error()
+	return errdefs.Public(h.log, err, "method", r.Method, "path", r.URL.Path)
 }
 
 // status is the HTTP status of err.

@@ -204,8 +204,7 @@ func (h *Handler) rpcError(ctx context.Context, err error) error {
 		if ctx.Err() != nil {
 			return connect.NewError(connect.CodeCanceled, ctx.Err())
 		}
-		h.log.Error("internal error", "err", err)
-		return connect.NewError(connect.CodeInternal, errors.New("internal error; the server log has the details"))
+		return connect.NewError(connect.CodeInternal, errors.New(errdefs.Public(h.log, err)))
 	}
 	return connect.NewError(code, errors.New(err.Error()))
 }

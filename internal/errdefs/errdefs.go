@@ -9,6 +9,7 @@ package errdefs
 
 import (
 	"errors"
+	"log/slog"
 
 	"github.com/cellbox/cellbox/api"
 )
@@ -76,4 +77,18 @@ func Code(err error) string {
 		}
 	}
 	return api.CodeInternal
+}
+
+// InternalMessage is what a client or a model reads of an internal error: its details are
+// for the server's log only (they may name host paths and internals).
+const InternalMessage = "internal error; the server log has the details"
+
+// Public returns err's message as a client or a model may read it: an internal error's is
+// InternalMessage, and err itself goes to log with attrs (what the server was doing).
+func Public(log *slog.Logger, err error, attrs ...any) string {
+	if Code(err) != api.CodeInternal {
+		return err.Error()
+	}
+	log.Error("internal error", append(attrs, "err", err)...)
+	return InternalMessage
 }

@@ -1,11 +1,13 @@
 package errdefs
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -127,5 +129,22 @@ func TestCodeOrder(t *testing.T) {
 	}
 	if codeOrder[len(codeOrder)-1] != api.CodeUnavailable {
 		t.Errorf("codeOrder ends with %q, want unavailable", codeOrder[len(codeOrder)-1])
+	}
+}
+
+func TestPublic(t *testing.T) {
+	var logged bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logged, nil))
+	internal := fmt.Errorf("open /var/lib/cellbox/x: permission denied")
+	if got := Public(log, internal, "path", "/v1/x"); got != InternalMessage {
+		t.Errorf("an internal error reads %q", got)
+	}
+	if l := logged.String(); !strings.Contains(l, "/var/lib/cellbox/x") || !strings.Contains(l, "path=/v1/x") {
+		t.Errorf("the log has %q; want the error and the attrs", l)
+	}
+	logged.Reset()
+	coded := fmt.Errorf("no session %q: %w", "s1", ErrNotFound)
+	if got := Public(log, coded); got != coded.Error() || logged.Len() != 0 {
+		t.Errorf("a classified error reads %q and logs %q", got, logged.String())
 	}
 }

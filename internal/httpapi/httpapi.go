@@ -294,12 +294,7 @@ func (s *server) errorDetail(r *http.Request, err error) api.ErrorDetail {
 		err = fmt.Errorf("request canceled: %w", errdefs.ErrCanceled)
 	}
 	code := errdefs.Code(err)
-	msg := err.Error()
-	if code == api.CodeInternal {
-		s.log.Error("internal error", "method", r.Method, "path", r.URL.Path, "err", err)
-		msg = "internal error; the server log has the details"
-	}
-	return api.ErrorDetail{Code: code, Message: msg}
+	return api.ErrorDetail{Code: code, Message: errdefs.Public(s.log, err, "method", r.Method, "path", r.URL.Path)}
 }
 
 func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {

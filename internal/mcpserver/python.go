@@ -110,7 +110,7 @@ func (p *Python) call(ctx context.Context, conv, code string) *mcp.CallToolResul
 	for attempt := 0; attempt < 2; attempt++ {
 		id, fresh, err := p.sessionFor(ctx, conv)
 		if err != nil {
-			return errorResult("cellbox could not start a Python session: " + errText(err))
+			return errorResult("cellbox could not start a Python session: " + errdefs.Public(p.log, err, "in", "python tool"))
 		}
 		res, err := p.m.Execute(ctx, id, api.ExecuteRequest{Code: code}, nil)
 		p.done(ctx, conv, id)
@@ -119,7 +119,7 @@ func (p *Python) call(ctx context.Context, conv, code string) *mcp.CallToolResul
 			continue
 		}
 		if err != nil {
-			return errorResult("cellbox could not run the code: " + errText(err))
+			return errorResult("cellbox could not run the code: " + errdefs.Public(p.log, err, "in", "python tool"))
 		}
 		out := tool.RenderExecute(res, p.opts.Limits)
 		text := out.Text
@@ -201,13 +201,4 @@ func (p *Python) forget(conv, id string) {
 	if s, ok := p.sessions[conv]; ok && s.id == id {
 		delete(p.sessions, conv)
 	}
-}
-
-// errText is err as the model may read it: cellbox's own sentences, never an internal
-// error's details.
-func errText(err error) string {
-	if errdefs.Code(err) == api.CodeInternal {
-		return "an internal error (the server's log has it)"
-	}
-	return err.Error()
 }

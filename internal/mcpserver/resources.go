@@ -191,11 +191,7 @@ func (s *Server) readResource(ctx context.Context, req *mcp.ReadResourceRequest)
 
 // protocolError writes a service failure for a resources call, hiding internal details.
 func (s *Server) protocolError(err error) error {
-	if errdefs.Code(err) == api.CodeInternal {
-		s.log.Error("mcp resources", "err", err)
-		return errmcp.ToJSONRPC(err, "internal error; the server log has the details")
-	}
-	return errmcp.ToJSONRPC(err, err.Error())
+	return errmcp.ToJSONRPC(err, errdefs.Public(s.log, err, "in", "mcp resources"))
 }
 
 // mimeTypes are the types of common data files, the same on every machine (unlike the

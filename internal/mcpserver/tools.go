@@ -75,14 +75,10 @@ func (s *Server) serviceError(ctx context.Context, err error) (*mcp.CallToolResu
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
-	switch errdefs.Code(err) {
-	case api.CodeResourceExhausted:
+	if errdefs.Code(err) == api.CodeResourceExhausted {
 		return errorResult("cellbox could not run the call: the server is at its limit of sessions or resources (" + err.Error() + "). Try again later."), nil
-	case api.CodeInternal:
-		s.log.Error("mcp tool call", "err", err)
-		return errorResult("cellbox could not run the call: an internal error (the server log has the details)."), nil
 	}
-	return errorResult("cellbox could not run the call: " + err.Error()), nil
+	return errorResult("cellbox could not run the call: " + errdefs.Public(s.log, err, "in", "mcp tool call")), nil
 }
 
 // progress sends notifications/progress while a call runs, when the request asked for

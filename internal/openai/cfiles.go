@@ -13,6 +13,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 
@@ -55,10 +56,12 @@ type containerFile struct {
 
 func (f containerFile) key() (int64, string) { return f.CreatedAt, f.ID }
 
-func (h *Handler) containerFileOf(sessionID string, fi api.FileInfo) containerFile {
+// containerFileOf describes a workspace file; uploaded is the session's record of uploaded
+// files (sources.uploaded).
+func containerFileOf(sessionID string, fi api.FileInfo, uploaded map[string]bool) containerFile {
 	rel := strings.TrimPrefix(fi.Path, api.WorkspaceDir+"/")
 	src := "assistant"
-	if h.srcs.uploaded(sessionID, rel) {
+	if uploaded[rel] {
 		src = "user"
 	}
 	return containerFile{ID: cfileID(rel), Object: "container.file", CreatedAt: fi.ModTime.Unix(), Bytes: fi.Size,
@@ -116,13 +119,13 @@ func (h *Handler) createContainerFile(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, h.containerFileOf(s.ID, *info))
+	writeJSON(w, http.StatusOK, containerFileOf(s.ID, *info, h.srcs.uploaded(s.ID)))
 }
 
 // uploadTo streams the multipart request's file into the session's workspace.
 func (h *Handler) uploadTo(w http.ResponseWriter, r *http.Request, sessionID string) (*api.FileInfo, error) {
 	if r.ContentLength > h.opts.MaxUploadBytes+1<<20 {
-		return nil, h.tooLarge()
+		return nil, tooLarge(h.opts.MaxUploadBytes)
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, h.opts.MaxUploadBytes+1<<20)
 	_, u, err := multipartFile(r)
@@ -137,7 +140,7 @@ func (h *Handler) uploadTo(w http.ResponseWriter, r *http.Request, sessionID str
 	info, err := h.m.PutFile(r.Context(), sessionID, name, lr)
 	if err == nil && lr.N == 0 {
 		h.m.DeleteFile(r.Context(), sessionID, name)
-		err = h.tooLarge()
+		err = tooLarge(h.opts.MaxUploadBytes)
 	}
 	if err != nil {
 		return nil, err
@@ -154,14 +157,19 @@ func (h *Handler) stat(r *http.Request, sessionID, rel string) (*api.FileInfo, i
 	return info, rc, nil
 }
 
-// maxListed bounds a container's file list: a workspace may hold any number of files.
-const maxListed = 10000
+// maxListed and maxFolders bound a container's file list: a workspace may hold any number
+// of files and folders, and each folder is one listing in the sandbox.
+const (
+	maxListed  = 10000
+	maxFolders = 1000
+)
 
-// walk lists the workspace's files (not folders), depth first, up to maxListed.
+// walk lists the workspace's files (not folders), depth first, up to maxListed files from
+// maxFolders folders.
 func (h *Handler) walk(r *http.Request, sessionID string) ([]api.FileInfo, error) {
 	var out []api.FileInfo
 	dirs := []string{""}
-	for len(dirs) > 0 && len(out) < maxListed {
+	for folders := 0; len(dirs) > 0 && len(out) < maxListed && folders < maxFolders; folders++ {
 		dir := dirs[len(dirs)-1]
 		dirs = dirs[:len(dirs)-1]
 		l, err := h.m.ListFiles(r.Context(), sessionID, dir)
@@ -171,12 +179,15 @@ func (h *Handler) walk(r *http.Request, sessionID string) ([]api.FileInfo, error
 			}
 			return nil, err
 		}
+		// In name order, so that a list cut at the bounds is the same list each time and
+		// its pages follow on.
+		slices.SortFunc(l.Files, func(a, b api.FileInfo) int { return strings.Compare(b.Name, a.Name) })
 		for _, f := range l.Files {
 			switch f.Type {
 			case "file":
 				out = append(out, f)
 			case "dir":
-				dirs = append(dirs, path.Join(dir, f.Name))
+				dirs = append(dirs, path.Join(dir, f.Name)) // popped last name first: pushed in reverse
 			}
 		}
 	}
@@ -203,8 +214,9 @@ func (h *Handler) listContainerFiles(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	all := make([]containerFile, 0, len(files))
+	uploaded := h.srcs.uploaded(s.ID)
 	for _, f := range files {
-		all = append(all, h.containerFileOf(s.ID, f))
+		all = append(all, containerFileOf(s.ID, f, uploaded))
 	}
 	p, err := cut(l, all)
 	if err != nil {
@@ -243,7 +255,7 @@ func (h *Handler) getContainerFile(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rc.Close()
-	writeJSON(w, http.StatusOK, h.containerFileOf(sid, *info))
+	writeJSON(w, http.StatusOK, containerFileOf(sid, *info, h.srcs.uploaded(sid)))
 }
 
 func (h *Handler) containerFileContent(w http.ResponseWriter, r *http.Request) {
@@ -331,10 +343,11 @@ func (s *sources) write(sessionID string, set map[string]bool) error {
 	return nil
 }
 
-func (s *sources) uploaded(sessionID, rel string) bool {
+// uploaded returns the set of a session's uploaded files, by workspace path.
+func (s *sources) uploaded(sessionID string) map[string]bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.read(sessionID)[rel]
+	return s.read(sessionID)
 }
 
 func (s *sources) add(sessionID, rel string) error {

@@ -56,7 +56,16 @@ type fileStore struct {
 	dir      string
 	maxFiles int
 	maxBytes int64
-	mu       sync.Mutex // the check of a tenant's caps and the commit of a new file
+	mu       sync.Mutex            // guards use, the check of a tenant's caps and the commit of a new file
+	use      map[string]*tenantUse // by tenant folder, loaded from disk at a tenant's first upload
+}
+
+// tenantUse is what a tenant's files take: those kept, and the uploads under way, whose
+// bytes count as they arrive, so that concurrent uploads cannot together pass the caps on
+// disk before any of them is kept.
+type tenantUse struct {
+	files, uploads int
+	bytes, pending int64
 }
 
 func newFileStore(stateDir string, maxFiles int, maxBytes int64) (*fileStore, error) {
@@ -64,7 +73,7 @@ func newFileStore(stateDir string, maxFiles int, maxBytes int64) (*fileStore, er
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("openai files: %w", err)
 	}
-	return &fileStore{dir: dir, maxFiles: maxFiles, maxBytes: maxBytes}, nil
+	return &fileStore{dir: dir, maxFiles: maxFiles, maxBytes: maxBytes, use: map[string]*tenantUse{}}, nil
 }
 
 // tenantDir is the folder of ctx's tenant: a hash, since a tenant's name is any text.
@@ -151,36 +160,103 @@ func (s *fileStore) list(ctx context.Context) ([]storedFile, error) {
 	return out, nil
 }
 
-// full says why ctx's tenant may not add a file of size bytes (-1: not known yet), or nil.
-func (s *fileStore) full(ctx context.Context, size int64) error {
+// usage returns the use of the tenant whose folder is dir, reading it from disk the first
+// time. The caller holds mu.
+func (s *fileStore) usage(ctx context.Context, dir string) (*tenantUse, error) {
+	if u := s.use[dir]; u != nil {
+		return u, nil
+	}
 	all, err := s.list(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	var used int64
+	u := &tenantUse{files: len(all)}
 	for _, f := range all {
-		used += f.Bytes
+		u.bytes += f.Bytes
 	}
-	if len(all) >= s.maxFiles {
-		return fmt.Errorf("this server keeps at most %d files per API key and you have %d: delete some (DELETE /v1/files/{id}) first: %w",
-			s.maxFiles, len(all), errdefs.ErrResourceExhausted)
-	}
-	if size >= 0 && used+size > s.maxBytes {
-		return fmt.Errorf("this server keeps at most %d bytes of files per API key; you have %d and this file is %d: delete some (DELETE /v1/files/{id}) first: %w",
-			s.maxBytes, used, size, errdefs.ErrResourceExhausted)
-	}
-	return nil
+	s.use[dir] = u
+	return u, nil
 }
 
-// add keeps the content of tmp (a file in the tenant's folder, which add takes over) as a
-// new file of ctx's tenant.
-func (s *fileStore) add(ctx context.Context, tmp string, f storedFile) (storedFile, error) {
+func (s *fileStore) tooMany(have int) error {
+	return fmt.Errorf("this server keeps at most %d files per API key and you have %d (uploads under way included): delete some (DELETE /v1/files/{id}) first: %w",
+		s.maxFiles, have, errdefs.ErrResourceExhausted)
+}
+
+func (s *fileStore) tooBig(have, more int64) error {
+	return fmt.Errorf("this server keeps at most %d bytes of files per API key; you have %d (uploads under way included) and this file is %d or more: delete some (DELETE /v1/files/{id}) first: %w",
+		s.maxBytes, have, more, errdefs.ErrResourceExhausted)
+}
+
+// upload is one upload under way: it holds a place among the tenant's files, and reserves
+// bytes as they arrive (its Write) until done.
+type upload struct {
+	s        *fileStore
+	u        *tenantUse
+	w        io.Writer
+	reserved int64
+	maxFile  int64 // the bytes of one file
+}
+
+// begin starts an upload that writes to w for ctx's tenant, or says why the tenant may add
+// no file. A file past maxFile bytes is refused before the tenant's caps are checked.
+func (s *fileStore) begin(ctx context.Context, w io.Writer, maxFile int64) (*upload, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.full(ctx, f.Bytes); err != nil {
-		os.Remove(tmp)
-		return f, err
+	u, err := s.usage(ctx, s.tenantDir(ctx))
+	if err != nil {
+		return nil, err
 	}
+	if have := u.files + u.uploads; have >= s.maxFiles {
+		return nil, s.tooMany(have)
+	}
+	u.uploads++
+	return &upload{s: s, u: u, w: w, maxFile: maxFile}, nil
+}
+
+// Write reserves len(p) bytes of the tenant's cap, then writes them.
+func (up *upload) Write(p []byte) (int, error) {
+	if up.reserved+int64(len(p)) > up.maxFile {
+		return 0, tooLarge(up.maxFile)
+	}
+	up.s.mu.Lock()
+	have := up.u.bytes + up.u.pending
+	ok := have+int64(len(p)) <= up.s.maxBytes
+	if ok {
+		up.u.pending += int64(len(p))
+		up.reserved += int64(len(p))
+	}
+	up.s.mu.Unlock()
+	if !ok {
+		return 0, up.s.tooBig(have-up.reserved, up.reserved+int64(len(p)))
+	}
+	return up.w.Write(p)
+}
+
+// done ends the upload: its reservation goes, and the file it kept (if kept) counts.
+// The caller holds mu.
+func (up *upload) done(kept *storedFile) {
+	up.u.uploads--
+	up.u.pending -= up.reserved
+	up.reserved = 0
+	if kept != nil {
+		up.u.files++
+		up.u.bytes += kept.Bytes
+	}
+}
+
+// cancel ends an upload that kept nothing.
+func (up *upload) cancel() {
+	up.s.mu.Lock()
+	defer up.s.mu.Unlock()
+	up.done(nil)
+}
+
+// add keeps the content of tmp (a file in the tenant's folder, which add takes over),
+// written by up, as a new file of ctx's tenant, and ends up.
+func (s *fileStore) add(ctx context.Context, up *upload, tmp string, f storedFile) (storedFile, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	var b [12]byte
 	rand.Read(b[:])
 	f.ID, f.Object, f.Status = filePrefix+hex.EncodeToString(b[:]), "file", "processed"
@@ -195,14 +271,17 @@ func (s *fileStore) add(ctx context.Context, tmp string, f storedFile) (storedFi
 	}
 	if err != nil {
 		os.Remove(tmp)
+		up.done(nil)
 		return f, fmt.Errorf("keep file: %w", err)
 	}
+	up.done(&f)
 	return f, nil
 }
 
 // remove deletes ctx's tenant's file id: its metadata first, so it is gone at once.
 func (s *fileStore) remove(ctx context.Context, id string) error {
-	if _, err := s.get(ctx, id); err != nil {
+	f, err := s.get(ctx, id)
+	if err != nil {
 		return err
 	}
 	dir := s.tenantDir(ctx)
@@ -213,6 +292,12 @@ func (s *fileStore) remove(ctx context.Context, id string) error {
 		return fmt.Errorf("delete file %s: %w", id, err)
 	}
 	os.Remove(filepath.Join(dir, id))
+	s.mu.Lock()
+	if u := s.use[dir]; u != nil {
+		u.files--
+		u.bytes -= f.Bytes
+	}
+	s.mu.Unlock()
 	return nil
 }
 
@@ -304,9 +389,9 @@ func baseName(filename string) (string, error) {
 	return name, nil
 }
 
-// tooLarge is the refusal of a file past MaxUploadBytes.
-func (h *Handler) tooLarge() error {
-	return fmt.Errorf("the file is larger than this server's limit of %d bytes per file: %w", h.opts.MaxUploadBytes, errdefs.ErrTooLarge)
+// tooLarge is the refusal of a file past limit bytes (MaxUploadBytes).
+func tooLarge(limit int64) error {
+	return fmt.Errorf("the file is larger than this server's limit of %d bytes per file: %w", limit, errdefs.ErrTooLarge)
 }
 
 func (h *Handler) createFile(w http.ResponseWriter, r *http.Request) {
@@ -320,18 +405,6 @@ func (h *Handler) createFile(w http.ResponseWriter, r *http.Request) {
 
 func (h *Handler) upload(w http.ResponseWriter, r *http.Request) (storedFile, error) {
 	var f storedFile
-	if err := h.files.full(r.Context(), -1); err != nil {
-		return f, err
-	}
-	// The file itself is bounded below; the rest of a multipart body is small.
-	r.Body = http.MaxBytesReader(w, r.Body, h.opts.MaxUploadBytes+1<<20)
-	mr, u, err := multipartFile(r)
-	if err != nil {
-		return f, err
-	}
-	if f.Filename, err = baseName(u.filename); err != nil {
-		return f, err
-	}
 	dir := h.files.tenantDir(r.Context())
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return f, fmt.Errorf("openai files: %w", err)
@@ -340,28 +413,54 @@ func (h *Handler) upload(w http.ResponseWriter, r *http.Request) (storedFile, er
 	if err != nil {
 		return f, fmt.Errorf("openai files: %w", err)
 	}
-	n, err := io.Copy(tmp, io.LimitReader(u.file, h.opts.MaxUploadBytes+1))
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil && n > h.opts.MaxUploadBytes {
-		err = h.tooLarge()
-	}
-	if err == nil {
-		err = u.rest(mr)
-	}
-	if err == nil {
-		f.Purpose = u.fields["purpose"]
-		if !validPurpose(f.Purpose) {
-			err = invalid("purpose", "purpose must be one of %s, not %q", strings.Join(purposes, ", "), trunc(f.Purpose))
-		}
-	}
+	up, err := h.files.begin(r.Context(), tmp, h.opts.MaxUploadBytes)
 	if err != nil {
+		tmp.Close()
 		os.Remove(tmp.Name())
 		return f, err
 	}
+	// From here the file is kept (add ends up) or up is cancelled.
+	n, err := h.receive(w, r, &f, up)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+		up.cancel()
+		return f, err
+	}
 	f.Bytes = n
-	return h.files.add(r.Context(), tmp.Name(), f)
+	return h.files.add(r.Context(), up, tmp.Name(), f)
+}
+
+// receive reads an upload's multipart body: its file into up, its fields into f.
+func (h *Handler) receive(w http.ResponseWriter, r *http.Request, f *storedFile, up *upload) (int64, error) {
+	// The file itself is bounded below; the rest of a multipart body is small.
+	r.Body = http.MaxBytesReader(w, r.Body, h.opts.MaxUploadBytes+1<<20)
+	mr, u, err := multipartFile(r)
+	if err != nil {
+		return 0, err
+	}
+	if f.Filename, err = baseName(u.filename); err != nil {
+		return 0, err
+	}
+	n, err := io.Copy(up, u.file) // up refuses a file past MaxUploadBytes
+	var disk *fs.PathError        // the server's disk failed
+	if err != nil && errdefs.Code(err) == api.CodeInternal && !errors.As(err, &disk) {
+		// The client's body broke off or is malformed.
+		err = fmt.Errorf("read the upload: %s: %w", err.Error(), errdefs.ErrInvalidArgument)
+	}
+	if err != nil {
+		return 0, err
+	}
+	if err := u.rest(mr); err != nil {
+		return 0, err
+	}
+	f.Purpose = u.fields["purpose"]
+	if !validPurpose(f.Purpose) {
+		return 0, invalid("purpose", "purpose must be one of %s, not %q", strings.Join(purposes, ", "), trunc(f.Purpose))
+	}
+	return n, nil
 }
 
 func validPurpose(p string) bool {

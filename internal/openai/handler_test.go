@@ -19,6 +19,7 @@ import (
 	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/internal/errdefs"
 	"github.com/cellbox/cellbox/internal/session"
+	"github.com/cellbox/cellbox/internal/testbin"
 )
 
 // fake is Sessions in memory: sessions by id with their tenant, workspaces as maps.
@@ -381,5 +382,123 @@ func TestAttackUploadParts(t *testing.T) {
 	var eb errorBody
 	if st := call(t, srv, "alice", "POST", "/v1/files", ct, body, &eb); st != 400 || !strings.Contains(eb.Error.Message, "at most 16 parts") {
 		t.Errorf("%d %+v", st, eb)
+	}
+}
+
+// TestFilesUploadsUnderWay: uploads that have not ended count against a tenant's caps as
+// their bytes arrive, so concurrent uploads cannot together pass the caps on disk; an upload
+// refused or broken off gives its share back.
+func TestFilesUploadsUnderWay(t *testing.T) {
+	_, h, srv := served(t, Options{MaxBodyBytes: 1 << 16, MaxUploadBytes: 1 << 10, MaxFiles: 3, MaxFileBytes: 1000, MaxMemoryMB: 8192, MaxIdleTimeout: time.Hour})
+	alice := session.WithTenant(context.Background(), "alice")
+	use := func() tenantUse {
+		h.files.mu.Lock()
+		defer h.files.mu.Unlock()
+		if u := h.files.use[h.files.tenantDir(alice)]; u != nil {
+			return *u
+		}
+		return tenantUse{}
+	}
+	// Upload A sends 600 bytes of its file and waits.
+	pr, pw := io.Pipe()
+	mw := multipart.NewWriter(pw)
+	type answer struct {
+		st int
+		eb errorBody
+	}
+	doneA := make(chan answer, 1)
+	go func() {
+		var a answer
+		a.st = call(t, srv, "alice", "POST", "/v1/files", mw.FormDataContentType(), pr, &a.eb)
+		doneA <- a
+	}()
+	mw.WriteField("purpose", "user_data")
+	part, _ := mw.CreateFormFile("file", "a.bin")
+	part.Write(bytes.Repeat([]byte("a"), 600))
+	testbin.WaitFor(t, 10*time.Second, "upload A's bytes to count", func() error {
+		if u := use(); u.uploads != 1 || u.pending != 600 {
+			return fmt.Errorf("use %+v", u)
+		}
+		return nil
+	})
+	// B, 600 bytes more, passes the byte cap with A's: refused, though no file is kept yet.
+	var eb errorBody
+	ct, body := form("b.bin", bytes.Repeat([]byte("b"), 600), "purpose", "user_data")
+	if st := call(t, srv, "alice", "POST", "/v1/files", ct, body, &eb); st != 429 || !strings.Contains(eb.Error.Message, "uploads under way included") {
+		t.Errorf("B beside A: %d %+v", st, eb)
+	}
+	// Bob is another tenant: A takes nothing of his.
+	ct, body = form("bob.bin", bytes.Repeat([]byte("b"), 600), "purpose", "user_data")
+	if st := call(t, srv, "bob", "POST", "/v1/files", ct, body, nil); st != 200 {
+		t.Errorf("bob's upload beside alice's: %d", st)
+	}
+	// A ends and is kept; C fits in what is left.
+	part.Write(bytes.Repeat([]byte("a"), 100))
+	mw.Close()
+	pw.Close()
+	if a := <-doneA; a.st != 200 {
+		t.Fatalf("A: %d %+v", a.st, a.eb)
+	}
+	ct, body = form("c.bin", bytes.Repeat([]byte("c"), 300), "purpose", "user_data")
+	var c storedFile
+	if st := call(t, srv, "alice", "POST", "/v1/files", ct, body, &c); st != 200 {
+		t.Fatalf("C: %d", st)
+	}
+	if u := use(); u != (tenantUse{files: 2, bytes: 1000}) {
+		t.Errorf("after A and C: %+v; want 2 files of 1000 bytes, nothing under way", u)
+	}
+	// Deleting gives room back, counted without reading the disk again.
+	if st := call(t, srv, "alice", "DELETE", "/v1/files/"+c.ID, "", nil, nil); st != 200 {
+		t.Fatalf("delete C: %d", st)
+	}
+	if u := use(); u != (tenantUse{files: 1, bytes: 700}) {
+		t.Errorf("after deleting C: %+v; want 1 file of 700 bytes", u)
+	}
+	// A body that ends mid-file gives its share back, and leaves no file.
+	pr2, pw2 := io.Pipe()
+	mw2 := multipart.NewWriter(pw2)
+	go func() {
+		mw2.WriteField("purpose", "user_data")
+		p, _ := mw2.CreateFormFile("file", "cut.bin")
+		p.Write([]byte("partial"))
+		pw2.Close() // no closing boundary: the body ends mid-file
+	}()
+	if st := call(t, srv, "alice", "POST", "/v1/files", mw2.FormDataContentType(), pr2, &eb); st != 400 {
+		t.Errorf("a body cut short: %d %+v", st, eb)
+	}
+	ents, _ := os.ReadDir(h.files.tenantDir(alice))
+	if len(ents) != 2 {
+		t.Errorf("alice's folder holds %d entries; want A and its metadata", len(ents))
+	}
+}
+
+// TestContainerFilesWalkBounded: a workspace of many folders is listed from maxFolders of
+// them, not walked whole.
+func TestContainerFilesWalkBounded(t *testing.T) {
+	f, _, srv := served(t, Options{MaxBodyBytes: 1 << 16, MaxUploadBytes: 1 << 10, MaxFiles: 2, MaxFileBytes: 1000, MaxMemoryMB: 8192, MaxIdleTimeout: time.Hour})
+	var c container
+	if st := call(t, srv, "alice", "POST", "/v1/containers", "application/json", strings.NewReader(`{"name":"deep"}`), &c); st != 200 {
+		t.Fatalf("create: %d", st)
+	}
+	files := f.files[strings.TrimPrefix(c.ID, "cntr_")]
+	files["top.txt"] = []byte("top")
+	for i := range maxFolders + 50 {
+		files[fmt.Sprintf("d%04d/f.txt", i)] = []byte("x")
+	}
+	var all int
+	for q := "limit=100"; ; {
+		var p page[containerFile]
+		if st := call(t, srv, "alice", "GET", "/v1/containers/"+c.ID+"/files?"+q, "", nil, &p); st != 200 {
+			t.Fatalf("list: %d", st)
+		}
+		all += len(p.Data)
+		if !p.HasMore {
+			break
+		}
+		q = "limit=100&after=" + p.Data[len(p.Data)-1].ID
+	}
+	// The root is one folder: its file and those of maxFolders-1 subfolders.
+	if all != maxFolders {
+		t.Errorf("listed %d files; want %d (the root's and %d folders')", all, maxFolders, maxFolders-1)
 	}
 }

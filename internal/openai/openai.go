@@ -172,14 +172,12 @@ func invalid(param, format string, args ...any) error {
 // writeError answers with OpenAI's error shape: type is OpenAI's class of the status, code
 // cellbox's code of the error (api.Code*).
 func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) {
-	st, msg := errhttp.ToHTTP(err), err.Error()
-	var mbe *http.MaxBytesError
-	switch {
-	case errors.As(err, &mbe):
+	st := errhttp.ToHTTP(err)
+	var msg string
+	if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
 		st, msg = http.StatusRequestEntityTooLarge, fmt.Sprintf("the request body is larger than this server's limit of %d bytes", mbe.Limit)
-	case errdefs.Code(err) == api.CodeInternal:
-		h.log.Error("internal error", "method", r.Method, "path", r.URL.Path, "err", err)
-		msg = "internal error; the server log has the details"
+	} else {
+		msg = errdefs.Public(h.log, err, "method", r.Method, "path", r.URL.Path)
 	}
 	typ := "invalid_request_error"
 	switch {

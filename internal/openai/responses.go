@@ -660,17 +660,14 @@ func (t *turn) interpret(c llm.ToolCall) llm.ToolResult {
 	}
 	code := call.Code
 	ci := respItem{Type: "code_interpreter_call", ID: newID("ci_"), Status: "in_progress", Code: &code}
-	idx := len(t.resp.Output)
-	t.resp.Output = append(t.resp.Output, ci)
 	if err := t.container(); err != nil {
 		ci.Status = "failed"
-		t.resp.Output[idx] = ci
-		t.ev.send("response.output_item.added", map[string]any{"output_index": idx, "item": ci})
-		t.ev.send("response.output_item.done", map[string]any{"output_index": idx, "item": ci})
+		t.add(ci)
 		return llm.ToolResult{CallID: c.ID, Name: c.Name, Text: "the code interpreter could not start: " + t.h.errText(t.r, err), IsError: true}
 	}
 	ci.ContainerID = containerPrefix + t.cont
-	t.resp.Output[idx] = ci
+	idx := len(t.resp.Output)
+	t.resp.Output = append(t.resp.Output, ci)
 	t.ev.send("response.output_item.added", map[string]any{"output_index": idx, "item": ci})
 	t.ev.send("response.code_interpreter_call.in_progress", map[string]any{"output_index": idx, "item_id": ci.ID})
 	t.ev.send("response.code_interpreter_call_code.delta", map[string]any{"output_index": idx, "item_id": ci.ID, "delta": code})
@@ -859,12 +856,7 @@ func (e *events) send(typ string, fields map[string]any) {
 	}
 }
 
-// errText is err as a client or a model may read it: an internal error's details go to the
-// log only.
+// errText is err as a client or a model may read it (errdefs.Public).
 func (h *Handler) errText(r *http.Request, err error) string {
-	if errdefs.Code(err) == api.CodeInternal {
-		h.log.Error("internal error", "method", r.Method, "path", r.URL.Path, "err", err)
-		return "an internal error (the server's log has it)"
-	}
-	return err.Error()
+	return errdefs.Public(h.log, err, "method", r.Method, "path", r.URL.Path)
 }
