@@ -13,10 +13,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime/multipart"
 	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -344,6 +346,145 @@ func TestClusterOtherAPIs(t *testing.T) {
 	r := runE2BProgram(t, tc.nodes["node-a"].URL, tc.nodes["node-b"].URL, tc.key)
 	if !strings.Contains(r, "8000 rows") || !strings.Contains(r, `"killed":true`) {
 		t.Errorf("the E2B program across nodes: %s", r)
+	}
+
+	t.Run("OpenAI", func(t *testing.T) { clusterOpenAI(t, tc, call, s.ID, own, other) })
+}
+
+// clusterOpenAI: OpenAI's APIs across two nodes. Files stay on the node they were uploaded
+// to and are found through either; a container takes files of both nodes; calls on a
+// container, a file or a response reach its node through the other; the lists have both
+// nodes'. Session sid, on node own, has x = 7.
+func clusterOpenAI(t *testing.T, tc *testCluster, call func(node, method, path string, body, out any) int, sid, own, other string) {
+	type file struct {
+		ID       string `json:"id"`
+		Filename string `json:"filename"`
+	}
+	type list struct {
+		Data []struct {
+			ID   string `json:"id"`
+			Path string `json:"path"`
+		} `json:"data"`
+	}
+	upload := func(node, name, content string) file {
+		var body bytes.Buffer
+		mw := multipart.NewWriter(&body)
+		mw.WriteField("purpose", "user_data")
+		w, _ := mw.CreateFormFile("file", name)
+		io.WriteString(w, content)
+		mw.Close()
+		req, _ := http.NewRequestWithContext(t.Context(), "POST", tc.nodes[node].URL+"/v1/files", &body)
+		req.Header.Set("Authorization", "Bearer "+tc.key)
+		req.Header.Set("Content-Type", mw.FormDataContentType())
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		var f file
+		if json.NewDecoder(res.Body).Decode(&f) != nil || res.StatusCode != http.StatusOK || !strings.HasPrefix(f.ID, "file-"+config.NodeTag(node)) {
+			t.Fatalf("upload %s through %s: HTTP %d, %+v; want a file of %s", name, node, res.StatusCode, f, node)
+		}
+		return f
+	}
+	fa, fb := upload("node-a", "a.txt", "from a"), upload("node-b", "b.txt", "from b")
+	for _, n := range tc.names {
+		var l list
+		if st := call(n, "GET", "/v1/files", nil, &l); st != http.StatusOK || len(l.Data) != 2 {
+			t.Errorf("the files through %s: HTTP %d, %+v; want both nodes'", n, st, l)
+		}
+		for _, f := range []file{fa, fb} {
+			var got file
+			if st := call(n, "GET", "/v1/files/"+f.ID, nil, &got); st != http.StatusOK || got.Filename != f.Filename {
+				t.Errorf("GET file %s through %s: HTTP %d, %+v", f.ID, n, st, got)
+			}
+		}
+	}
+	// A container with a file of each node: wherever it is placed, one comes from the other.
+	var c struct{ ID string }
+	if st := call("node-a", "POST", "/v1/containers", map[string]any{"name": "both", "file_ids": []string{fa.ID, fb.ID}}, &c); st != http.StatusOK {
+		t.Fatalf("a container with both nodes' files: HTTP %d", st)
+	}
+	cnode := tc.nodeOf(t, strings.TrimPrefix(c.ID, "cntr_"))
+	for _, n := range tc.names {
+		var l list
+		if st := call(n, "GET", "/v1/containers/"+c.ID+"/files", nil, &l); st != http.StatusOK || len(l.Data) != 2 {
+			t.Fatalf("the container's files through %s (it is on %s): HTTP %d, %+v", n, cnode, st, l)
+		}
+		for _, cf := range l.Data {
+			req, _ := http.NewRequestWithContext(t.Context(), "GET", tc.nodes[n].URL+"/v1/containers/"+c.ID+"/files/"+cf.ID+"/content", nil)
+			req.Header.Set("Authorization", "Bearer "+tc.key)
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if want := "from " + strings.TrimSuffix(path.Base(cf.Path), ".txt"); string(b) != want {
+				t.Errorf("%s through %s: %q; want %q", cf.Path, n, b, want)
+			}
+		}
+	}
+	// The containers list through either node has both nodes' sessions.
+	for _, n := range tc.names {
+		var l list
+		if st := call(n, "GET", "/v1/containers?limit=100", nil, &l); st != http.StatusOK {
+			t.Fatalf("containers through %s: HTTP %d", n, st)
+		}
+		var ids []string
+		for _, d := range l.Data {
+			ids = append(ids, d.ID)
+		}
+		if !slices.Contains(ids, c.ID) || !slices.Contains(ids, "cntr_"+sid) {
+			t.Errorf("containers through %s: %v; want %s and cntr_%s", n, ids, c.ID, sid)
+		}
+	}
+	// A response in session sid's container, through the other node, runs on sid's node; it
+	// and the one that goes on from it are found through either node.
+	type response struct {
+		ID     string `json:"id"`
+		Status string `json:"status"`
+		Output []struct {
+			Type    string `json:"type"`
+			Content []struct {
+				Text string `json:"text"`
+			} `json:"content"`
+		} `json:"output"`
+	}
+	text := func(r response) string { // what OpenAI's SDKs call output_text
+		var b strings.Builder
+		for _, o := range r.Output {
+			for _, c := range o.Content {
+				if o.Type == "message" {
+					b.WriteString(c.Text)
+				}
+			}
+		}
+		return b.String()
+	}
+	var r1 response
+	tools := []map[string]any{{"type": "code_interpreter", "container": "cntr_" + sid}}
+	if st := call(other, "POST", "/v1/responses", map[string]any{"model": "m", "input": "x?", "tools": tools}, &r1); st != http.StatusOK ||
+		text(r1) != "x is 7" || !strings.HasPrefix(r1.ID, "resp_"+config.NodeTag(own)) {
+		t.Fatalf("a response in %s's container through %s: HTTP %d, %+v; want x is 7, by %s", own, other, st, r1, own)
+	}
+	var r2 response
+	if st := call(other, "POST", "/v1/responses", map[string]any{"model": "m", "input": "again", "previous_response_id": r1.ID, "tools": []map[string]any{{"type": "code_interpreter"}}}, &r2); st != http.StatusOK ||
+		text(r2) != "x is 7" || !strings.HasPrefix(r2.ID, "resp_"+config.NodeTag(own)) {
+		t.Errorf("a response after %s through %s: HTTP %d, %+v; want x is 7, by %s", r1.ID, other, st, r2, own)
+	}
+	for _, n := range tc.names {
+		var got response
+		if st := call(n, "GET", "/v1/responses/"+r1.ID, nil, &got); st != http.StatusOK || got.ID != r1.ID || got.Status != "completed" {
+			t.Errorf("GET %s through %s: HTTP %d, %+v", r1.ID, n, st, got)
+		}
+	}
+	if st := call(other, "DELETE", "/v1/files/"+map[string]file{"node-a": fa, "node-b": fb}[own].ID, nil, nil); st != http.StatusOK {
+		t.Errorf("DELETE %s's file through %s: HTTP %d", own, other, st)
+	}
+	var l list
+	if st := call(own, "GET", "/v1/files", nil, &l); st != http.StatusOK || len(l.Data) != 1 {
+		t.Errorf("the files after one was deleted: HTTP %d, %+v", st, l)
 	}
 }
 

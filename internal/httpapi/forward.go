@@ -48,33 +48,163 @@ func newForwarder() *http.Transport {
 }
 
 // routeInCluster serves r on the node it belongs to, when that is another node, and
-// reports whether it did (false: serve it here). Requests on a session or a conversation go
+// reports whether it did (false: serve the request it returns here). Requests on a session or a conversation go
 // to its node (the id says which), and so do an agent run and a new conversation in a
 // session of another node; new sessions and one-shot executions go to the node with the
 // most room; the lists of sessions and of conversations are gathered from every node.
-func (s *server) routeInCluster(w http.ResponseWriter, r *http.Request, pattern string) bool {
-	if s.opts.Cluster == nil || r.Header.Get(ForwardedHeader) != "" {
-		return false
+func (s *server) routeInCluster(w http.ResponseWriter, r *http.Request, pattern string) (*http.Request, bool) {
+	if s.opts.Cluster == nil {
+		return r, false
+	}
+	openAI := s.opts.OpenAI != nil && strings.HasPrefix(pattern, "/v1/") // its patterns are paths alone
+	if openAI {
+		// Served here, forwarded or not, it may need a file another node keeps (OpenOnNode).
+		r = r.WithContext(context.WithValue(r.Context(), nodesKey{}, s))
+	}
+	if r.Header.Get(ForwardedHeader) != "" {
+		return r, false
 	}
 	switch {
 	case pattern == "POST /v1/sessions" || pattern == "POST /v1/execute":
-		return s.place(w, r, s.writeError)
+		return r, s.place(w, r, s.writeError)
 	case pattern == "POST /v1/agent" || pattern == "POST /v1/conversations":
-		return s.toSessionNode(w, r)
+		return r, s.toSessionNode(w, r)
 	case pattern == "GET /v1/sessions":
 		s.listSessionsInCluster(w, r)
-		return true
+		return r, true
 	case pattern == "GET /v1/conversations" && s.opts.Conversations != nil:
 		s.listConversationsInCluster(w, r)
-		return true
+		return r, true
 	case strings.Contains(pattern, " /v1/sessions/{id}"):
-		return s.toNodeOf(w, r, idIn(r.URL.Path, "/v1/sessions/"), s.writeError)
+		return r, s.toNodeOf(w, r, idIn(r.URL.Path, "/v1/sessions/"), s.writeError)
 	case strings.Contains(pattern, " /v1/conversations/{id}"):
 		// conv_ and the node's tag: the tag as a session id carries it.
-		return s.toNodeOf(w, r, strings.TrimPrefix(idIn(r.URL.Path, "/v1/conversations/"), "conv_"), s.writeError)
+		return r, s.toNodeOf(w, r, strings.TrimPrefix(idIn(r.URL.Path, "/v1/conversations/"), "conv_"), s.writeError)
 	case pattern == "/mcp" && r.Header.Get("Mcp-Session-Id") != "":
 		// An MCP session (and the cellbox session it works in) is on the node that made it.
-		return s.toNodeOf(w, r, r.Header.Get("Mcp-Session-Id"), s.writeError)
+		return r, s.toNodeOf(w, r, r.Header.Get("Mcp-Session-Id"), s.writeError)
+	case openAI:
+		return s.routeOpenAI(w, r)
+	}
+	return r, false
+}
+
+// routeOpenAI is routeInCluster for OpenAI's APIs (package openai): a container is a
+// session, and file and response ids carry their node's tag as session ids do, so calls on
+// one go to its node; new containers go to the node with the most room, new files and
+// responses stay here (a response that goes on from another, or runs in a named container,
+// goes to that one's node); the lists of containers and files have every node's. Routing
+// failures are answered in cellbox's error shape, whose error.message OpenAI's SDKs read.
+func (s *server) routeOpenAI(w http.ResponseWriter, r *http.Request) (*http.Request, bool) {
+	p := r.URL.Path
+	switch {
+	case p == "/v1/containers" && r.Method == http.MethodPost:
+		return r, s.place(w, r, s.writeError)
+	case p == "/v1/containers" && r.Method == http.MethodGet:
+		return r.WithContext(s.elsewhereSessions(r)), false
+	case strings.HasPrefix(p, "/v1/containers/"):
+		return r, s.toNodeOf(w, r, strings.TrimPrefix(idIn(p, "/v1/containers/"), "cntr_"), s.writeError)
+	case p == "/v1/files" && r.Method == http.MethodGet:
+		items, unavailable := s.gatherItems(r, "/v1/files?limit=10000")
+		if len(unavailable) > 0 { // OpenAI's list has no place to say so
+			s.log.Warn("OpenAI file list without the files of cluster nodes that are down or did not answer", "nodes", unavailable)
+		}
+		return r.WithContext(context.WithValue(r.Context(), itemsKey{}, items)), false
+	case strings.HasPrefix(p, "/v1/files/"):
+		return r, s.toNodeOf(w, r, strings.TrimPrefix(idIn(p, "/v1/files/"), "file-"), s.writeError)
+	case strings.HasPrefix(p, "/v1/responses/"):
+		return r, s.toNodeOf(w, r, strings.TrimPrefix(idIn(p, "/v1/responses/"), "resp_"), s.writeError)
+	case p == "/v1/responses" && r.Method == http.MethodPost:
+		return r, s.toResponseNode(w, r)
+	}
+	return r, false
+}
+
+// elsewhereSessions returns r's context with the caller's sessions on the other nodes.
+func (s *server) elsewhereSessions(r *http.Request) context.Context {
+	theirs, unavailable := gather[api.SessionList](s, r, "/v1/sessions")
+	if len(unavailable) > 0 { // the front doors' lists have no place to say so
+		s.log.Warn("a list without the sessions of cluster nodes that are down or did not answer", "path", r.URL.Path, "nodes", unavailable)
+	}
+	var all []api.Session
+	for _, l := range theirs {
+		all = append(all, l.Sessions...)
+	}
+	return withElsewhere(r.Context(), all)
+}
+
+type itemsKey struct{}
+
+// ElsewhereItems returns the items of a list on the other nodes of the cluster that the
+// cluster forwarding put in the context of a list request (OpenAI's files list), as JSON;
+// none outside a cluster.
+func ElsewhereItems(ctx context.Context) []json.RawMessage {
+	items, _ := ctx.Value(itemsKey{}).([]json.RawMessage)
+	return items
+}
+
+// gatherItems gathers the data of an OpenAI list (path, with its query) from every other
+// node.
+func (s *server) gatherItems(r *http.Request, path string) ([]json.RawMessage, []string) {
+	type list struct {
+		Data []json.RawMessage `json:"data"`
+	}
+	theirs, unavailable := gather[list](s, r, path)
+	var items []json.RawMessage
+	for _, l := range theirs {
+		items = append(items, l.Data...)
+	}
+	return items, unavailable
+}
+
+type nodesKey struct{}
+
+// OpenOnNode GETs path on the cluster node that keeps id (a session id, or another id with
+// its node's tag: a file's, a response's, without their prefix) with r's key, when that is
+// another node, and returns its answer, whatever its status; nil, nil when id is this
+// node's, or outside a cluster. A node that is down is an error (unavailable).
+func OpenOnNode(r *http.Request, id, path string) (*http.Response, error) {
+	s, _ := r.Context().Value(nodesKey{}).(*server)
+	if s == nil {
+		return nil, nil
+	}
+	m, err := s.opts.Cluster.Route(id)
+	if err != nil || m == nil {
+		return nil, err
+	}
+	return s.getOn(r.Context(), r, *m, path)
+}
+
+// toResponseNode forwards a new response to the node of the response it goes on from, else
+// of the container its code_interpreter names; the body, at most MaxBodyBytes, is read for
+// that and kept for whoever serves it. Anything else is served here.
+func (s *server) toResponseNode(w http.ResponseWriter, r *http.Request) bool {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
+	if err != nil {
+		s.writeError(w, r, err)
+		return true
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	var req struct {
+		PreviousResponseID string `json:"previous_response_id"`
+		Tools              []struct {
+			Type      string          `json:"type"`
+			Container json.RawMessage `json:"container"`
+		} `json:"tools"`
+	}
+	if json.Unmarshal(body, &req) != nil {
+		return false
+	}
+	if id, ok := strings.CutPrefix(req.PreviousResponseID, "resp_"); ok {
+		return s.toNodeOf(w, r, id, s.writeError)
+	}
+	for _, t := range req.Tools {
+		var named string
+		if t.Type == "code_interpreter" && json.Unmarshal(t.Container, &named) == nil {
+			if id, ok := strings.CutPrefix(named, "cntr_"); ok {
+				return s.toNodeOf(w, r, id, s.writeError)
+			}
+		}
 	}
 	return false
 }
@@ -120,15 +250,7 @@ func (s *server) routeE2B(w http.ResponseWriter, r *http.Request) (*http.Request
 	case p == "/sandboxes" && r.Method == http.MethodPost:
 		return r, s.place(w, r, fd.WriteError)
 	case p == "/sandboxes" && r.Method == http.MethodGet:
-		theirs, unavailable := gather[api.SessionList](s, r, "/v1/sessions")
-		if len(unavailable) > 0 { // E2B's list has no place to say so
-			s.log.Warn("E2B sandbox list without the sandboxes of cluster nodes that are down or did not answer", "nodes", unavailable)
-		}
-		var all []api.Session
-		for _, l := range theirs {
-			all = append(all, l.Sessions...)
-		}
-		return r.WithContext(withElsewhere(r.Context(), all)), false
+		return r.WithContext(s.elsewhereSessions(r)), false
 	case strings.HasPrefix(p, "/sandboxes/"):
 		return r, s.toNodeOf(w, r, idIn(p, "/sandboxes/"), fd.WriteError)
 	}
@@ -338,21 +460,10 @@ func listOn[L any](s *server, r *http.Request, m cluster.Member, path string) (L
 	var list L
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
-	u := m.URL.JoinPath(path)
 	if path == r.URL.Path {
-		u.RawQuery = r.URL.RawQuery
+		path += "?" + r.URL.RawQuery
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
-	if err != nil {
-		return list, err
-	}
-	for _, h := range []string{"Authorization", "X-Api-Key"} {
-		if v := r.Header.Get(h); v != "" {
-			req.Header.Set(h, v)
-		}
-	}
-	req.Header.Set(ForwardedHeader, s.opts.Cluster.Name())
-	res, err := (&http.Client{Transport: s.fwd}).Do(req)
+	res, err := s.getOn(ctx, r, m, path)
 	if err != nil {
 		return list, err
 	}
@@ -364,6 +475,31 @@ func listOn[L any](s *server, r *http.Request, m cluster.Member, path string) (L
 		return list, fmt.Errorf("decode its list: %w", err)
 	}
 	return list, nil
+}
+
+// getOn sends a GET of path (and query) to node m, with r's key.
+func (s *server) getOn(ctx context.Context, r *http.Request, m cluster.Member, path string) (*http.Response, error) {
+	p, query, _ := strings.Cut(path, "?")
+	u := m.URL.JoinPath(p)
+	u.RawQuery = query
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	for _, h := range []string{"Authorization", "X-Api-Key"} {
+		if v := r.Header.Get(h); v != "" {
+			req.Header.Set(h, v)
+		}
+	}
+	req.Header.Set(ForwardedHeader, s.opts.Cluster.Name())
+	res, err := (&http.Client{Transport: s.fwd}).Do(req)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("GET on another cluster node", "node", m.Name, "path", p, "err", err)
+		}
+		return nil, fmt.Errorf("cluster node %s did not answer: %w", m.Name, errdefs.ErrUnavailable)
+	}
+	return res, nil
 }
 
 // clusterView answers GET /v1/cluster: every node, as this one sees them.

@@ -189,7 +189,7 @@ func (s *server) wrap(mux *http.ServeMux) http.Handler {
 				}
 			}
 			writeJSON(rw, code, api.ErrorBody{Error: api.ErrorDetail{Code: errhttp.Code(code), Message: msg}})
-		} else if !s.routeInCluster(rw, r, pattern) {
+		} else if r, routed := s.routeInCluster(rw, r, pattern); !routed {
 			mux.ServeHTTP(rw, r)
 		}
 	})

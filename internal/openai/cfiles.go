@@ -70,7 +70,7 @@ func containerFileOf(sessionID string, fi api.FileInfo, uploaded map[string]bool
 
 // copyIn writes the /v1/files file f into the session's workspace as /mnt/data/<filename>.
 func (h *Handler) copyIn(r *http.Request, sessionID string, f storedFile) error {
-	_, c, err := h.files.open(r.Context(), f.ID)
+	c, err := h.openFile(r, f)
 	if err != nil {
 		return err
 	}
@@ -100,7 +100,7 @@ func (h *Handler) createContainerFile(w http.ResponseWriter, r *http.Request) {
 		}
 		var f storedFile
 		if err == nil {
-			if f, err = h.files.get(r.Context(), req.FileID); err != nil {
+			if f, err = h.fileOf(r, req.FileID); err != nil {
 				err = &paramError{"file_id", err}
 			}
 		}

@@ -200,7 +200,7 @@ func (h *Handler) createContainer(w http.ResponseWriter, r *http.Request) {
 	// Every file is checked before the session is made.
 	var files []storedFile
 	for i, id := range req.FileIDs {
-		f, ferr := h.files.get(r.Context(), id)
+		f, ferr := h.fileOf(r, id)
 		if ferr != nil && err == nil {
 			err = &paramError{fmt.Sprintf("file_ids[%d]", i), ferr}
 		}
@@ -261,7 +261,11 @@ func (h *Handler) listContainers(w http.ResponseWriter, r *http.Request) {
 	}
 	name := r.URL.Query().Get("name")
 	var all []container
-	for _, s := range h.m.List(r.Context()) {
+	sessions := h.m.List(r.Context())
+	if h.opts.Elsewhere != nil {
+		sessions = append(sessions, h.opts.Elsewhere(r.Context())...)
+	}
+	for _, s := range sessions {
 		if name == "" || s.Metadata[nameKey] == name {
 			all = append(all, containerOf(s))
 		}

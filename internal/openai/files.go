@@ -2,7 +2,6 @@ package openai
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -82,10 +81,11 @@ func (s *fileStore) tenantDir(ctx context.Context) string {
 	return filepath.Join(s.dir, hex.EncodeToString(sum[:16]))
 }
 
-// validID reports whether id can be a file id (and so a file name in the tenant's folder).
+// validID reports whether id can be a file id (and so a file name in the tenant's folder):
+// 32 hex digits (Handler.nodeID), or 24 as before cluster nodes tagged them.
 func validID(id string) bool {
 	rest, ok := strings.CutPrefix(id, filePrefix)
-	if !ok || len(rest) != 24 {
+	if !ok || len(rest) != 32 && len(rest) != 24 {
 		return false
 	}
 	for _, c := range rest {
@@ -254,12 +254,10 @@ func (up *upload) cancel() {
 
 // add keeps the content of tmp (a file in the tenant's folder, which add takes over),
 // written by up, as a new file of ctx's tenant, and ends up.
-func (s *fileStore) add(ctx context.Context, up *upload, tmp string, f storedFile) (storedFile, error) {
+func (s *fileStore) add(ctx context.Context, up *upload, tmp, id string, f storedFile) (storedFile, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var b [12]byte
-	rand.Read(b[:])
-	f.ID, f.Object, f.Status = filePrefix+hex.EncodeToString(b[:]), "file", "processed"
+	f.ID, f.Object, f.Status = id, "file", "processed"
 	f.CreatedAt = time.Now().Unix()
 	dir := s.tenantDir(ctx)
 	data, _ := json.Marshal(f)
@@ -430,7 +428,7 @@ func (h *Handler) upload(w http.ResponseWriter, r *http.Request) (storedFile, er
 		return f, err
 	}
 	f.Bytes = n
-	return h.files.add(r.Context(), up, tmp.Name(), f)
+	return h.files.add(r.Context(), up, tmp.Name(), h.nodeID(filePrefix), f)
 }
 
 // receive reads an upload's multipart body: its file into up, its fields into f.
@@ -482,6 +480,14 @@ func (h *Handler) listFiles(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		h.writeError(w, r, err)
 		return
+	}
+	if h.opts.ElsewhereFiles != nil {
+		for _, raw := range h.opts.ElsewhereFiles(r.Context()) {
+			var f storedFile
+			if json.Unmarshal(raw, &f) == nil && validID(f.ID) {
+				all = append(all, f)
+			}
+		}
 	}
 	if p := r.URL.Query().Get("purpose"); p != "" {
 		kept := all[:0]

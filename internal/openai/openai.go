@@ -65,6 +65,17 @@ type Options struct {
 	Logger         *slog.Logger
 	// Responses configures POST /v1/responses (responses.go).
 	Responses ResponsesOptions
+
+	// In a cluster (cluster.go): IDPrefix starts the hex of the response and file ids this
+	// node makes (config.SessionIDPrefix, the node's tag); Elsewhere returns the caller's
+	// sessions on the other nodes for the containers list (httpapi.Elsewhere), and
+	// ElsewhereFiles their files for the files list (httpapi.ElsewhereItems); OpenOnNode
+	// GETs a path on the node that keeps an id, with the request's key, or returns nil, nil
+	// when that is this node (httpapi.OpenOnNode). Zero for a single server.
+	IDPrefix       string
+	Elsewhere      func(context.Context) []api.Session
+	ElsewhereFiles func(context.Context) []json.RawMessage
+	OpenOnNode     func(r *http.Request, id, path string) (*http.Response, error)
 }
 
 // The per-tenant caps of /v1/files when Options leaves them 0.

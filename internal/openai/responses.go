@@ -258,6 +258,15 @@ func newID(prefix string) string {
 	return prefix + hex.EncodeToString(b[:])
 }
 
+// nodeID is an id of something kept on this node: prefix, then 32 hex digits that start
+// with the node's tag in a cluster (Options.IDPrefix), as a session id does, so that any
+// node can tell where it is kept.
+func (h *Handler) nodeID(prefix string) string {
+	var b [16]byte
+	rand.Read(b[:])
+	return prefix + (h.opts.IDPrefix + hex.EncodeToString(b[:]))[:32]
+}
+
 func noResponse(id string) error {
 	return fmt.Errorf("no response %q: it never existed, was not stored (store: false), or was deleted: %w", trimID(id), errdefs.ErrNotFound)
 }
@@ -389,7 +398,7 @@ func (h *Handler) newTurn(r *http.Request, req responseRequest) (*turn, error) {
 					return nil, err
 				}
 				for j, fid := range a.FileIDs {
-					if _, err := h.files.get(r.Context(), fid); err != nil {
+					if _, err := h.fileOf(r, fid); err != nil {
 						return nil, &paramError{fmt.Sprintf("tools[%d].container.file_ids[%d]", i, j), err}
 					}
 				}
@@ -444,7 +453,7 @@ func (h *Handler) newTurn(r *http.Request, req responseRequest) (*turn, error) {
 	if len(choice) == 0 {
 		choice = json.RawMessage(`"auto"`)
 	}
-	t.resp = response{ID: newID("resp_"), Object: "response", CreatedAt: time.Now().Unix(), Status: "in_progress",
+	t.resp = response{ID: h.nodeID("resp_"), Object: "response", CreatedAt: time.Now().Unix(), Status: "in_progress",
 		Model: req.Model, Output: []respItem{}, Instructions: instructions, Metadata: req.Metadata, PreviousResponseID: prevID,
 		Store: store, Tools: req.Tools, ToolChoice: choice, ParallelToolCalls: true, MaxOutputTokens: maxOut}
 	if t.resp.Tools == nil {
@@ -774,7 +783,7 @@ func (t *turn) container() error {
 	}
 	var files []storedFile
 	for _, id := range auto.FileIDs {
-		f, err := t.h.files.get(t.ctx, id)
+		f, err := t.h.fileOf(t.r, id)
 		if err != nil {
 			return err
 		}
