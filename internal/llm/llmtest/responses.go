@@ -1,7 +1,6 @@
 package llmtest
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -87,7 +86,7 @@ func (responsesAPI) decode(body []byte) (Request, error) {
 	switch {
 	case in.Model == "":
 		return out, fmt.Errorf("Missing required parameter: 'model'.")
-	case len(bytes.TrimSpace(in.Input)) == 0 || string(bytes.TrimSpace(in.Input)) == "null":
+	case absent(in.Input):
 		return out, fmt.Errorf("Missing required parameter: 'input'.")
 	case in.MaxOutputTokens != nil && *in.MaxOutputTokens < 16:
 		return out, fmt.Errorf("Invalid 'max_output_tokens': integer below minimum value. Expected a value >= 16, but got %d instead.", *in.MaxOutputTokens)
@@ -180,7 +179,7 @@ func decodeItems(items []rsItem, store bool) (msgs []llm.Message, system []strin
 			if err != nil {
 				return nil, nil, fmt.Errorf("Invalid 'input[%d].content': %v", i, err)
 			}
-			if !isParts && it.Content == nil {
+			if !isParts && absent(it.Content) {
 				return nil, nil, fmt.Errorf("Missing required parameter: 'input[%d].content'.", i)
 			}
 			want := "input_text"
@@ -263,12 +262,17 @@ func decodeItems(items []rsItem, store bool) (msgs []llm.Message, system []strin
 	return msgs, system, nil
 }
 
+// absent says a field is missing or null.
+func absent(raw json.RawMessage) bool {
+	return len(raw) == 0 || string(raw) == "null"
+}
+
 // decodeOutput decodes a function_call_output's output: a string, or input_text and
 // input_image parts.
 func decodeOutput(i int, raw json.RawMessage) (llm.ToolResult, error) {
 	var parts []rsPart
 	text, isParts, err := textOrParts(raw, &parts)
-	if err != nil || !isParts && raw == nil {
+	if err != nil || !isParts && absent(raw) {
 		return llm.ToolResult{}, fmt.Errorf("Invalid 'input[%d].output': expected a string or an array of input_text, input_image and input_file parts.", i)
 	}
 	var r llm.ToolResult

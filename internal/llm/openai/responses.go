@@ -19,7 +19,7 @@ var responsesEndpoint = func() llm.Endpoint {
 }()
 
 // ResponsesProvider talks to a server of OpenAI's Responses API (POST {base}/responses):
-// OpenAI, or a server that speaks it (vLLM, Ollama, cellbox itself).
+// OpenAI, or a server that speaks it (vLLM, Ollama, ...).
 //
 // It is stateless: every call sends the whole conversation as input items with store
 // false, and never uses previous_response_id. Reasoning items are not kept between calls
@@ -88,7 +88,8 @@ func (p *ResponsesProvider) Complete(ctx context.Context, req llm.Request, onTex
 	return p.answer(final)
 }
 
-// answer maps a finished response: its messages' text, its function calls, why it stopped.
+// answer maps a finished response: its messages' text (a refusal's too), its function calls,
+// why it stopped. Other items (reasoning, ...) are dropped.
 func (p *ResponsesProvider) answer(r *responses.Response) (*llm.Response, error) {
 	if r.Status == responses.ResponseStatusFailed || r.Status == responses.ResponseStatusCancelled {
 		return nil, p.failure(string(r.Error.Code), r.Error.Message)
