@@ -354,15 +354,16 @@ type Health struct {
 
 // Model providers of POST /v1/agent.
 const (
-	ProviderOpenAI    = "openai"    // Chat Completions: OpenAI and every server that speaks it
-	ProviderAnthropic = "anthropic" // Messages
+	ProviderOpenAI          = "openai"           // Chat Completions: OpenAI and every server that speaks it
+	ProviderOpenAIResponses = "openai-responses" // Responses, with the same key and base URL as openai
+	ProviderAnthropic       = "anthropic"        // Messages
 )
 
 // AgentRequest is the body of POST /v1/agent: a model answers Input, writing and running
 // code in a session. The server's provider credentials come from its environment.
 type AgentRequest struct {
 	Input     string      `json:"input"`
-	Provider  string      `json:"provider,omitempty"`   // openai | anthropic; default: the server's
+	Provider  string      `json:"provider,omitempty"`   // openai | openai-responses | anthropic; default: the server's
 	Model     string      `json:"model,omitempty"`      // default: the server's for that provider
 	SessionID string      `json:"session_id,omitempty"` // run in this session; default: a new one, kept
 	Files     []InputFile `json:"files,omitempty"`      // placed in /mnt/data first
@@ -427,7 +428,7 @@ const (
 // variables.
 type ConversationRequest struct {
 	SessionID string `json:"session_id,omitempty"` // the session to work in; default: a new one
-	Provider  string `json:"provider,omitempty"`   // openai | anthropic; default: the server's
+	Provider  string `json:"provider,omitempty"`   // openai | openai-responses | anthropic; default: the server's
 	Model     string `json:"model,omitempty"`      // default: the server's for that provider
 	System    string `json:"system,omitempty"`     // replaces the default system prompt
 	MaxSteps  int    `json:"max_steps,omitempty"`  // tool calls allowed per message; default 10
@@ -477,7 +478,7 @@ type ConversationList struct {
 // stays as it is. It takes effect from the next message.
 type UpdateConversationRequest struct {
 	Approve  string `json:"approve,omitempty"`  // auto | ask
-	Provider string `json:"provider,omitempty"` // openai | anthropic
+	Provider string `json:"provider,omitempty"` // openai | openai-responses | anthropic
 	Model    string `json:"model,omitempty"`
 }
 
@@ -521,7 +522,7 @@ const AgentError = "error"
 
 // Provider is a model API the server is configured with.
 type Provider struct {
-	Name         string `json:"name"`          // openai | anthropic
+	Name         string `json:"name"`          // openai | openai-responses | anthropic
 	DefaultModel string `json:"default_model"` // used when a request names no model
 	// Models are the model names to offer; any other name may still be given.
 	Models  []string `json:"models"`

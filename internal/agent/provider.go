@@ -22,7 +22,7 @@ const (
 // providers' own variables: OPENAI_API_KEY, OPENAI_BASE_URL, ANTHROPIC_API_KEY,
 // ANTHROPIC_BASE_URL.
 type ProviderConfig struct {
-	Name       string // api.ProviderOpenAI | api.ProviderAnthropic | "": Anthropic if only ANTHROPIC_API_KEY is set, else OpenAI
+	Name       string // api.ProviderOpenAI | api.ProviderOpenAIResponses | api.ProviderAnthropic | "": Anthropic if only ANTHROPIC_API_KEY is set, else OpenAI
 	Model      string // "": the provider's default model
 	BaseURL    string
 	APIKey     string
@@ -45,13 +45,18 @@ func NewProvider(c ProviderConfig) (llm.Provider, string, error) {
 			model = DefaultOpenAIModel
 		}
 		p, err = openai.New(openai.Options{APIKey: c.APIKey, BaseURL: c.BaseURL, HTTPClient: c.HTTPClient})
+	case api.ProviderOpenAIResponses:
+		if model == "" {
+			model = DefaultOpenAIModel
+		}
+		p, err = openai.NewResponses(openai.Options{APIKey: c.APIKey, BaseURL: c.BaseURL, HTTPClient: c.HTTPClient})
 	case api.ProviderAnthropic:
 		if model == "" {
 			model = DefaultAnthropicModel
 		}
 		p, err = anthropic.New(anthropic.Options{APIKey: c.APIKey, BaseURL: c.BaseURL, HTTPClient: c.HTTPClient})
 	default:
-		return nil, "", errdefs.New(api.CodeInvalidArgument, fmt.Sprintf("unknown provider %q: choose %s (Chat Completions: OpenAI, Ollama, vLLM, ...) or %s", name, api.ProviderOpenAI, api.ProviderAnthropic))
+		return nil, "", errdefs.New(api.CodeInvalidArgument, fmt.Sprintf("unknown provider %q: choose %s (Chat Completions: OpenAI, Ollama, vLLM, ...), %s (OpenAI's Responses API) or %s", name, api.ProviderOpenAI, api.ProviderOpenAIResponses, api.ProviderAnthropic))
 	}
 	if err != nil {
 		// A missing key or a bad base URL: the setup of whoever runs cellbox, not the

@@ -114,7 +114,7 @@ type Config struct {
 
 	// The model of the agent loop (cellbox chat, POST /v1/agent). API keys come from the
 	// providers' own variables (OPENAI_API_KEY, ANTHROPIC_API_KEY), never from here.
-	Provider string // --provider: openai | anthropic; "": whichever has an API key set
+	Provider string // --provider: openai | openai-responses | anthropic; "": whichever has an API key set
 	Model    string // --model: "": the provider's default
 	BaseURL  string // --base-url: the provider's API; "": its *_BASE_URL variable, else its own
 
@@ -245,7 +245,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest JSON request body")
 	fs.StringVar(&c.Quota, "quota", c.Quota, "workspace disk quotas: auto | loop (ext4 image per workspace) | none")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug | info | warn | error")
-	fs.StringVar(&c.Provider, "provider", c.Provider, "model API of the agent loop: openai (Chat Completions: OpenAI, Ollama, vLLM, ...) | anthropic (default: whichever has an API key set)")
+	fs.StringVar(&c.Provider, "provider", c.Provider, "model API of the agent loop: openai (Chat Completions: OpenAI, Ollama, vLLM, ...) | openai-responses (OpenAI's Responses API, with the same key and base URL) | anthropic (default: whichever has an API key set)")
 	fs.StringVar(&c.Model, "model", c.Model, "model name (default: the provider's default)")
 	fs.StringVar(&c.Cluster, "cluster", c.Cluster, "kubernetes: run as one node of a cellbox cluster, registered through the Kubernetes API server (see docs/kubernetes.md); \"\": a single server")
 	fs.StringVar(&c.ClusterNode, "cluster-node", c.ClusterNode, "this node's name in the cluster, stable across restarts (default: the host name; in a DaemonSet, the Kubernetes node's name)")
@@ -340,9 +340,9 @@ func (c *Config) Validate() error {
 		bad("--log-level %q: choose debug, info, warn or error", c.LogLevel)
 	}
 	switch c.Provider {
-	case "", "openai", "anthropic":
+	case "", "openai", "openai-responses", "anthropic":
 	default:
-		bad("--provider %q: choose openai or anthropic", c.Provider)
+		bad("--provider %q: choose openai, openai-responses or anthropic", c.Provider)
 	}
 	if c.StateDir == "" {
 		bad("--state-dir is empty")

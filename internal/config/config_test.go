@@ -124,6 +124,7 @@ func TestValidate(t *testing.T) {
 		{"cluster node path", func(c *Config) { c.Cluster, c.ClusterNode = "kubernetes", "../a" }, "--cluster-node"},
 		{"cluster node too long", func(c *Config) { c.Cluster, c.ClusterNode = "kubernetes", strings.Repeat("a", 201) }, "--cluster-node"},
 		{"cluster lease", func(c *Config) { c.Cluster, c.ClusterLeaseDuration = "kubernetes", time.Millisecond }, "--cluster-lease-duration"},
+		{"provider", func(c *Config) { c.Provider = "gemini" }, "choose openai, openai-responses or anthropic"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -137,6 +138,12 @@ func TestValidate(t *testing.T) {
 	c := Default()
 	if err := c.Validate(); err != nil {
 		t.Errorf("defaults invalid: %v", err)
+	}
+	for _, p := range []string{"openai", "openai-responses", "anthropic"} {
+		c.Provider = p
+		if err := c.Validate(); err != nil {
+			t.Errorf("--provider %s: %v", p, err)
+		}
 	}
 }
 

@@ -1,6 +1,6 @@
 // Package llm is the provider-neutral conversation the agent loop holds with a model, and
-// the Provider interface that the OpenAI Chat Completions (llm/openai) and Anthropic
-// Messages (llm/anthropic) clients implement.
+// the Provider interface that the OpenAI Chat Completions and Responses (llm/openai) and
+// Anthropic Messages (llm/anthropic) clients implement.
 //
 // Not for: the loop itself (package agent) or the tools' definitions (package tool).
 package llm
@@ -80,7 +80,7 @@ type Usage struct {
 
 // Provider is one model API.
 type Provider interface {
-	// Name is "openai" or "anthropic".
+	// Name is "openai", "openai-responses" or "anthropic".
 	Name() string
 	// Complete sends the conversation and returns the model's turn. With onText set the
 	// response is streamed and onText sees the text as it comes; without, it is one request

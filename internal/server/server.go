@@ -461,12 +461,17 @@ func webPage(cfg config.Config) http.Handler {
 }
 
 // providerList is what GET /v1/providers says: the providers that can be set up (a key in
-// the environment, ...), each with its default model.
+// the environment, ...), each with its default model. openai-responses takes openai's key
+// and base URL, so it is listed only when --provider names it.
 func providerList(cfg config.Config) []api.Provider {
 	newProvider := providers(cfg)
 	def, _, defErr := newProvider("")
 	list := []api.Provider{}
-	for _, name := range []string{api.ProviderOpenAI, api.ProviderAnthropic} {
+	names := []string{api.ProviderOpenAI, api.ProviderAnthropic}
+	if cfg.Provider == api.ProviderOpenAIResponses {
+		names = []string{api.ProviderOpenAI, api.ProviderOpenAIResponses, api.ProviderAnthropic}
+	}
+	for _, name := range names {
 		p, model, err := newProvider(name)
 		if err != nil {
 			continue

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"testing"
 
 	"github.com/cellbox/cellbox/api"
@@ -54,5 +55,38 @@ func TestProvidersApplyTheDefaults(t *testing.T) {
 	}
 	if _, _, err := providers(cfg)("gemini"); errdefs.Code(err) != api.CodeInvalidArgument {
 		t.Errorf("unknown provider: %v", err)
+	}
+}
+
+func TestProviderList(t *testing.T) {
+	t.Setenv("OPENAI_API_KEY", "sk-x")
+	t.Setenv("ANTHROPIC_API_KEY", "sk-y")
+	t.Setenv("OPENAI_BASE_URL", "")
+	t.Setenv("ANTHROPIC_BASE_URL", "")
+	tests := []struct {
+		provider string
+		want     string // the names listed, the default starred
+	}{
+		// openai-responses takes openai's key: listed only when named, not twice by default.
+		{"", "openai* anthropic"},
+		{"anthropic", "openai anthropic*"},
+		{"openai-responses", "openai openai-responses* anthropic"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.provider, func(t *testing.T) {
+			cfg := config.Default()
+			cfg.Provider = tt.provider
+			var got []string
+			for _, p := range providerList(cfg) {
+				name := p.Name
+				if p.Default {
+					name += "*"
+				}
+				got = append(got, name)
+			}
+			if strings.Join(got, " ") != tt.want {
+				t.Errorf("providers = %v, want %s", got, tt.want)
+			}
+		})
 	}
 }

@@ -1,6 +1,8 @@
-// Package llmtest runs stand-ins for the OpenAI Chat Completions and Anthropic Messages APIs
-// for tests: real HTTP servers (httptest) that speak the real wire formats, JSON and SSE
-// streams, answer as a test's Script says, and record every request.
+// Package llmtest runs stand-ins for the OpenAI Chat Completions, OpenAI Responses and
+// Anthropic Messages APIs for tests: real HTTP servers (httptest) that speak the real wire
+// formats, JSON and SSE streams, answer as a test's Script says, and record every request.
+// The Responses stand-in keeps nothing between requests (a client sends store false and the
+// whole conversation each time).
 //
 // A server checks requests as the real API would where that is cheap (the API key, required
 // fields, every tool call answered by a result with its id, ...) and answers a bad one with
@@ -101,7 +103,8 @@ const DefaultKey = "sk-llmtest-0123456789abcdef"
 // Server is a running stand-in API. It is closed when the test ends.
 type Server struct {
 	// URL is the base URL to give a provider: for OpenAI it ends in /v1 (the SDK appends
-	// /chat/completions), for Anthropic it is the host (the SDK appends /v1/messages).
+	// /chat/completions or /responses), for Anthropic it is the host (the SDK appends
+	// /v1/messages).
 	URL string
 	// Key is the API key that requests must carry (Authorization: Bearer for OpenAI,
 	// x-api-key for Anthropic); "" takes requests without one, like a local server. Change

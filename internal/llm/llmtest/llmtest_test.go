@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cellbox/cellbox/internal/llm"
 	"github.com/cellbox/cellbox/internal/llm/llmtest"
 )
 
@@ -148,5 +149,129 @@ func TestRepliesAndStream(t *testing.T) {
 	// The script has one reply; the second request hears so.
 	if status, body := post(t, s, "/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, auth); status != 400 || !strings.Contains(body, "no reply for request 2") {
 		t.Errorf("past the script: %d %s", status, body)
+	}
+}
+
+func TestResponsesRefuses(t *testing.T) {
+	call := `{"type":"function_call","call_id":"c1","name":"python","arguments":"{}"}`
+	tests := []struct{ name, body, want string }{
+		{"no model", `{"input":"hi"}`, "'model'"},
+		{"no input", `{"model":"m"}`, "'input'"},
+		{"unanswered call", `{"model":"m","input":[{"role":"user","content":"hi"},` + call + `,{"role":"user","content":"next"}]}`, "No tool output found for function call c1"},
+		{"unanswered last call", `{"model":"m","input":[{"role":"user","content":"hi"},` + call + `]}`, "c1"},
+		{"stray output", `{"model":"m","input":[{"role":"user","content":"hi"},{"type":"function_call_output","call_id":"c9","output":"x"}]}`, "c9"},
+		{"call without name", `{"model":"m","input":[{"type":"function_call","call_id":"c1","arguments":"{}"}]}`, "call_id, name and arguments"},
+		{"arguments not a string", `{"model":"m","input":[{"type":"function_call","call_id":"c1","name":"f","arguments":{}}]}`, "arguments"},
+		{"reasoning not stored", `{"model":"m","store":false,"input":[{"type":"reasoning","id":"rs_1","summary":[]}]}`, "not persisted"},
+		{"previous response", `{"model":"m","input":"hi","previous_response_id":"resp_1"}`, "resp_1"},
+		{"store not a boolean", `{"model":"m","input":"hi","store":"no"}`, "parse"},
+		{"stream not a boolean", `{"model":"m","input":"hi","stream":1}`, "parse"},
+		{"tool choice without tools", `{"model":"m","input":"hi","tool_choice":"none"}`, "tool_choice"},
+		{"bad tool name", `{"model":"m","input":"hi","tools":[{"type":"function","name":"a b","strict":false,"parameters":{"type":"object"}}]}`, "tools[0].name"},
+		{"schema not an object", `{"model":"m","input":"hi","tools":[{"type":"function","name":"f","strict":false,"parameters":{"type":"string"}}]}`, "object"},
+		{"input_text in assistant", `{"model":"m","input":[{"role":"assistant","content":[{"type":"input_text","text":"a"}]}]}`, "output_text"},
+		{"bad image", `{"model":"m","input":[{"role":"user","content":"hi"},` + call + `,{"type":"function_call_output","call_id":"c1","output":[{"type":"input_image","image_url":"data:image/png;base64,%%%"}]}]}`, "base64"},
+		{"bad role", `{"model":"m","input":[{"role":"tool","content":"x"}]}`, "'tool'"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := llmtest.NewResponses(t, llmtest.Replies(llmtest.Text("unused")))
+			status, body := post(t, s, "/responses", tt.body, map[string]string{"Authorization": "Bearer " + s.Key})
+			var e struct {
+				Error struct{ Message, Type string }
+			}
+			if status != 400 || json.Unmarshal([]byte(body), &e) != nil || !strings.Contains(e.Error.Message, tt.want) || e.Error.Type != "invalid_request_error" {
+				t.Errorf("got %d %s, want 400 with an error message about %q", status, body, tt.want)
+			}
+			if r := s.Requests(); len(r) != 1 || r[0].Refused == "" {
+				t.Errorf("requests = %+v, want one refused", r)
+			}
+		})
+	}
+}
+
+func TestResponsesDecodes(t *testing.T) {
+	s := llmtest.NewResponses(t, llmtest.Replies(llmtest.Text("a"), llmtest.Text("b")))
+	auth := map[string]string{"Authorization": "Bearer " + s.Key}
+	body := `{"model":"m","instructions":"Be brief.","max_output_tokens":50,"tool_choice":"auto",
+		"tools":[{"type":"function","name":"python","strict":false,"parameters":{"type":"object"}}],
+		"input":[{"role":"developer","content":"Use python."},{"role":"user","content":[{"type":"input_text","text":"Plot."}]},
+		{"type":"message","role":"assistant","content":[{"type":"output_text","text":"Plotting."}]},
+		{"type":"function_call","call_id":"c1","name":"python","arguments":"{\"code\":\"1\"}"},
+		{"type":"function_call_output","call_id":"c1","output":[{"type":"input_text","text":"done"},{"type":"input_image","image_url":"data:image/png;base64,` + png1x1 + `"}]},
+		{"role":"user","content":"Thanks."}]}`
+	if status, b := post(t, s, "/responses", body, auth); status != 200 {
+		t.Fatalf("%d %s", status, b)
+	}
+	r := s.Requests()[0]
+	if r.System != "Be brief.\n\nUse python." || r.MaxTokens != 50 || r.ToolChoice != "auto" || len(r.Tools) != 1 || len(r.Messages) != 3 {
+		t.Fatalf("request = %+v", r)
+	}
+	a, u := r.Messages[1], r.Messages[2]
+	if a.Text != "Plotting." || len(a.ToolCalls) != 1 || a.ToolCalls[0].ID != "c1" {
+		t.Errorf("assistant = %+v", a)
+	}
+	if u.Text != "Thanks." || len(u.ToolResults) != 1 || u.ToolResults[0].Name != "python" || u.ToolResults[0].Text != "done" || len(u.ToolResults[0].Images) != 1 {
+		t.Errorf("results = %+v", u)
+	}
+	// A string input is one user message.
+	if status, b := post(t, s, "/responses", `{"model":"m","input":"hi"}`, auth); status != 200 {
+		t.Fatalf("%d %s", status, b)
+	}
+	if m := s.Requests()[1].Messages; len(m) != 1 || m[0].Text != "hi" {
+		t.Errorf("messages = %+v", m)
+	}
+}
+
+func TestResponsesStream(t *testing.T) {
+	s := llmtest.NewResponses(t, llmtest.Replies(llmtest.Reply{Text: "Let me run it.", ToolCalls: []llm.ToolCall{{Name: "python", Input: json.RawMessage(`{"code":"1+1"}`)}}}))
+	status, body := post(t, s, "/responses", `{"model":"m","stream":true,"input":"hi","tools":[{"type":"function","name":"python","strict":false,"parameters":{"type":"object"}}]}`,
+		map[string]string{"Authorization": "Bearer " + s.Key})
+	if status != 200 {
+		t.Fatalf("%d %s", status, body)
+	}
+	// Each event is named by an event: line that repeats its type, numbered from 0.
+	var types []string
+	var text, args strings.Builder
+	name := ""
+	sc := bufio.NewScanner(strings.NewReader(body))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		if n, ok := strings.CutPrefix(sc.Text(), "event: "); ok {
+			name = n
+			continue
+		}
+		data, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok {
+			continue
+		}
+		var e struct {
+			Type           string
+			SequenceNumber *int `json:"sequence_number"`
+			Delta          string
+			Response       struct{ Status string }
+		}
+		if err := json.Unmarshal([]byte(data), &e); err != nil || e.Type != name || e.SequenceNumber == nil || *e.SequenceNumber != len(types) {
+			t.Fatalf("event %q: %s (%v)", name, data, err)
+		}
+		types = append(types, e.Type)
+		switch e.Type {
+		case "response.output_text.delta":
+			text.WriteString(e.Delta)
+		case "response.function_call_arguments.delta":
+			args.WriteString(e.Delta)
+		case "response.completed":
+			if e.Response.Status != "completed" {
+				t.Errorf("completed with status %q", e.Response.Status)
+			}
+		}
+	}
+	want := []string{"response.created", "response.in_progress",
+		"response.output_item.added", "response.content_part.added", "response.output_text.delta"}
+	if len(types) < len(want) || strings.Join(types[:len(want)], " ") != strings.Join(want, " ") || types[len(types)-1] != "response.completed" {
+		t.Errorf("events = %v", types)
+	}
+	if text.String() != "Let me run it." || args.String() != `{"code":"1+1"}` {
+		t.Errorf("text %q, arguments %q", text.String(), args.String())
 	}
 }

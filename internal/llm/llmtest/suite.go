@@ -26,7 +26,7 @@ import (
 // server, with and without streaming: text, tool calls, tool results with images, stop
 // reasons, errors and cancellation.
 type Suite struct {
-	NewServer func(t testing.TB, script Script) *Server // NewOpenAI or NewAnthropic
+	NewServer func(t testing.TB, script Script) *Server // NewOpenAI, NewResponses or NewAnthropic
 	// New returns a provider for a base URL and an API key that retries a failed request
 	// once at most.
 	New    func(baseURL, key string) (llm.Provider, error)

@@ -1,9 +1,11 @@
 // Package openai is the llm.Provider for the OpenAI Chat Completions API and the servers that
 // speak it: OpenAI, Azure OpenAI's v1 endpoint, OpenRouter, Ollama, vLLM and the llama.cpp
-// server. It maps the provider-neutral conversation onto the wire format and back, streams
-// when asked to, and turns failures into messages a person can act on.
+// server (Provider); and for OpenAI's Responses API, used statelessly (ResponsesProvider).
+// Each maps the provider-neutral conversation onto its wire format and back, streams when
+// asked to, and turns failures into messages a person can act on, in one way for both.
 //
-// Not for: the Responses API, the agent loop (package agent) or what tools say (package tool).
+// Not for: serving the Responses API (package internal/openai), the agent loop (package
+// agent) or what tools say (package tool).
 package openai
 
 import (
@@ -48,19 +50,38 @@ var endpoint = llm.Endpoint{Provider: "openai", KeyEnv: "OPENAI_API_KEY", BaseEn
 
 // Provider talks to one Chat Completions server.
 type Provider struct {
-	client openai.Client
-	base   string // the base URL for messages, without credentials
-	key    string // to keep it out of every message
+	conn
 }
 
 var _ llm.Provider = (*Provider)(nil)
 
+// conn is what both providers hold: the SDK's client, and what their messages say of the
+// server (and keep out of them).
+type conn struct {
+	client openai.Client
+	name   string // "openai" or "openai-responses": the start of every message
+	base   string // the base URL for messages, without credentials
+	key    string // to keep it out of every message
+	// notFound is added to a 404 that comes without a message.
+	notFound string
+}
+
 // New returns a Provider. It fails on a base URL that is not http(s) and on a missing key
 // for api.openai.com; it does not connect.
 func New(o Options) (*Provider, error) {
-	key, u, err := endpoint.Resolve(o.APIKey, o.BaseURL)
+	c, err := dial(endpoint, o)
 	if err != nil {
 		return nil, err
+	}
+	c.notFound = "is the model name right, and is the base URL the API's (often ending in /v1)?"
+	return &Provider{c}, nil
+}
+
+// dial resolves the key and the base URL and makes the SDK's client; it does not connect.
+func dial(e llm.Endpoint, o Options) (conn, error) {
+	key, u, err := e.Resolve(o.APIKey, o.BaseURL)
+	if err != nil {
+		return conn{}, err
 	}
 	base := u.String()
 	opts := []option.RequestOption{option.WithBaseURL(base), option.WithMiddleware(errorShape)}
@@ -76,7 +97,7 @@ func New(o Options) (*Provider, error) {
 	if o.MaxRetries != 0 {
 		opts = append(opts, option.WithMaxRetries(max(o.MaxRetries, 0)))
 	}
-	return &Provider{client: openai.NewClient(opts...), base: u.Redacted(), key: key}, nil
+	return conn{client: openai.NewClient(opts...), name: e.Provider, base: u.Redacted(), key: key}, nil
 }
 
 // Name is "openai".
@@ -166,7 +187,7 @@ func (p *Provider) stream(ctx context.Context, params openai.ChatCompletionNewPa
 		return nil, fmt.Errorf("openai: %w", err)
 	}
 	if finish == "" {
-		return nil, errdefs.New(api.CodeUnavailable, "openai: the stream ended before the answer was complete")
+		return nil, p.errorf(api.CodeUnavailable, "the stream ended before the answer was complete")
 	}
 	msg := llm.Message{Role: llm.RoleAssistant, Text: text.String()}
 	for i, c := range calls {
@@ -295,36 +316,41 @@ func response(msg llm.Message, finish string, u openai.CompletionUsage) *llm.Res
 }
 
 // explain turns an SDK error into one a person can act on, classified by errdefs.
-func (p *Provider) explain(ctx context.Context, err error) error {
+func (c *conn) explain(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
-		return fmt.Errorf("openai: %w", ctx.Err())
+		return fmt.Errorf("%s: %w", c.name, ctx.Err())
 	}
 	var apiErr *openai.Error
 	var streamErr *ssestream.StreamError
 	var urlErr *url.Error
 	switch {
 	case errors.As(err, &apiErr):
-		return p.apiError(apiErr.StatusCode, apiErr.Message)
+		return c.apiError(apiErr.StatusCode, apiErr.Message)
 	case errors.As(err, &streamErr):
-		return errdefs.New(api.CodeUnavailable, p.redact("openai: the server failed during the answer: "+streamMessage(streamErr.Event.Data)))
+		return c.errorf(api.CodeUnavailable, "the server failed during the answer: %s", streamMessage(streamErr.Event.Data))
 	case errors.As(err, &urlErr):
-		return errdefs.New(api.CodeUnavailable, p.redact(fmt.Sprintf("openai: cannot reach %s: %v", p.base, urlErr.Err)))
+		return c.errorf(api.CodeUnavailable, "cannot reach %s: %v", c.base, urlErr.Err)
 	}
-	return fmt.Errorf("openai: %s", p.redact(err.Error()))
+	return fmt.Errorf("%s: %s", c.name, c.redact(err.Error()))
 }
 
-func (p *Provider) apiError(status int, msg string) error {
-	s := fmt.Sprintf("openai: %s answered %d %s", p.base, status, http.StatusText(status))
+func (c *conn) apiError(status int, msg string) error {
+	s := fmt.Sprintf("%s: %s answered %d %s", c.name, c.base, status, http.StatusText(status))
 	if msg != "" {
 		s += ": " + strings.TrimRight(msg, ". ")
-	} else if status == http.StatusNotFound {
-		s += "; is the model name right, and is the base URL the API's (often ending in /v1)?"
+	} else if status == http.StatusNotFound && c.notFound != "" {
+		s += "; " + c.notFound
 	}
-	return endpoint.StatusError(status, s, p.key)
+	return endpoint.StatusError(status, s, c.key)
+}
+
+// errorf is an error of code that starts with the provider's name, the key kept out.
+func (c *conn) errorf(code, format string, args ...any) error {
+	return errdefs.New(code, c.redact(c.name+": "+fmt.Sprintf(format, args...)))
 }
 
 // redact keeps the API key out of a message.
-func (p *Provider) redact(s string) string { return llm.Redact(s, p.key) }
+func (c *conn) redact(s string) string { return llm.Redact(s, c.key) }
 
 // errorShape rewrites an error body into OpenAI's {"error": {"message": ...}}: other servers
 // answer {"error": "..."} (which the SDK fails to decode), {"message": ...} or plain text.

@@ -294,7 +294,7 @@ export function Chat({ active, conversationId, go, onConversation, ended }) {
     html`<div class="notice" role="note">
       <p><strong>This server has no model configured</strong>, so the chat cannot answer.</p>
       <p>Start <code>cellbox serve</code> with <code>OPENAI_API_KEY</code> or <code>ANTHROPIC_API_KEY</code> in its
-        environment; <code>--provider openai|anthropic</code> picks one, and <code>--base-url</code> points it at another
+        environment; <code>--provider openai|openai-responses|anthropic</code> picks one, and <code>--base-url</code> points it at another
         server that speaks the same API (Ollama, vLLM, llama.cpp, …).</p>
       <p>The notebook works without a model.</p>
     </div>`}
