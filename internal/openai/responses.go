@@ -2,6 +2,7 @@ package openai
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -9,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -555,16 +557,29 @@ func contentText(raw json.RawMessage) (string, error) {
 	return b.String(), nil
 }
 
+// upstream splits a request's model into the server's provider it names and the model there:
+// "anthropic:claude-sonnet-4-5" is Anthropic's (any provider by its name, then a colon);
+// any other name, Ollama's "gpt-oss:20b" too, is a model of the server's default provider,
+// and "" that provider's default model.
+func upstream(model string) (provider, name string) {
+	if p, m, ok := strings.Cut(model, ":"); ok && m != "" &&
+		slices.Contains([]string{api.ProviderOpenAI, api.ProviderOpenAIResponses, api.ProviderAnthropic}, p) {
+		return p, m
+	}
+	return "", model
+}
+
 // run calls the model until it answers or calls a client function.
 func (t *turn) run() error {
-	p, model, err := t.h.ropts.NewProvider("")
+	provider, model := upstream(t.req.Model)
+	p, def, err := t.h.ropts.NewProvider(provider)
 	if err != nil {
 		return fmt.Errorf("%s: %w", err.Error(), errdefs.ErrFailedPrecondition)
 	}
-	if t.req.Model != "" {
-		model = t.req.Model
+	if model == "" {
+		model = def
 	}
-	t.resp.Model = model
+	t.resp.Model = cmp.Or(t.req.Model, model)
 	t.ev.send("response.created", map[string]any{"response": t.resp})
 	t.ev.send("response.in_progress", map[string]any{"response": t.resp})
 	steps := t.h.ropts.MaxSteps

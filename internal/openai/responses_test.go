@@ -3,13 +3,16 @@ package openai
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
+	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/internal/llm"
+	"github.com/cellbox/cellbox/internal/llm/anthropic"
 	"github.com/cellbox/cellbox/internal/llm/llmtest"
 	llmopenai "github.com/cellbox/cellbox/internal/llm/openai"
 	"github.com/cellbox/cellbox/internal/session"
@@ -19,12 +22,41 @@ import (
 // responsesServer serves the handler over a real session manager (real IPython) with the
 // model played by a Chat Completions stand-in running script.
 func responsesServer(t *testing.T, script llmtest.Script) (*httptest.Server, *llmtest.Server) {
+	return responsesServerOn(t, wires[0], script)
+}
+
+// wire is a model API the server can use upstream: its provider name, its stand-in and its
+// provider.
+type wire struct {
+	name   string
+	server func(testing.TB, llmtest.Script) *llmtest.Server
+	client func(url, key string) (llm.Provider, error)
+}
+
+var wires = []wire{
+	{api.ProviderOpenAI, llmtest.NewOpenAI, func(url, key string) (llm.Provider, error) {
+		return llmopenai.New(llmopenai.Options{BaseURL: url, APIKey: key})
+	}},
+	{api.ProviderOpenAIResponses, llmtest.NewResponses, func(url, key string) (llm.Provider, error) {
+		return llmopenai.NewResponses(llmopenai.Options{BaseURL: url, APIKey: key})
+	}},
+	{api.ProviderAnthropic, llmtest.NewAnthropic, func(url, key string) (llm.Provider, error) {
+		return anthropic.New(anthropic.Options{BaseURL: url, APIKey: key})
+	}},
+}
+
+// responsesServerOn is responsesServer with the model on the wire w, the server's default
+// provider.
+func responsesServerOn(t *testing.T, w wire, script llmtest.Script) (*httptest.Server, *llmtest.Server) {
 	t.Helper()
 	m := sessiontest.New(t, nil)
-	model := llmtest.NewOpenAI(t, script)
+	model := w.server(t, script)
 	h, err := New(m, Options{StateDir: t.TempDir(), MaxBodyBytes: 1 << 20, MaxUploadBytes: 1 << 20, MaxMemoryMB: 4096,
-		Responses: ResponsesOptions{Runner: m, NewProvider: func(string) (llm.Provider, string, error) {
-			p, err := llmopenai.New(llmopenai.Options{BaseURL: model.URL, APIKey: model.Key})
+		Responses: ResponsesOptions{Runner: m, NewProvider: func(name string) (llm.Provider, string, error) {
+			if name != "" && name != w.name {
+				return nil, "", fmt.Errorf("no provider %s here", name)
+			}
+			p, err := w.client(model.URL, model.Key)
 			return p, "stand-in-model", err
 		}}})
 	if err != nil {
@@ -50,7 +82,14 @@ func post(t *testing.T, url, body string) (int, map[string]any) {
 	return resp.StatusCode, out
 }
 
+// TestResponsesCodeInterpreter, with the model behind each wire the server can use.
 func TestResponsesCodeInterpreter(t *testing.T) {
+	for _, w := range wires {
+		t.Run(w.name, func(t *testing.T) { testCodeInterpreter(t, w) })
+	}
+}
+
+func testCodeInterpreter(t *testing.T, w wire) {
 	// Turn 1: the model runs code, then answers with its result. Turn 2 (previous_response_id):
 	// it uses the variable of turn 1, then calls the client's function; turn 3 gives the
 	// function's output and gets the answer.
@@ -61,8 +100,8 @@ func TestResponsesCodeInterpreter(t *testing.T) {
 		llmtest.CallTool("get_weather", `{"city": "Paris"}`),
 		llmtest.Text("43, and it is sunny."),
 	)
-	srv, model := responsesServer(t, script)
-	st, r1 := post(t, srv.URL+"/v1/responses", `{"model": "m", "input": "What is 6*7? Use code.",
+	srv, model := responsesServerOn(t, w, script)
+	st, r1 := post(t, srv.URL+"/v1/responses", `{"model": "`+w.name+`:m", "input": "What is 6*7? Use code.",
 		"tools": [{"type": "code_interpreter", "container": {"type": "auto"}}], "include": ["code_interpreter_call.outputs"]}`)
 	if st != 200 || r1["status"] != "completed" {
 		t.Fatalf("%d %v", st, r1)
@@ -80,9 +119,9 @@ func TestResponsesCodeInterpreter(t *testing.T) {
 	if msg["type"] != "message" || msg["content"].([]any)[0].(map[string]any)["text"] != "The answer is 42." {
 		t.Errorf("message: %v", msg)
 	}
-	// What the model read of the code's run.
-	if reqs := model.Requests(); len(reqs) != 2 || !strings.Contains(lastResult(reqs[1]), "42") {
-		t.Errorf("the model's second request: %+v", reqs)
+	// What the model read of the code's run; the model named by its provider's name.
+	if reqs := model.Requests(); len(reqs) != 2 || !strings.Contains(lastResult(reqs[1]), "42") || reqs[0].Model != "m" || r1["model"] != w.name+":m" {
+		t.Errorf("the model's second request: %+v; response model %v", reqs, r1["model"])
 	}
 
 	st, r2 := post(t, srv.URL+"/v1/responses", `{"model": "m", "input": "Add one, then the weather.", "previous_response_id": "`+r1["id"].(string)+`",
@@ -213,5 +252,22 @@ func TestResponsesUnrulyModel(t *testing.T) {
 	}
 	if res := lastResult(model.Requests()[1]); !strings.Contains(res, `no tool named "delete_everything"`) {
 		t.Errorf("what the model read: %q", res)
+	}
+}
+
+func TestUpstream(t *testing.T) {
+	for _, c := range []struct{ model, provider, name string }{
+		{"", "", ""},
+		{"gpt-4.1-mini", "", "gpt-4.1-mini"},
+		{"gpt-oss:20b", "", "gpt-oss:20b"}, // Ollama's names have colons
+		{"anthropic:claude-sonnet-4-5", "anthropic", "claude-sonnet-4-5"},
+		{"openai-responses:gpt-5", "openai-responses", "gpt-5"},
+		{"openai:llama3:8b", "openai", "llama3:8b"},
+		{"anthropic:", "", "anthropic:"},
+		{"Anthropic:x", "", "Anthropic:x"},
+	} {
+		if p, n := upstream(c.model); p != c.provider || n != c.name {
+			t.Errorf("upstream(%q) = %q, %q; want %q, %q", c.model, p, n, c.provider, c.name)
+		}
 	}
 }
