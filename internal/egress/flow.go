@@ -246,8 +246,13 @@ func (c *upConn) Write(p []byte) (int, error) {
 		return 0, errQuota
 	}
 	c.Conn.SetWriteDeadline(time.Now().Add(c.idle))
+	// Counted before the write: the upstream may answer, and the answer reach the
+	// client, before this goroutine runs again; a record read then has these bytes.
+	c.f.out.Add(int64(len(p)))
 	n, err := c.Conn.Write(p)
-	c.f.out.Add(int64(n))
+	if n < len(p) {
+		c.f.out.Add(int64(n - len(p)))
+	}
 	c.out.Add(float64(n))
 	return n, err
 }
