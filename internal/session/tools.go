@@ -55,17 +55,9 @@ func (s *Session) tool(name string) (*sessionTool, error) {
 // the call runs as a cell does (admission, timeout, interrupt, limits) without counting as
 // one. Outputs go to onOutput as they happen (may be nil), but for the return value's.
 func (m *Manager) CallTool(ctx context.Context, id, name string, req api.ToolCallRequest, onOutput func(api.Output)) (*api.ToolCallResult, error) {
-	s, err := m.lookup(ctx, id)
+	s, t, args, err := m.toolCall(ctx, id, name, req)
 	if err != nil {
 		return nil, err
-	}
-	t, err := s.tool(name)
-	if err != nil {
-		return nil, err
-	}
-	args, err := t.check(req.Arguments)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", err.Error(), errdefs.ErrInvalidArgument)
 	}
 	timeout, err := m.timeout(req.TimeoutS)
 	if err != nil {
@@ -95,6 +87,34 @@ func (m *Manager) CallTool(ctx context.Context, id, name string, req api.ToolCal
 	m.afterRun(ctx, s, b, res, set)
 	m.metrics.observe("execute", res.Status, time.Duration(res.DurationMS)*time.Millisecond)
 	return toolResult(res), nil
+}
+
+// CheckToolCall refuses what CallTool would refuse before running anything (an unknown
+// session or tool, bad arguments, a bad timeout), for a caller that answers before the
+// call ends (a stream).
+func (m *Manager) CheckToolCall(ctx context.Context, id, name string, req api.ToolCallRequest) error {
+	_, _, _, err := m.toolCall(ctx, id, name, req)
+	if err == nil {
+		_, err = m.timeout(req.TimeoutS)
+	}
+	return err
+}
+
+// toolCall finds the session and tool of a call and checks its arguments.
+func (m *Manager) toolCall(ctx context.Context, id, name string, req api.ToolCallRequest) (*Session, *sessionTool, []byte, error) {
+	s, err := m.lookup(ctx, id)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	t, err := s.tool(name)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	args, err := t.check(req.Arguments)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("%s: %w", err.Error(), errdefs.ErrInvalidArgument)
+	}
+	return s, t, args, nil
 }
 
 // isToolResult: o is a call's return value (guestproto.ToolResultMIME).
