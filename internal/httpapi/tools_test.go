@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/cellbox/cellbox/api"
-	"github.com/cellbox/cellbox/internal/guestproto"
 )
 
 // TestToolRoutesRefuse: the tool routes' refusals, in REST's error shape: an unknown
@@ -65,22 +64,12 @@ func TestToolRoutesRefuse(t *testing.T) {
 	}
 }
 
-// needKernelTools skips until the kernel side of issue 26 (the cellbox module, guest
-// protocol 8) is in this build.
-// MERGE(tools-kernel): remove once merged; with it, these tests run.
-func needKernelTools(t *testing.T) {
-	if guestproto.Version < 8 {
-		t.Skip("the kernel side of issue 26 (branch tools-kernel) is not merged yet")
-	}
-}
-
 // TestToolDefinedThenCalled: a cell defines a tool; it is listed in every format and
 // called with good arguments (its value as JSON, its prints among the outputs), with bad
 // ones (400, the validator's message), returns what JSON can't hold (text), raises; a
 // saved one is in the library, survives a kernel restart that drops the unsaved one, and
-// loads into another session. Needs the kernel side (tools-kernel).
+// loads into another session.
 func TestToolDefinedThenCalled(t *testing.T) {
-	needKernelTools(t)
 	k := startKeyed(t, nil)
 	alice := "Authorization: Bearer " + aliceKey
 	newSession := func() string {
@@ -100,7 +89,7 @@ def add(a: int, b: int = 1) -> int:
 
 @tool
 def odd(n: int):
-    return {n, n + 1}
+    return complex(n, 1)
 
 @tool
 def boom():
@@ -136,7 +125,7 @@ def double(x: float) -> float:
 	if a, _ := call("add", `{"a": "two"}`); a.status != 400 || !strings.Contains(a.err().Message, "at '/a'") {
 		t.Errorf("add with bad arguments: %d %s", a.status, a.body)
 	}
-	if a, r := call("odd", `{"n": 1}`); a.status != 200 || r.HasValue || r.Text == "" {
+	if a, r := call("odd", `{"n": 1}`); a.status != 200 || r.HasValue || r.Text != "(1+1j)" || r.ValueType != "complex" {
 		t.Errorf("odd: %d %s", a.status, a.body)
 	}
 	if a, r := call("boom", `{}`); a.status != 200 || r.Status != "error" || len(r.Outputs) == 0 || r.Outputs[len(r.Outputs)-1].EName != "ValueError" {
