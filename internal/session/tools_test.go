@@ -299,3 +299,22 @@ func TestToolsFromRecord(t *testing.T) {
 		t.Fatalf("tools %+v", s.tools)
 	}
 }
+
+// FuzzCheckTool: whatever a kernel reports, checking it neither panics nor keeps a tool
+// outside the limits, and a kept tool's arguments check without panicking.
+func FuzzCheckTool(f *testing.F) {
+	f.Add("add", addSchema, `{"a":1}`)
+	f.Add("x", `{"type":"object","$ref":"#/$defs/a","$defs":{"a":{"$ref":"#/$defs/a"}}}`, `{}`)
+	f.Add("y", `{"type":"object","properties":{"p":{"pattern":"^a+$"}}}`, `{"p":"aaa"}`)
+	f.Add("z", `{"type":"object","$schema":"http://json-schema.org/draft-04/schema#"}`, `null`)
+	f.Fuzz(func(t *testing.T, name, schema, args string) {
+		st, err := checkTool(guestproto.Tool{Name: name, InputSchema: json.RawMessage(schema)}, nil)
+		if err != nil {
+			return
+		}
+		if !toolName.MatchString(st.Name) || len(st.InputSchema) > maxToolSchema || st.doc["type"] != "object" {
+			t.Fatalf("kept %q", name)
+		}
+		st.check(json.RawMessage(args))
+	})
+}
