@@ -4,7 +4,10 @@
 // It imports only the standard library and holds no behaviour beyond small helpers.
 package api
 
-import "time"
+import (
+	"encoding/json"
+	"time"
+)
 
 // Execution and command statuses. A failure of user code is a status, never an HTTP error.
 const (
@@ -532,4 +535,72 @@ type Provider struct {
 // ProviderList is the body of GET /v1/providers.
 type ProviderList struct {
 	Providers []Provider `json:"providers"`
+}
+
+// SessionTool is a function defined in a session's kernel (from cellbox import tool) that a
+// model can call: GET /v1/sessions/{id}/tools lists them as {"tools": [...]}.
+type SessionTool struct {
+	Name        string         `json:"name"`
+	Description string         `json:"description"`
+	InputSchema map[string]any `json:"input_schema"` // JSON Schema (draft 2020-12) of the arguments, an object
+	Source      string         `json:"source"`       // the function's source, as defined
+	// Saved: kept in the API key's library (see SavedTool), so a kernel restart reloads it.
+	Saved bool `json:"saved"`
+}
+
+// SessionToolList is the body of GET /v1/sessions/{id}/tools (without format) and of
+// POST /v1/sessions/{id}/tools/load.
+type SessionToolList struct {
+	Tools []SessionTool `json:"tools"`
+}
+
+// ToolCallRequest is the body of POST /v1/sessions/{id}/tools/{name}/call.
+type ToolCallRequest struct {
+	// Arguments is a JSON object, checked against the tool's input schema before the
+	// kernel sees it; null or absent means {}.
+	Arguments json.RawMessage `json:"arguments,omitempty"`
+	TimeoutS  float64         `json:"timeout_s,omitempty"`
+}
+
+// ToolCallResult is the result of calling a session's tool: a cell's result, with the
+// function's return value picked out of its outputs.
+type ToolCallResult struct {
+	Status string `json:"status"` // as ExecuteResult's: ok, error, timeout, interrupted, oom, crashed
+	// HasValue: the function returned a value JSON holds, in Value (null included).
+	HasValue bool `json:"has_value"`
+	Value    any  `json:"value,omitempty"`
+	// Text is the repr of a return value JSON cannot hold (at most 64 KiB), and ValueType
+	// its type's name.
+	Text      string `json:"text,omitempty"`
+	ValueType string `json:"value_type,omitempty"`
+	// Outputs are what the call printed, displayed and raised (the error of a tool that
+	// raised), without the return value's own output.
+	Outputs    []Output     `json:"outputs"`
+	Files      []FileChange `json:"files"`
+	Truncated  bool         `json:"truncated"`
+	DurationMS int64        `json:"duration_ms"`
+	Message    string       `json:"message,omitempty"`
+}
+
+// SavedTool is a tool kept in an API key's library (@tool(save=True)): its source stands
+// alone (the function and the imports it uses), so any of the key's sessions on this
+// server can load it. It may depend on the image's packages and the session's workspace
+// files, not on anything else a session defined.
+type SavedTool struct {
+	Name        string         `json:"name"`
+	Description string         `json:"description"`
+	InputSchema map[string]any `json:"input_schema"`
+	Source      string         `json:"source"`
+	SavedAt     time.Time      `json:"saved_at"`
+}
+
+// SavedToolList is the body of GET /v1/saved-tools, in name order.
+type SavedToolList struct {
+	Tools []SavedTool `json:"tools"`
+}
+
+// LoadToolsRequest is the body of POST /v1/sessions/{id}/tools/load: the saved tools to
+// define in the session's kernel; none named: all of the key's.
+type LoadToolsRequest struct {
+	Names []string `json:"names,omitempty"`
 }

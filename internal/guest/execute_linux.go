@@ -230,8 +230,10 @@ func (s *server) restart() guestproto.Message {
 }
 
 // execute runs a cell. Its run ends (the cell is interrupted) when ctx does, which is when
-// the caller goes away, or when an interrupt names runID, before or after it began.
-func (s *server) execute(ctx context.Context, w io.Writer, runID string, req *api.ExecuteRequest) {
+// the caller goes away, or when an interrupt names runID, before or after it began. A quiet
+// one (a tool's call) is not counted: the execution count stays. The kernel's tools, if the
+// cell changed them, go before the result.
+func (s *server) execute(ctx context.Context, w io.Writer, runID string, req *api.ExecuteRequest, quiet bool) {
 	if req == nil {
 		writeMsg(w, errMsg(api.CodeInvalidArgument, "the execute request has no body"))
 		return
@@ -304,7 +306,7 @@ func (s *server) execute(ctx context.Context, w io.Writer, runID string, req *ap
 		s.ctxs[req.Context] = true // the runner makes it when the cell arrives
 	}
 	r := newRun(req.Code, false, timeout, seconds(cfg.InterruptGraceS), newBudget(cfg.MaxOutputBytes, cfg.MaxRichBytes))
-	r.context, r.env = req.Context, req.Env
+	r.context, r.env, r.quiet = req.Context, req.Env, quiet
 	before := s.root.snapshot()
 	oom0 := s.oom.read()
 	start := time.Now()
@@ -379,8 +381,14 @@ func (s *server) execute(ctx context.Context, w io.Writer, runID string, req *ap
 		res.Message = note + " " + res.Message
 	}
 	res.Files = diff(before, s.root.snapshot())
+	if quiet && !r.died {
+		res.ExecutionCount = int(s.count.Load())
+	}
 	s.count.Store(int64(res.ExecutionCount))
 	release() // the next cell may queue up now; it waits for kmu
+	if r.tools != nil && !failed {
+		writeMsg(w, guestproto.Message{Tools: r.tools})
+	}
 	writeMsg(w, guestproto.Message{Result: res})
 	if r.died {
 		if err := s.restartLocked(false); err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/internal/guest/pyrunner"
+	"github.com/cellbox/cellbox/internal/guestproto"
 )
 
 const (
@@ -51,6 +52,7 @@ type cellRun struct {
 	context  string            // the execution context ("": the default)
 	env      map[string]string // set in os.environ for this cell only
 	silent   bool              // preimport: outputs discarded, nothing counted
+	quiet    bool              // a tool's call: outputs kept, nothing counted
 	deadline time.Time         // zero: none
 	grace    time.Duration
 	budget   *budget
@@ -68,8 +70,9 @@ type cellRun struct {
 	ename    string
 	died     bool
 	ws       unix.WaitStatus
-	errOut   *api.Output // silent runs: the error output
-	errTail  []byte      // silent runs: the end of stderr
+	errOut   *api.Output         // silent runs: the error output
+	errTail  []byte              // silent runs: the end of stderr
+	tools    *guestproto.ToolSet // the kernel's tools, when the run changed them
 	finished time.Time
 	timer    *time.Timer // wakes the pump at the deadline
 
@@ -285,9 +288,10 @@ func (k *kernel) begin(r *cellRun) error {
 		Op      string `json:"op"`
 		Code    string `json:"code,omitempty"`
 		Silent  bool   `json:"silent,omitempty"`
+		Quiet   bool   `json:"quiet,omitempty"`
 		Context string `json:"ctx,omitempty"`
 		Env     any    `json:"env,omitempty"`
-	}{r.op, r.code, r.silent, r.context, env})
+	}{r.op, r.code, r.silent, r.quiet, r.context, env})
 	return k.write(append(msg, '\n'))
 }
 
@@ -649,6 +653,9 @@ type runnerMsg struct {
 	A     int         `json:"a"`
 	OK    bool        `json:"ok"`
 	EName string      `json:"ename"`
+	// "tools": all the kernel's tools (module cellbox), passed on as they are; the
+	// server checks them.
+	Tools []guestproto.Tool `json:"tools"`
 }
 
 // oversized handles a runner line over the cap: an output too large to carry.
@@ -697,6 +704,14 @@ func (k *kernel) handle(line []byte) {
 		k.flush(r, true)
 		if r.budget.rich(&o) {
 			r.push(o)
+		}
+	case "tools":
+		if r != nil && !r.silent {
+			tools := m.Tools
+			if tools == nil {
+				tools = []guestproto.Tool{}
+			}
+			r.tools = &guestproto.ToolSet{Tools: tools}
 		}
 	case "done":
 		if r == nil {

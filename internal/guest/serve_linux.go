@@ -290,7 +290,7 @@ func (s *server) handle(ctx context.Context, st *yamux.Stream) {
 	case guestproto.OpConfigure:
 		writeMsg(st, s.configure(req.Config))
 	case guestproto.OpExecute:
-		s.execute(ctx, st, req.RunID, req.Execute)
+		s.execute(ctx, st, req.RunID, req.Execute, req.Quiet)
 	case guestproto.OpInterrupt:
 		s.interrupt(req.RunID)
 		writeMsg(st, guestproto.Message{OK: true})

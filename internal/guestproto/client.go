@@ -204,8 +204,9 @@ func (c *Client) streamErr(ctx context.Context, err error) error {
 }
 
 // final reads messages until the final one, passing outputs to onOutput (nil: none
-// expected), and returns the final message. It stops after budget bytes.
-func (c *Client) final(ctx context.Context, br *bufio.Reader, budget int64, onOutput func(api.Output)) (*Message, error) {
+// expected) and a tool set to onTools (nil: none expected), and returns the final message.
+// It stops after budget bytes.
+func (c *Client) final(ctx context.Context, br *bufio.Reader, budget int64, onOutput func(api.Output), onTools func(*ToolSet) error) (*Message, error) {
 	for {
 		line, err := ReadLine(br, MaxMessageSize)
 		if err != nil {
@@ -226,6 +227,15 @@ func (c *Client) final(ctx context.Context, br *bufio.Reader, budget int64, onOu
 			onOutput(*m.Output)
 			continue
 		}
+		if m.Tools != nil {
+			if onTools == nil {
+				return nil, fmt.Errorf("guest sent tools where none belong: %w", errdefs.ErrUnavailable)
+			}
+			if err := onTools(m.Tools); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		if m.Error != nil {
 			msg := m.Error.Message
 			if len(msg) > maxErrorMessage {
@@ -244,7 +254,7 @@ func (c *Client) roundTrip(ctx context.Context, req Request, m *Message) error {
 		return err
 	}
 	defer done()
-	got, err := c.final(ctx, br, MaxMessageSize, nil)
+	got, err := c.final(ctx, br, MaxMessageSize, nil, nil)
 	if err != nil {
 		return err
 	}
@@ -293,27 +303,64 @@ func (c *Client) runContext(ctx context.Context, id string, wait time.Duration) 
 // calling goroutine) and also collected in the result. If ctx ends, before the cell began
 // or while it runs, the cell is interrupted and Execute still waits for its result (status
 // interrupted), so the kernel is idle on return. req.TimeoutS must be set: it bounds how
-// long the client waits for a silent guest.
+// long the client waits for a silent guest. The kernel's tools, if the cell changed them,
+// are not returned: ExecuteWith returns them.
 func (c *Client) Execute(ctx context.Context, req api.ExecuteRequest, onOutput func(api.Output)) (*api.ExecuteResult, error) {
-	return c.ExecuteRun(ctx, newRunID(), req, onOutput)
+	return c.ExecuteWith(ctx, req, ExecuteOptions{OnOutput: onOutput})
 }
 
 // ExecuteRun is Execute with the run's id chosen by the caller, for InterruptRun.
 func (c *Client) ExecuteRun(ctx context.Context, id string, req api.ExecuteRequest, onOutput func(api.Output)) (*api.ExecuteResult, error) {
+	return c.ExecuteWith(ctx, req, ExecuteOptions{RunID: id, OnOutput: onOutput})
+}
+
+// ExecuteOptions are Execute's options beyond the request.
+type ExecuteOptions struct {
+	// RunID names the run for InterruptRun; "": a new id.
+	RunID string
+	// Quiet runs the code as the server's (Request.Quiet): a tool's call or load.
+	Quiet bool
+	// OnOutput gets each output as it arrives, from the calling goroutine; nil: none.
+	OnOutput func(api.Output)
+	// OnTools gets the kernel's tools, all of them, when the run changed them: once at
+	// most, from the calling goroutine, before ExecuteWith returns; checked (ToolSet.Check).
+	// nil: they are dropped.
+	OnTools func(ToolSet)
+}
+
+// ExecuteWith is Execute with options: a run id, a quiet run, the tools the run changed.
+func (c *Client) ExecuteWith(ctx context.Context, req api.ExecuteRequest, opts ExecuteOptions) (*api.ExecuteResult, error) {
+	id := opts.RunID
+	if id == "" {
+		id = newRunID()
+	}
 	wait := time.Duration(req.TimeoutS*float64(time.Second)) + c.Slack
 	sctx, stop := c.runContext(ctx, id, wait)
 	defer stop()
-	_, br, done, err := c.call(sctx, Request{Op: OpExecute, RunID: id, Execute: &req})
+	_, br, done, err := c.call(sctx, Request{Op: OpExecute, RunID: id, Execute: &req, Quiet: opts.Quiet})
 	if err != nil {
 		return nil, err
 	}
 	defer done()
 	var outputs []api.Output
+	var tools *ToolSet
 	m, err := c.final(sctx, br, c.MaxExecutionBytes, func(o api.Output) {
 		outputs = append(outputs, o)
-		if onOutput != nil {
-			onOutput(o)
+		if opts.OnOutput != nil {
+			opts.OnOutput(o)
 		}
+	}, func(ts *ToolSet) error {
+		if tools != nil {
+			return fmt.Errorf("guest sent tools twice for one run: %w", errdefs.ErrUnavailable)
+		}
+		if err := ts.Check(); err != nil {
+			return fmt.Errorf("guest sent invalid tools: %s: %w", err.Error(), errdefs.ErrUnavailable)
+		}
+		if ts.Tools == nil {
+			ts.Tools = []Tool{}
+		}
+		tools = ts
+		return nil
 	})
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
@@ -334,6 +381,9 @@ func (c *Client) ExecuteRun(ctx context.Context, id string, req api.ExecuteReque
 	}
 	if r.Files == nil {
 		r.Files = []api.FileChange{}
+	}
+	if tools != nil && opts.OnTools != nil {
+		opts.OnTools(*tools)
 	}
 	return r, nil
 }
@@ -401,7 +451,7 @@ func (c *Client) CommandRun(ctx context.Context, id, dir string, req api.Command
 			}
 		}
 	}
-	m, err := c.final(sctx, br, c.MaxExecutionBytes, each)
+	m, err := c.final(sctx, br, c.MaxExecutionBytes, each, nil)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
 			return nil, fmt.Errorf("guest gave no result within %s: %w", wait, errdefs.ErrUnavailable)
@@ -447,7 +497,7 @@ func (c *Client) PutFile(ctx context.Context, path string, r io.Reader) (*api.Fi
 			return nil, rerr.err
 		}
 		// The guest may have answered already (a bad path, a full disk): prefer its reason.
-		if _, ferr := c.final(ctx, br, MaxMessageSize, nil); ferr != nil && !errors.Is(ferr, ErrGuestGone) {
+		if _, ferr := c.final(ctx, br, MaxMessageSize, nil, nil); ferr != nil && !errors.Is(ferr, ErrGuestGone) {
 			return nil, ferr
 		}
 		return nil, c.streamErr(ctx, err)
@@ -455,7 +505,7 @@ func (c *Client) PutFile(ctx context.Context, path string, r io.Reader) (*api.Fi
 	if err := cw.Close(); err != nil {
 		return nil, c.streamErr(ctx, err)
 	}
-	m, err := c.final(ctx, br, MaxMessageSize, nil)
+	m, err := c.final(ctx, br, MaxMessageSize, nil, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -487,7 +537,7 @@ func (c *Client) GetFile(ctx context.Context, path string) (*api.FileInfo, io.Re
 	if err != nil {
 		return nil, nil, err
 	}
-	m, err := c.final(ctx, br, MaxMessageSize, nil)
+	m, err := c.final(ctx, br, MaxMessageSize, nil, nil)
 	if err != nil {
 		done()
 		return nil, nil, err

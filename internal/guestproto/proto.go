@@ -5,8 +5,9 @@
 // yamux client and opens one stream per call; the guest accepts them. On each stream the
 // server writes one Request as a JSON line, then, for OpPutFile only, the file's bytes in
 // ChunkWriter framing (an upload without its end chunk is discarded). The guest answers with
-// Message JSON lines: zero or more Output messages and exactly one final message (Result,
-// CommandResult, File, Listing, Entry, Hello, OK or Error).
+// Message JSON lines: zero or more Output messages, for OpExecute at most one Tools message
+// (after the outputs), and exactly one final message (Result, CommandResult, File, Listing,
+// Entry, Hello, OK or Error).
 // For OpGetFile the final File message is followed by exactly File.Size raw bytes. A
 // command with Request.Stream set sends its output as Output messages while it runs.
 //
@@ -16,12 +17,18 @@
 // request (HTTP or SOCKS5) and decides. Closing a stream's write side is the connection's
 // half-close.
 //
-// Ops: hello, configure; trust (the session's certificate authority); execute, interrupt, restart, delete_context (the kernel); command (a
+// Ops: hello, configure; trust (the session's certificate authority); execute (a cell, or
+// with Request.Quiet a call the user did not write: a tool's call or load, uncounted, kept
+// out of the kernel's history), interrupt, restart, delete_context (the kernel); command (a
 // program, started in a workspace folder or, with Request.Dir, in any folder the sandbox's
 // user may enter); and the workspace's files: put_file, get_file, list_files, delete_file
 // (a file or an empty folder), make_dir (with its parents), move (a file or a folder, making
 // the destination's parents), remove (a folder with everything in it) and stat (one entry,
 // its symbolic link not followed). Every file op resolves its paths beneath the workspace.
+//
+// The kernel's tools: module cellbox in the kernel (from cellbox import tool) turns functions
+// into tools a model can call. After a run that changed them, the guest sends them all as a
+// Tools message on the execute stream, before the Result; a run that did not, sends none.
 //
 // The server treats everything the guest says as untrusted: the guest is a process of the
 // sandbox (uid 0 there with a few capabilities in the runc backend, running user code as
@@ -35,7 +42,7 @@ package guestproto
 import "github.com/cellbox/cellbox/api"
 
 // Version is bumped on any change of behaviour. The server refuses a guest of another version.
-const Version = 7
+const Version = 8
 
 // MaxMessageSize caps one JSON line in either direction (a PNG output is one line).
 const MaxMessageSize = 32 << 20
@@ -89,6 +96,10 @@ type Request struct {
 	Config *Config `json:"config,omitempty"`
 	// Execute.
 	Execute *api.ExecuteRequest `json:"execute,omitempty"`
+	// Execute: run the code as the server's, not the user's: not counted (the execution
+	// count stays), not in the kernel's history (In, Out, _); its outputs are kept as a
+	// cell's. A tool's call and a saved tool's load run so.
+	Quiet bool `json:"quiet,omitempty"`
 	// Command.
 	Command *api.CommandRequest `json:"command,omitempty"`
 	// Command: the folder the program starts in, an absolute path in the sandbox. The
@@ -137,6 +148,7 @@ type Config struct {
 // Message is one line the guest writes. Exactly one field is set.
 type Message struct {
 	Output        *api.Output        `json:"output,omitempty"`
+	Tools         *ToolSet           `json:"tools,omitempty"`
 	Result        *api.ExecuteResult `json:"result,omitempty"`
 	CommandResult *api.CommandResult `json:"command_result,omitempty"`
 	File          *api.FileInfo      `json:"file,omitempty"`

@@ -3,7 +3,8 @@ package session
 import "sync"
 
 // Session events tell what lives beside a session (a front door's state about it) that the
-// session was created or has ended, and why, so that nobody polls for it.
+// session was created or has ended, and why, or that its tools changed, so that nobody
+// polls for it.
 
 // EventKind is what happened to a session.
 type EventKind int
@@ -13,6 +14,9 @@ const (
 	SessionCreated EventKind = iota + 1
 	// SessionEnded: the session is gone from this server; Event.Reason says why.
 	SessionEnded
+	// ToolsChanged: the session's tools changed (a run defined or removed one, its kernel
+	// restarted, saved tools were loaded); Manager.Tools has them.
+	ToolsChanged
 )
 
 func (k EventKind) String() string {
@@ -21,6 +25,8 @@ func (k EventKind) String() string {
 		return "created"
 	case SessionEnded:
 		return "ended"
+	case ToolsChanged:
+		return "tools_changed"
 	}
 	return "unknown"
 }

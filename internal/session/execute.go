@@ -25,12 +25,14 @@ func (m *Manager) Execute(ctx context.Context, id string, req api.ExecuteRequest
 		return nil, err
 	}
 	defer release()
-	res, err := b.guest.Execute(rctx, req, onOutput)
+	res, set, err := runKernel(rctx, b.guest, req, false, onOutput)
 	if err != nil {
 		if res, err = m.afterGuestFailure(ctx, s, b, err); err != nil {
 			return nil, err
 		}
+		b = m.current(s)
 	}
+	m.afterRun(ctx, s, b, res, set)
 	s.mu.Lock()
 	s.execCount = res.ExecutionCount
 	notice := s.notice
@@ -62,7 +64,9 @@ func (s *Session) interrupt() {
 	s.turn.interrupt()
 }
 
-// Restart interrupts whatever runs and gives the session a fresh kernel; files stay.
+// Restart interrupts whatever runs and gives the session a fresh kernel; files stay. The
+// session's tools are dropped but for the saved ones, which are loaded again; the next
+// execution is told which were dropped.
 func (m *Manager) Restart(ctx context.Context, id string) error {
 	s, err := m.lookup(ctx, id)
 	if err != nil {
@@ -76,11 +80,17 @@ func (m *Manager) Restart(ctx context.Context, id string) error {
 	defer release()
 	err = b.guest.Restart(rctx)
 	if err != nil && !b.alive() {
-		_, err = m.afterGuestFailure(ctx, s, b, err)
+		if _, err = m.afterGuestFailure(ctx, s, b, err); err == nil {
+			b = m.current(s)
+		}
 	}
 	if err == nil {
+		msg := m.kernelRestarted(ctx, s, b)
 		s.mu.Lock()
 		s.execCount = 0
+		if msg != "" {
+			s.notice += "[cellbox: " + msg + "]\n"
+		}
 		s.mu.Unlock()
 	}
 	return err

@@ -42,6 +42,7 @@ type Manager struct {
 	adm    *admission // every kind of work passes it (admission.go)
 	net    *network   // egress policies and the gateway (network.go)
 	events *events    // told when sessions are created and end (events.go)
+	lib    *library   // each tenant's saved tools (library.go)
 
 	mu       sync.Mutex
 	sessions map[string]*Session // the registry (registry.go)
@@ -80,6 +81,7 @@ type Session struct {
 	network    *api.Network   // the policy as asked for (nil: the default), for the record
 	policy     *egress.Policy // the policy as enforced
 	ca         *egress.CA     // the session's certificate authority; nil until a secret needs it
+	tools      []*sessionTool // the kernel's tools as last reported and checked, by name (tools.go)
 }
 
 // New starts a Manager. Sessions outlive the server process when the backend can attach
@@ -98,6 +100,7 @@ func New(ctx context.Context, cfg config.Config, backend sandbox.Backend, store 
 		log:          log,
 		sessions:     map[string]*Session{},
 		events:       newEvents(),
+		lib:          &library{},
 		keep:         backend.Capabilities().Reattach && !cfg.EndSessionsOnExit,
 
 		deadlines: make(chan struct{}, 1),
@@ -115,6 +118,9 @@ func New(ctx context.Context, cfg config.Config, backend sandbox.Backend, store 
 	// The records folder is read even when sessions end with the server: a record of an
 	// earlier process that kept them is how its sessions get ended here.
 	m.records = records{dir: filepath.Join(cfg.StateDir, "sessions")}
+	if cfg.StateDir != "" {
+		m.lib.dir = filepath.Join(cfg.StateDir, "tools")
+	}
 	recs, err := m.recover(ctx)
 	if err != nil {
 		return nil, err

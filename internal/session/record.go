@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cellbox/cellbox/api"
+	"github.com/cellbox/cellbox/internal/guestproto"
 	"github.com/cellbox/cellbox/internal/statefile"
 )
 
@@ -42,6 +43,9 @@ type record struct {
 	Network *api.Network `json:"network,omitempty"`
 	// CA is the session's certificate authority with its key (PEM); "": none.
 	CA string `json:"ca,omitempty"`
+	// Tools are the kernel's tools as last reported (Save: kept in the tenant's library);
+	// checked again when read.
+	Tools []guestproto.Tool `json:"tools,omitempty"`
 }
 
 // saveEvery throttles the records written for activity alone (file calls): a restart may
@@ -152,6 +156,7 @@ func (s *Session) recordLocked() record {
 		Notice:         s.notice,
 		Network:        s.network,
 		CA:             s.caPEM(),
+		Tools:          toolRecords(s.tools),
 	}
 }
 

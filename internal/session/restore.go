@@ -152,6 +152,12 @@ func (m *Manager) restoreOne(ctx context.Context, r record) string {
 		return "ended"
 	}
 	s.box = b
+	m.restoreTools(s, r)
+	if how == "replaced" { // the new kernel has none of them
+		if msg := m.kernelRestarted(ctx, s, b); msg != "" {
+			s.notice += "[cellbox: " + msg + "]\n"
+		}
+	}
 	m.restoreNetwork(ctx, s, r)
 	s.slot = m.adm.hold(s.tenant)
 	m.mu.Lock()

@@ -1,6 +1,8 @@
 // Package pyrunner carries the Python kernel runner: a small script that drives an IPython
-// InteractiveShell and speaks the guest's line protocol over file descriptors 3 and 4; and
-// the template script, a prepared runner whose forks become kernels (see template.py).
+// InteractiveShell and speaks the guest's line protocol over file descriptors 3 and 4; the
+// template script, a prepared runner whose forks become kernels (see template.py); and
+// module cellbox (cellbox.py), which the runner makes importable in every kernel: the
+// tools a model can call, made from the kernel's functions (`from cellbox import tool`).
 //
 // The guest starts a kernel as `python -c Bootstrap` with Script in the environment
 // variable Env; no file is written. Package template starts a template as
@@ -9,12 +11,30 @@
 // (package template).
 package pyrunner
 
-import _ "embed"
+import (
+	_ "embed"
+	"encoding/json"
+)
 
-// Script is the runner's source.
-//
 //go:embed runner.py
-var Script string
+var runner string
+
+// Cellbox is the source of module cellbox.
+//
+//go:embed cellbox.py
+var Cellbox string
+
+// Script is the runner's source: runner.py, after a line that gives it Cellbox as
+// CELLBOX_MODULE (a JSON string is a Python string literal).
+var Script = "CELLBOX_MODULE = " + pyString(Cellbox) + "\n" + runner
+
+func pyString(s string) string {
+	b, err := json.Marshal(s)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
 
 // Template is the template's source.
 //

@@ -5,9 +5,11 @@
 # are pipes the guest reads: everything the user's code (and any C code or child process)
 # writes there is a stream output. This script never writes to them itself.
 #
-# guest -> runner:  {"op": "exec", "code": "...", "silent": false, "ctx": "name", "env": {...}}
+# guest -> runner:  {"op": "exec", "code": "...", "silent": false, "quiet": false, "ctx": "name", "env": {...}}
 #                        runs code in execution context ctx ("" or absent: the default),
-#                        with env set in os.environ for the cell only
+#                        with env set in os.environ for the cell only; silent (the
+#                        pre-imports) or quiet (a tool's call): not counted, not in the
+#                        history (In, Out, _)
 #                   {"op": "drop", "ctx": "name"}   forgets a named context; answered "done"
 #                   {"op": "ping"}          answered "done": the runner reads its commands
 #                   {"op": "env", "env": ["K=V", ...]}   the whole environment, unless a
@@ -18,7 +20,14 @@
 #                        an output (api.Output). From the main thread it waits for the
 #                        ack, so stream text written after it stays after it. Other
 #                        threads do not wait: only the main thread ever reads fd 3.
+#                   {"t": "tools", "tools": [{"name", "description", "input_schema",
+#                        "source", "save"}, ...]}   after a run (not a silent one) that
+#                        changed the tools (module cellbox), before its "done": all of them
 #                   {"t": "done", "ok": bool, "ename": "...", "n": N}
+#
+# The runner puts module cellbox (cellbox.py, whose source is CELLBOX_MODULE, set before
+# this script by package pyrunner) into sys.modules: `from cellbox import tool` works in
+# every kernel, and a template's forks inherit it. No file is written.
 import os
 import sys
 
@@ -61,6 +70,16 @@ def apply_env(env):
         time.tzset()
 
 
+def install_cellbox():
+    """Makes module cellbox importable (from CELLBOX_MODULE) and returns it."""
+    import types
+
+    mod = types.ModuleType("cellbox")
+    sys.modules["cellbox"] = mod
+    exec(compile(CELLBOX_MODULE, "<cellbox>", "exec"), mod.__dict__)
+    return mod
+
+
 def prepare():
     """Imports IPython and builds the shell; returns serve, which runs the protocol loop on
     descriptors 3 and 4. A template process (template.py) calls prepare once and serve in
@@ -71,6 +90,9 @@ def prepare():
     import re
     import signal
     import threading
+
+    cellbox = install_cellbox()
+    reported = {"v": cellbox._version}  # the tools' version last reported
 
     pipes = {}  # "r": the buffered reader of descriptor 3, once serve runs
     wfd = 4
@@ -318,7 +340,19 @@ def prepare():
             else:
                 os.environ[k] = v
 
-    def run(code, silent, ctx, env):
+    def report_tools():
+        # All the tools, when they changed since the last report.
+        v = getattr(cellbox, "_version", None)
+        if v == reported["v"]:
+            return
+        try:
+            tools = cellbox._report()
+        except Exception:
+            return  # the module was tampered with: nothing to report
+        reported["v"] = v
+        send({"t": "tools", "tools": tools})
+
+    def run(code, silent, quiet, ctx, env):
         n = shell.execution_count
         ok, ename = True, ""
         signal.signal(signal.SIGINT, on_sigint)
@@ -333,8 +367,9 @@ def prepare():
                 send({"t": "started", "n": n})
                 # A silent run (the pre-imports) is not silent to IPython: its events and
                 # display hooks run as a cell's do (the guest drops what it outputs), so a
-                # kernel has written what a user's first cell writes before one comes.
-                r = shell.run_cell(code, store_history=not silent)
+                # kernel has written what a user's first cell writes before one comes. A
+                # quiet one (a tool's call) is a cell whose outputs are kept, uncounted.
+                r = shell.run_cell(code, store_history=not (silent or quiet))
             finally:
                 state["armed"] = False
                 state["pending"] = False
@@ -349,6 +384,8 @@ def prepare():
         finally:
             restore_env(saved)
         shell.exit_now = False
+        if not silent:
+            report_tools()
         send({"t": "done", "ok": ok, "ename": ename, "n": n})
 
     def serve():
@@ -369,7 +406,8 @@ def prepare():
             return
         op = msg.get("op")
         if op == "exec":
-            run(msg.get("code", ""), bool(msg.get("silent")), str(msg.get("ctx") or ""), msg.get("env") or {})
+            run(msg.get("code", ""), bool(msg.get("silent")), bool(msg.get("quiet")), str(msg.get("ctx") or ""),
+                msg.get("env") or {})
         elif op == "drop":
             drop(str(msg.get("ctx") or ""))
             send({"t": "done", "ok": True, "ename": "", "n": shell.execution_count})

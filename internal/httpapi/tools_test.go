@@ -1,0 +1,151 @@
+package httpapi_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/cellbox/cellbox/api"
+)
+
+// TestToolRoutesRefuse: the tool routes' refusals, in REST's error shape: an unknown
+// session and another key's session are not found, an unknown tool names the tools there
+// are, a bad body or format is a bad request, the library has nothing of another key's.
+func TestToolRoutesRefuse(t *testing.T) {
+	k := startKeyed(t, nil)
+	alice, bob := "Authorization: Bearer "+aliceKey, "X-API-Key: "+bobKey
+	a := k.do(t, "POST", "/v1/sessions", "{}", alice)
+	var sess api.Session
+	if err := json.Unmarshal(a.body, &sess); err != nil || a.status != 201 {
+		t.Fatalf("create: %d %s", a.status, a.body)
+	}
+	id := sess.ID
+	tests := []struct {
+		name, method, path, body, key string
+		status                        int
+		code, say                     string
+	}{
+		{"unknown session", "GET", "/v1/sessions/nope/tools", "", alice, 404, "not_found", "nope"},
+		{"another key's session", "GET", "/v1/sessions/" + id + "/tools", "", bob, 404, "not_found", ""},
+		{"another key's call", "POST", "/v1/sessions/" + id + "/tools/add/call", `{"arguments":{}}`, bob, 404, "not_found", ""},
+		{"another key's load", "POST", "/v1/sessions/" + id + "/tools/load", `{}`, bob, 404, "not_found", ""},
+		{"unknown tool", "POST", "/v1/sessions/" + id + "/tools/add/call", `{"arguments":{"a":1}}`, alice, 404, "not_found", "its tools: none"},
+		{"unknown tool, streamed", "POST", "/v1/sessions/" + id + "/tools/add/call", `{}`, alice, 404, "not_found", "its tools: none"},
+		{"arguments not JSON", "POST", "/v1/sessions/" + id + "/tools/add/call", `{"arguments":{`, alice, 400, "invalid_argument", ""},
+		{"unknown format", "GET", "/v1/sessions/" + id + "/tools?format=xml", "", alice, 400, "invalid_argument", "openai, anthropic or mcp"},
+		{"unknown saved tool", "GET", "/v1/saved-tools/nope", "", alice, 404, "not_found", "nope"},
+		{"hostile saved tool name", "GET", "/v1/saved-tools/..%2F..%2Fetc", "", alice, 404, "not_found", ""},
+		{"delete unknown saved tool", "DELETE", "/v1/saved-tools/nope", "", alice, 404, "not_found", "nope"},
+		{"load unknown saved tool", "POST", "/v1/sessions/" + id + "/tools/load", `{"names":["nope"]}`, alice, 404, "not_found", "nope"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			hdr := []string{tt.key}
+			if strings.Contains(tt.name, "streamed") {
+				hdr = append(hdr, "Accept: text/event-stream")
+			}
+			a := k.do(t, tt.method, tt.path, tt.body, hdr...)
+			if a.status != tt.status || a.err().Code != tt.code || !strings.Contains(a.err().Message, tt.say) {
+				t.Errorf("%d %s, want %d %s saying %q", a.status, a.body, tt.status, tt.code, tt.say)
+			}
+		})
+	}
+	for _, q := range []string{"", "?format=openai", "?format=anthropic", "?format=mcp"} {
+		a := k.do(t, "GET", "/v1/sessions/"+id+"/tools"+q, "", alice)
+		if a.status != 200 {
+			t.Errorf("GET tools%s: %d %s", q, a.status, a.body)
+		}
+	}
+	if a := k.do(t, "GET", "/v1/sessions/"+id+"/tools", "", alice); string(a.body) != `{"tools":[]}`+"\n" && string(a.body) != `{"tools":[]}` {
+		t.Errorf("no tools: %s", a.body)
+	}
+	if a := k.do(t, "GET", "/v1/saved-tools", "", alice); a.status != 200 || !strings.Contains(string(a.body), `"tools":[]`) {
+		t.Errorf("library: %d %s", a.status, a.body)
+	}
+}
+
+// TestToolDefinedThenCalled: a cell defines a tool; it is listed in every format and
+// called with good arguments (its value as JSON, its prints among the outputs), with bad
+// ones (400, the validator's message), returns what JSON can't hold (text), raises; a
+// saved one is in the library, survives a kernel restart that drops the unsaved one, and
+// loads into another session.
+func TestToolDefinedThenCalled(t *testing.T) {
+	k := startKeyed(t, nil)
+	alice := "Authorization: Bearer " + aliceKey
+	newSession := func() string {
+		a := k.do(t, "POST", "/v1/sessions", "{}", alice)
+		var s api.Session
+		json.Unmarshal(a.body, &s)
+		return s.ID
+	}
+	id := newSession()
+	code := `from cellbox import tool
+
+@tool
+def add(a: int, b: int = 1) -> int:
+    """Add two numbers."""
+    print("adding")
+    return a + b
+
+@tool
+def odd(n: int):
+    return complex(n, 1)
+
+@tool
+def boom():
+    raise ValueError("no")
+
+@tool(save=True)
+def double(x: float) -> float:
+    """Twice x."""
+    return 2 * x
+`
+	body, _ := json.Marshal(api.ExecuteRequest{Code: code})
+	if a := k.do(t, "POST", "/v1/sessions/"+id+"/execute", string(body), alice); a.status != 200 || !strings.Contains(string(a.body), `"status":"ok"`) {
+		t.Fatalf("define: %d %s", a.status, a.body)
+	}
+	var list api.SessionToolList
+	json.Unmarshal(k.do(t, "GET", "/v1/sessions/"+id+"/tools", "", alice).body, &list)
+	if len(list.Tools) != 4 || list.Tools[0].Name != "add" || list.Tools[0].Description != "Add two numbers." {
+		t.Fatalf("tools: %+v", list.Tools)
+	}
+	if a := k.do(t, "GET", "/v1/sessions/"+id+"/tools?format=openai", "", alice); !strings.Contains(string(a.body), `"parameters"`) {
+		t.Errorf("openai format: %s", a.body)
+	}
+	call := func(name, args string) (answer, api.ToolCallResult) {
+		a := k.do(t, "POST", "/v1/sessions/"+id+"/tools/"+name+"/call", `{"arguments":`+args+`}`, alice)
+		var r api.ToolCallResult
+		json.Unmarshal(a.body, &r)
+		return a, r
+	}
+	if a, r := call("add", `{"a": 2, "b": 3}`); a.status != 200 || r.Status != "ok" || !r.HasValue || r.Value != 5.0 ||
+		len(r.Outputs) != 1 || r.Outputs[0].Text != "adding\n" {
+		t.Errorf("add: %d %s", a.status, a.body)
+	}
+	if a, _ := call("add", `{"a": "two"}`); a.status != 400 || !strings.Contains(a.err().Message, "at '/a'") {
+		t.Errorf("add with bad arguments: %d %s", a.status, a.body)
+	}
+	if a, r := call("odd", `{"n": 1}`); a.status != 200 || r.HasValue || r.Text != "(1+1j)" || r.ValueType != "complex" {
+		t.Errorf("odd: %d %s", a.status, a.body)
+	}
+	if a, r := call("boom", `{}`); a.status != 200 || r.Status != "error" || len(r.Outputs) == 0 || r.Outputs[len(r.Outputs)-1].EName != "ValueError" {
+		t.Errorf("boom: %d %s", a.status, a.body)
+	}
+	if a := k.do(t, "GET", "/v1/saved-tools/double", "", alice); a.status != 200 {
+		t.Errorf("saved: %d %s", a.status, a.body)
+	}
+	if a := k.do(t, "POST", "/v1/sessions/"+id+"/restart", "", alice); a.status != 200 {
+		t.Fatalf("restart: %d %s", a.status, a.body)
+	}
+	json.Unmarshal(k.do(t, "GET", "/v1/sessions/"+id+"/tools", "", alice).body, &list)
+	if len(list.Tools) != 1 || list.Tools[0].Name != "double" {
+		t.Errorf("after the restart: %+v", list.Tools)
+	}
+	if _, r := call("double", `{"x": 2}`); r.Value != 4.0 {
+		t.Errorf("double after the restart: %+v", r)
+	}
+	other := newSession()
+	if a := k.do(t, "POST", "/v1/sessions/"+other+"/tools/load", `{}`, alice); a.status != 200 || !strings.Contains(string(a.body), `"double"`) {
+		t.Errorf("load: %d %s", a.status, a.body)
+	}
+}

@@ -1,0 +1,351 @@
+package session
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/cellbox/cellbox/api"
+	"github.com/cellbox/cellbox/internal/errdefs"
+	"github.com/cellbox/cellbox/internal/guestproto"
+)
+
+// A session's tools: functions its kernel offers as tools (from cellbox import tool). The
+// kernel reports them all after a run that changed them (runKernel); they are checked
+// (toolset.go), kept in the session's record, and told as a ToolsChanged event. A call is
+// one Quiet execute of the cellbox module's _call, admitted as a cell. A kernel restart
+// drops them, but for the saved ones (library.go), which are loaded again.
+
+// Tools returns the session's tools, by name.
+func (m *Manager) Tools(ctx context.Context, id string) ([]api.SessionTool, error) {
+	s, err := m.lookup(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]api.SessionTool, len(s.tools))
+	for i, t := range s.tools {
+		out[i] = t.view()
+	}
+	return out, nil
+}
+
+// tool finds one of the session's tools; unknown, the error names those there are.
+func (s *Session) tool(name string) (*sessionTool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, t := range s.tools {
+		if t.Name == name {
+			return t, nil
+		}
+	}
+	if len(name) > 64 {
+		name = name[:64] + "..."
+	}
+	return nil, fmt.Errorf("session %s has no tool %q (its tools: %s): define one with @tool from the cellbox module: %w",
+		s.id, name, toolNames(s.tools), errdefs.ErrNotFound)
+}
+
+// CallTool calls one of the session's tools with req's arguments, after any execution
+// already running there: the arguments are checked against the tool's schema first, then
+// the call runs as a cell does (admission, timeout, interrupt, limits) without counting as
+// one. Outputs go to onOutput as they happen (may be nil), but for the return value's.
+func (m *Manager) CallTool(ctx context.Context, id, name string, req api.ToolCallRequest, onOutput func(api.Output)) (*api.ToolCallResult, error) {
+	s, t, args, err := m.toolCall(ctx, id, name, req)
+	if err != nil {
+		return nil, err
+	}
+	timeout, err := m.timeout(req.TimeoutS)
+	if err != nil {
+		return nil, err
+	}
+	code := fmt.Sprintf(`__import__("cellbox")._call("%s", "%s")`, t.Name, base64.StdEncoding.EncodeToString(args))
+	b, rctx, release, err := m.admitIn(ctx, s, kindExecute)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	var each func(api.Output)
+	if onOutput != nil {
+		each = func(o api.Output) {
+			if !isToolResult(o) {
+				onOutput(o)
+			}
+		}
+	}
+	res, set, err := runKernel(rctx, b.guest, api.ExecuteRequest{Code: code, TimeoutS: timeout}, true, each)
+	if err != nil {
+		if res, err = m.afterGuestFailure(ctx, s, b, err); err != nil {
+			return nil, err
+		}
+		b = m.current(s)
+	}
+	m.afterRun(ctx, s, b, res, set)
+	m.metrics.observe("execute", res.Status, time.Duration(res.DurationMS)*time.Millisecond)
+	return toolResult(res), nil
+}
+
+// CheckToolCall refuses what CallTool would refuse before running anything (an unknown
+// session or tool, bad arguments, a bad timeout), for a caller that answers before the
+// call ends (a stream).
+func (m *Manager) CheckToolCall(ctx context.Context, id, name string, req api.ToolCallRequest) error {
+	_, _, _, err := m.toolCall(ctx, id, name, req)
+	if err == nil {
+		_, err = m.timeout(req.TimeoutS)
+	}
+	return err
+}
+
+// toolCall finds the session and tool of a call and checks its arguments.
+func (m *Manager) toolCall(ctx context.Context, id, name string, req api.ToolCallRequest) (*Session, *sessionTool, []byte, error) {
+	s, err := m.lookup(ctx, id)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	t, err := s.tool(name)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	args, err := t.check(req.Arguments)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("%s: %w", err.Error(), errdefs.ErrInvalidArgument)
+	}
+	return s, t, args, nil
+}
+
+// isToolResult: o is a call's return value (guestproto.ToolResultMIME).
+func isToolResult(o api.Output) bool {
+	if o.Type != api.OutputDisplayData {
+		return false
+	}
+	_, ok := o.Data[guestproto.ToolResultMIME]
+	return ok
+}
+
+// toolResult is a call's result: the return value picked out of the outputs and decoded.
+func toolResult(res *api.ExecuteResult) *api.ToolCallResult {
+	out := &api.ToolCallResult{Status: res.Status, Outputs: []api.Output{}, Files: res.Files, Truncated: res.Truncated,
+		DurationMS: res.DurationMS, Message: res.Message}
+	if out.Files == nil {
+		out.Files = []api.FileChange{}
+	}
+	for _, o := range res.Outputs {
+		if !isToolResult(o) {
+			out.Outputs = append(out.Outputs, o)
+			continue
+		}
+		// {"value": JSON} or {"text": repr, "type": name}; the last one counts.
+		v, _ := o.Data[guestproto.ToolResultMIME].(map[string]any)
+		value, has := v["value"]
+		text, _ := v["text"].(string)
+		typ, _ := v["type"].(string)
+		out.HasValue, out.Value, out.Text, out.ValueType = has, nil, "", ""
+		if has {
+			out.Value = value
+		} else {
+			out.Text, out.ValueType = text, typ
+		}
+	}
+	return out
+}
+
+// afterRun is what every run in the kernel ends with, while it holds the session's turn:
+// the tool set it reported (may be nil) is taken, and after a run that cost the kernel
+// (out of memory, crashed: the guest or the manager started a new one) the tools are
+// dropped but for the saved ones, which are loaded again; res tells what happened to them.
+func (m *Manager) afterRun(ctx context.Context, s *Session, b *box, res *api.ExecuteResult, set *guestproto.ToolSet) {
+	if set != nil {
+		for _, note := range m.toolsReported(s, set) {
+			res.Outputs = append(res.Outputs, api.Output{Type: api.OutputStream, Name: "stderr", Text: "[cellbox: " + note + "]\n"})
+		}
+	}
+	if res.Status == api.StatusOOM || res.Status == api.StatusCrashed {
+		if msg := m.kernelRestarted(ctx, s, b); msg != "" {
+			res.Message = strings.TrimSpace(res.Message + " " + msg)
+		}
+	}
+}
+
+// toolsReported takes the tool set a run of s reported: it is checked (a tool that fails
+// is dropped, with a log line), the tools it asks to save are kept in the tenant's
+// library, and it becomes the session's. The notes are for the run's caller.
+func (m *Manager) toolsReported(s *Session, set *guestproto.ToolSet) (notes []string) {
+	s.mu.Lock()
+	prev := s.tools
+	s.mu.Unlock()
+	tools, refused := checkToolSet(set, prev)
+	for _, r := range refused {
+		m.log.Warn("a tool the kernel reported was dropped", "session_id", s.id, "tool", r)
+		notes = append(notes, "a tool was not offered: "+r)
+	}
+	for _, t := range tools {
+		if !t.Save {
+			continue
+		}
+		if err := m.lib.save(s.tenant, t.Tool); err != nil {
+			t.Save = false
+			notes = append(notes, fmt.Sprintf("the tool %s was not saved: %s", t.Name, errdefs.Public(m.log, err, "session_id", s.id, "tool", t.Name)))
+		}
+	}
+	m.setTools(s, tools)
+	return notes
+}
+
+// setTools makes tools the session's; when they changed, the record is written and
+// ToolsChanged told.
+func (m *Manager) setTools(s *Session, tools []*sessionTool) {
+	s.mu.Lock()
+	same := slices.EqualFunc(s.tools, tools, func(a, b *sessionTool) bool {
+		return a.Name == b.Name && a.Description == b.Description && a.Source == b.Source && a.Save == b.Save &&
+			string(a.InputSchema) == string(b.InputSchema)
+	})
+	s.tools = tools
+	if same || s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.mu.Unlock()
+	m.save(s)
+	m.events.publish(Event{Kind: ToolsChanged, SessionID: s.id, Tenant: s.tenant})
+}
+
+// kernelRestarted drops the tools of a session whose kernel restarted (b's, while the
+// caller holds the turn) but for those saved in the library, which are loaded again; it
+// says what happened, for the restart's caller ("" when the session had none).
+func (m *Manager) kernelRestarted(ctx context.Context, s *Session, b *box) string {
+	s.mu.Lock()
+	old := s.tools
+	s.mu.Unlock()
+	if len(old) == 0 {
+		return ""
+	}
+	m.setTools(s, nil)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.ExecTimeout)
+	defer cancel()
+	var dropped, reloaded, failed []string
+	for _, t := range old {
+		if !t.Save {
+			dropped = append(dropped, t.Name)
+			continue
+		}
+		lt, _, err := m.lib.get(s.tenant, t.Name)
+		if err == nil {
+			err = m.loadTool(ctx, s, b, lt)
+		}
+		if err != nil {
+			failed = append(failed, fmt.Sprintf("%s (%s)", t.Name, errdefs.Public(m.log, err, "session_id", s.id, "tool", t.Name)))
+			continue
+		}
+		reloaded = append(reloaded, t.Name)
+	}
+	var msg []string
+	if len(dropped) > 0 {
+		msg = append(msg, fmt.Sprintf("The kernel restart dropped the tools %s (not saved: define them again).", strings.Join(dropped, ", ")))
+	}
+	if len(failed) > 0 {
+		msg = append(msg, fmt.Sprintf("Saved tools that could not be loaded again: %s.", strings.Join(failed, "; ")))
+	}
+	if len(reloaded) > 0 {
+		msg = append(msg, fmt.Sprintf("Saved tools loaded again: %s.", strings.Join(reloaded, ", ")))
+	}
+	return strings.Join(msg, " ")
+}
+
+// loadTool defines a saved tool in b's kernel (the caller holds the session's turn): a
+// Quiet execute of the cellbox module's _load, whose report makes it the session's.
+func (m *Manager) loadTool(ctx context.Context, s *Session, b *box, t *sessionTool) error {
+	code := fmt.Sprintf(`__import__("cellbox")._load("%s")`, base64.StdEncoding.EncodeToString([]byte(t.Source)))
+	res, set, err := runKernel(ctx, b.guest, api.ExecuteRequest{Code: code, TimeoutS: m.cfg.ExecTimeout.Seconds()}, true, nil)
+	if err != nil {
+		return err
+	}
+	if set != nil {
+		m.toolsReported(s, set)
+	}
+	if res.Status != api.StatusOK {
+		why := res.Message
+		for _, o := range res.Outputs {
+			if o.Type == api.OutputError {
+				why = o.EName + ": " + o.EValue
+			}
+		}
+		if why == "" {
+			why = res.Status
+		}
+		return fmt.Errorf("loading it failed: %s: %w", why, errdefs.ErrFailedPrecondition)
+	}
+	return nil
+}
+
+// LoadTools defines saved tools of ctx's tenant in the session's kernel, after any
+// execution already running there: those named, or all of them when names is empty. It
+// returns the session's tools after; a tool that fails to load is an error naming it (the
+// ones before it are loaded).
+func (m *Manager) LoadTools(ctx context.Context, id string, names []string) ([]api.SessionTool, error) {
+	s, err := m.lookup(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if len(names) == 0 {
+		all, err := m.lib.list(s.tenant)
+		if err != nil {
+			return nil, err
+		}
+		for _, t := range all {
+			names = append(names, t.Name)
+		}
+	}
+	if len(names) > maxSaved {
+		return nil, fmt.Errorf("names has %d tools; at most %d: %w", len(names), maxSaved, errdefs.ErrInvalidArgument)
+	}
+	var load []*sessionTool
+	for _, name := range names {
+		t, _, err := m.lib.get(s.tenant, name)
+		if err != nil {
+			return nil, err
+		}
+		load = append(load, t)
+	}
+	b, rctx, release, err := m.admitIn(ctx, s, kindExecute)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	for _, t := range load {
+		if err := m.loadTool(rctx, s, b, t); err != nil {
+			if !b.alive() {
+				if _, ferr := m.afterGuestFailure(ctx, s, b, err); ferr != nil {
+					return nil, ferr
+				}
+			}
+			return nil, fmt.Errorf("saved tool %s: %w", t.Name, err)
+		}
+	}
+	return m.Tools(ctx, id)
+}
+
+// toolRecords is the record's copy of tools.
+func toolRecords(tools []*sessionTool) []guestproto.Tool {
+	out := make([]guestproto.Tool, len(tools))
+	for i, t := range tools {
+		out[i] = t.Tool
+	}
+	return out
+}
+
+// restoreTools gives a session restored with its kernel the tools of its record, checked
+// again.
+func (m *Manager) restoreTools(s *Session, r record) {
+	if len(r.Tools) == 0 {
+		return
+	}
+	tools, refused := checkToolSet(&guestproto.ToolSet{Tools: r.Tools}, nil)
+	for _, why := range refused {
+		m.log.Warn("a tool in a session's record was dropped", "session_id", s.id, "tool", why)
+	}
+	s.tools = tools
+}

@@ -1,0 +1,320 @@
+package session
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/cellbox/cellbox/api"
+	"github.com/cellbox/cellbox/internal/errdefs"
+	"github.com/cellbox/cellbox/internal/guestproto"
+	"github.com/cellbox/cellbox/internal/testbin"
+)
+
+const addSchema = `{"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"integer","default":1}},"required":["a"],"additionalProperties":false}`
+
+func tool(name, schema string) guestproto.Tool {
+	return guestproto.Tool{Name: name, Description: "Add two numbers.", InputSchema: json.RawMessage(schema), Source: "@tool\ndef " + name + "(a: int, b: int = 1):\n    return a + b\n"}
+}
+
+// TestAttackToolReport: what a kernel reports is checked again; each tool that breaks a
+// limit is dropped (and said why), the others kept.
+func TestAttackToolReport(t *testing.T) {
+	many := make([]guestproto.Tool, 65)
+	for i := range many {
+		many[i] = tool(fmt.Sprintf("t%02d", i), addSchema)
+	}
+	big := `{"type":"object","description":"` + strings.Repeat("x", 1<<20) + `"}`
+	tests := []struct {
+		name    string
+		tools   []guestproto.Tool
+		kept    int
+		refused string // in the one refusal
+	}{
+		{"fine", []guestproto.Tool{tool("add", addSchema)}, 1, ""},
+		{"65 tools", many, 64, "more than 64 tools"},
+		{"1 MB schema", []guestproto.Tool{tool("big", big)}, 0, "larger than 64 KiB"},
+		{"name with spaces", []guestproto.Tool{tool("rm -rf", addSchema)}, 0, "its name"},
+		{"long name", []guestproto.Tool{tool(strings.Repeat("a", 65), addSchema)}, 0, "its name"},
+		{"built-in name", []guestproto.Tool{tool("python", addSchema)}, 0, "built-in"},
+		{"twice", []guestproto.Tool{tool("add", addSchema), tool("add", addSchema)}, 1, "twice"},
+		{"not an object schema", []guestproto.Tool{tool("s", `{"type":"string"}`)}, 0, `"type": "object"`},
+		{"not JSON", []guestproto.Tool{tool("s", `{"type":`)}, 0, "not JSON"},
+		{"host file ref", []guestproto.Tool{tool("s", `{"type":"object","properties":{"a":{"$ref":"file:///etc/passwd"}}}`)}, 0, "does not compile"},
+		{"remote ref", []guestproto.Tool{tool("s", `{"type":"object","$ref":"http://169.254.169.254/x.json"}`)}, 0, "does not compile"},
+		{"bad pattern", []guestproto.Tool{tool("s", `{"type":"object","properties":{"a":{"type":"string","pattern":"(?=x)"}}}`)}, 0, "does not compile"},
+		{"long description", []guestproto.Tool{{Name: "d", Description: strings.Repeat("é", 1025), InputSchema: json.RawMessage(addSchema)}}, 0, "description"},
+		{"big source", []guestproto.Tool{{Name: "d", Source: strings.Repeat("x", 256<<10+1), InputSchema: json.RawMessage(addSchema)}}, 0, "source"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			kept, refused := checkToolSet(&guestproto.ToolSet{Tools: tt.tools}, nil)
+			if len(kept) != tt.kept {
+				t.Errorf("kept %d tools, want %d", len(kept), tt.kept)
+			}
+			if tt.refused == "" {
+				if len(refused) != 0 {
+					t.Errorf("refused %q", refused)
+				}
+				return
+			}
+			if len(refused) != 1 || !strings.Contains(refused[0], tt.refused) {
+				t.Errorf("refused %q, want one saying %q", refused, tt.refused)
+			}
+			if len(refused) == 1 && len(refused[0]) > 400 {
+				t.Errorf("refusal is %d bytes long", len(refused[0]))
+			}
+		})
+	}
+}
+
+// TestToolArguments: arguments are checked against the schema; the error is the
+// validator's message, without the schema's made-up URL.
+func TestToolArguments(t *testing.T) {
+	st, err := checkTool(tool("add", addSchema), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		args, want, err string
+	}{
+		{`{"a": 1}`, `{"a":1}`, ""},
+		{`{"a": 1, "b": 2}`, `{"a":1,"b":2}`, ""},
+		{`{"a": "one"}`, "", "at '/a': got string, want integer"},
+		{`{}`, "", "missing property 'a'"},
+		{``, "", "missing property 'a'"},
+		{`null`, "", "missing property 'a'"},
+		{`{"a": 1, "c": 3}`, "", "additional properties 'c' not allowed"},
+		{`[1]`, "", "must be a JSON object"},
+		{`{"a": 1`, "", "not JSON"},
+		{`{"a": 12345678901234567890123}`, `{"a":12345678901234567890123}`, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.args, func(t *testing.T) {
+			got, err := st.check(json.RawMessage(tt.args))
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) || strings.Contains(err.Error(), "invalid/") {
+					t.Fatalf("error %v, want one saying %q", err, tt.err)
+				}
+				if strings.Contains(err.Error(), schemaURL) {
+					t.Errorf("the error names the schema's URL: %v", err)
+				}
+				return
+			}
+			if err != nil || string(got) != tt.want {
+				t.Fatalf("got %s, %v; want %s", got, err, tt.want)
+			}
+		})
+	}
+}
+
+// TestToolResult: the return value's output is picked out of the outputs and decoded.
+func TestToolResult(t *testing.T) {
+	out := func(v map[string]any) api.Output {
+		return api.Output{Type: api.OutputDisplayData, Data: map[string]any{guestproto.ToolResultMIME: v}}
+	}
+	printed := api.Output{Type: api.OutputStream, Name: "stdout", Text: "hi\n"}
+	tests := []struct {
+		name     string
+		outputs  []api.Output
+		has      bool
+		value    any
+		text, ty string
+	}{
+		{"value", []api.Output{printed, out(map[string]any{"value": 3.0})}, true, 3.0, "", ""},
+		{"null", []api.Output{out(map[string]any{"value": nil})}, true, nil, "", ""},
+		{"text", []api.Output{out(map[string]any{"text": "{1, 2}", "type": "set"})}, false, nil, "{1, 2}", "set"},
+		{"none", []api.Output{printed}, false, nil, "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := toolResult(&api.ExecuteResult{Status: api.StatusOK, Outputs: tt.outputs})
+			if r.HasValue != tt.has || fmt.Sprint(r.Value) != fmt.Sprint(tt.value) || r.Text != tt.text || r.ValueType != tt.ty {
+				t.Errorf("got %+v", r)
+			}
+			for _, o := range r.Outputs {
+				if isToolResult(o) {
+					t.Errorf("the result output is among the outputs")
+				}
+			}
+			if r.Files == nil || r.Outputs == nil {
+				t.Errorf("nil files or outputs: %+v", r)
+			}
+		})
+	}
+}
+
+// TestLibrary: a tenant's saved tools are its own, at most maxSaved, listed in name order.
+func TestLibrary(t *testing.T) {
+	l := &library{dir: t.TempDir()}
+	if err := l.save("alice", tool("b", addSchema)); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.save("alice", tool("a", addSchema)); err != nil {
+		t.Fatal(err)
+	}
+	list, err := l.list("alice")
+	if err != nil || len(list) != 2 || list[0].Name != "a" || list[1].Name != "b" || list[0].InputSchema["type"] != "object" {
+		t.Fatalf("alice's list: %+v, %v", list, err)
+	}
+	if list, _ := l.list("bob"); len(list) != 0 {
+		t.Errorf("bob sees %+v", list)
+	}
+	if _, _, err := l.get("bob", "a"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("bob gets alice's tool: %v", err)
+	}
+	if err := l.remove("bob", "a"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("bob deletes alice's tool: %v", err)
+	}
+	for _, name := range []string{"../a", "a/../../x", ""} {
+		if _, _, err := l.get("alice", name); !errors.Is(err, errdefs.ErrNotFound) {
+			t.Errorf("get %q: %v", name, err)
+		}
+	}
+	if err := l.remove("alice", "a"); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i < maxSaved; i++ {
+		if err := l.save("alice", tool(fmt.Sprintf("t%03d", i), addSchema)); err != nil {
+			t.Fatalf("tool %d: %v", i, err)
+		}
+	}
+	if err := l.save("alice", tool("one_too_many", addSchema)); !errors.Is(err, errdefs.ErrResourceExhausted) {
+		t.Fatalf("tool %d: %v", maxSaved+1, err)
+	}
+	if err := l.save("alice", tool("b", addSchema)); err != nil { // saved again: not a new one
+		t.Fatalf("saving b again: %v", err)
+	}
+}
+
+// TestSessionTools: a report (fed as the guest's client hands it on) becomes the session's
+// tools, told by a ToolsChanged event and kept in the record; saved ones go to the
+// tenant's library; calls of unknown tools and with bad arguments are refused before the
+// kernel runs anything; another tenant sees nothing; a restart drops the unsaved ones and
+// says so.
+func TestSessionTools(t *testing.T) {
+	logs := &testbin.Buffer{}
+	m := newManager(t, nil)
+	m.log = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	alice := WithTenant(context.Background(), "alice")
+	bob := WithTenant(context.Background(), "bob")
+	sess, err := m.Create(alice, api.CreateSessionRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := make(chan Event, 16)
+	stop := m.Subscribe(func(e Event) {
+		if e.Kind == ToolsChanged {
+			events <- e
+		}
+	})
+	defer stop()
+	s, _ := m.lookup(alice, sess.ID)
+
+	kept := tool("keep", addSchema)
+	kept.Save = true
+	notes := m.toolsReported(s, &guestproto.ToolSet{Tools: []guestproto.Tool{tool("add", addSchema), kept, tool("bad name", addSchema)}})
+	if len(notes) != 1 || !strings.Contains(notes[0], `"bad name"`) {
+		t.Errorf("notes %q", notes)
+	}
+	if !strings.Contains(logs.String(), "a tool the kernel reported was dropped") {
+		t.Errorf("no log line of the dropped tool:\n%s", logs)
+	}
+	if e := <-events; e.SessionID != sess.ID || e.Tenant != "alice" {
+		t.Errorf("event %+v", e)
+	}
+	tools, err := m.Tools(alice, sess.ID)
+	if err != nil || len(tools) != 2 || tools[0].Name != "add" || tools[0].Saved || tools[1].Name != "keep" || !tools[1].Saved {
+		t.Fatalf("tools %+v, %v", tools, err)
+	}
+	// The same report again changes nothing: no event (the next one is the restart's).
+	m.toolsReported(s, &guestproto.ToolSet{Tools: []guestproto.Tool{tool("add", addSchema), kept}})
+
+	s.mu.Lock()
+	rec := s.recordLocked()
+	s.mu.Unlock()
+	if len(rec.Tools) != 2 || rec.Tools[1].Name != "keep" || !rec.Tools[1].Save {
+		t.Errorf("the record's tools: %+v", rec.Tools)
+	}
+	if saved, err := m.SavedTools(alice); err != nil || len(saved) != 1 || saved[0].Name != "keep" {
+		t.Errorf("alice's library: %+v, %v", saved, err)
+	}
+	if saved, err := m.SavedTools(bob); err != nil || len(saved) != 0 {
+		t.Errorf("bob's library: %+v, %v", saved, err)
+	}
+
+	calls := []struct {
+		name, tool, args string
+		ctx              context.Context
+		kind             error
+		say              string
+	}{
+		{"unknown tool", "nope", `{}`, alice, errdefs.ErrNotFound, "its tools: add, keep"},
+		{"bad arguments", "add", `{"a":"x"}`, alice, errdefs.ErrInvalidArgument, "at '/a': got string, want integer"},
+		{"another tenant", "add", `{"a":1}`, bob, errdefs.ErrNotFound, "session"},
+	}
+	for _, c := range calls {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := m.CallTool(c.ctx, sess.ID, c.tool, api.ToolCallRequest{Arguments: json.RawMessage(c.args)}, nil)
+			if !errors.Is(err, c.kind) || !strings.Contains(err.Error(), c.say) {
+				t.Errorf("got %v, want %v saying %q", err, c.kind, c.say)
+			}
+		})
+	}
+	if _, err := m.Tools(bob, sess.ID); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("bob lists alice's tools: %v", err)
+	}
+	if s.execCount != 0 {
+		t.Errorf("refused calls ran a cell: execution count %d", s.execCount)
+	}
+
+	if err := m.Restart(alice, sess.ID); err != nil {
+		t.Fatal(err)
+	}
+	<-events
+	if tools, _ := m.Tools(alice, sess.ID); len(tools) != 0 {
+		// Until the kernel side reports what _load defined, the saved tool is not back.
+		t.Logf("after the restart: %+v", tools)
+	}
+	res, err := m.Execute(alice, sess.ID, api.ExecuteRequest{Code: "1"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Outputs) == 0 || !strings.Contains(res.Outputs[0].Text, "dropped the tools add (not saved") {
+		t.Errorf("the next execution is not told which tools the restart dropped: %+v", res.Outputs)
+	}
+}
+
+// TestToolsFromRecord: a restored session gets its record's tools, checked again.
+func TestToolsFromRecord(t *testing.T) {
+	m := &Manager{log: slog.New(slog.NewTextHandler(&bytes.Buffer{}, nil))}
+	s := &Session{id: "abc"}
+	m.restoreTools(s, record{Tools: []guestproto.Tool{tool("add", addSchema), tool("no good", addSchema)}})
+	if len(s.tools) != 1 || s.tools[0].Name != "add" || s.tools[0].schema == nil {
+		t.Fatalf("tools %+v", s.tools)
+	}
+}
+
+// FuzzCheckTool: whatever a kernel reports, checking it neither panics nor keeps a tool
+// outside the limits, and a kept tool's arguments check without panicking.
+func FuzzCheckTool(f *testing.F) {
+	f.Add("add", addSchema, `{"a":1}`)
+	f.Add("x", `{"type":"object","$ref":"#/$defs/a","$defs":{"a":{"$ref":"#/$defs/a"}}}`, `{}`)
+	f.Add("y", `{"type":"object","properties":{"p":{"pattern":"^a+$"}}}`, `{"p":"aaa"}`)
+	f.Add("z", `{"type":"object","$schema":"http://json-schema.org/draft-04/schema#"}`, `null`)
+	f.Fuzz(func(t *testing.T, name, schema, args string) {
+		st, err := checkTool(guestproto.Tool{Name: name, InputSchema: json.RawMessage(schema)}, nil)
+		if err != nil {
+			return
+		}
+		if !toolName.MatchString(st.Name) || len(st.InputSchema) > maxToolSchema || st.doc["type"] != "object" {
+			t.Fatalf("kept %q", name)
+		}
+		st.check(json.RawMessage(args))
+	})
+}
