@@ -441,3 +441,281 @@ func compileSchema(t *testing.T, s []byte) *jsonschema.Schema {
 	}
 	return sch
 }
+
+// Definitions cellbox refuses, with a message that names what is wrong.
+func TestRefusals(t *testing.T) {
+	needPython(t)
+	const imp = "from cellbox import tool\nimport cellbox\n"
+	cases := []struct {
+		name, code string
+		want       []string // the error starts with the first; contains the others
+	}{
+		{"unexpressible", imp + "@tool\ndef f(ok: int, z: complex):\n    pass\n", []string{"TypeError", "'z'", "complex"}},
+		{"unexpressible nested", imp + "@tool\ndef f(b: list[bytes]):\n    pass\n", []string{"TypeError", "'b'", "list[bytes]"}},
+		{"non-string keys", imp + "@tool\ndef f(m: dict[int, str]):\n    pass\n", []string{"TypeError", "'m'", "keys are strings"}},
+		{"recursive dataclass", imp + "import dataclasses\n@dataclasses.dataclass\nclass N:\n    kids: list['N']\n@tool\ndef f(n: N):\n    pass\n", []string{"TypeError", "'n'", "refers to itself"}},
+		{"unknown name in annotation", imp + "@tool\ndef f(a: 'Nope'):\n    pass\n", []string{"TypeError", "'a'", "Nope"}},
+		{"*args", imp + "@tool\ndef f(a: int, *rest):\n    pass\n", []string{"TypeError", "*rest"}},
+		{"**kwargs", imp + "@tool\ndef f(**options):\n    pass\n", []string{"TypeError", "**options"}},
+		{"async", imp + "@tool\nasync def f():\n    pass\n", []string{"TypeError", "async"}},
+		{"not a function", imp + "tool('name')\n", []string{"TypeError", "name=..."}},
+		{"name with a space", imp + "def f():\n    pass\ntool(f, name='a b')\n", []string{"ValueError", "'a b'"}},
+		{"name of 65", imp + "def f():\n    pass\ntool(f, name='x' * 65)\n", []string{"ValueError", "1 to 64"}},
+		{"name python", imp + "def python():\n    pass\ntool(python)\n", []string{"ValueError", "'python'", "agent's own"}},
+		{"name shell", imp + "def f():\n    pass\ntool(f, name='shell')\n", []string{"ValueError", "'shell'"}},
+		{"lambda", imp + "tool(lambda x: x)\n", []string{"ValueError", "<lambda>", "name=..."}},
+		{"a 1 MB schema", imp + "from typing import Literal\nbig = Literal[tuple('value-%06d' % i for i in range(100000))]\n@tool\ndef f(v: big):\n    pass\n",
+			[]string{"ValueError", "input schema of f", "64 KiB"}},
+		{"a source of 300 KiB", imp + "src = 'def f():\\n    return ' + repr('x' * (300 << 10)) + '\\n'\nimport linecache\nlinecache.cache['<big>'] = (len(src), None, src.splitlines(True), '<big>')\nexec(compile(src, '<big>', 'exec'))\ntool(f)\n",
+			[]string{"ValueError", "256 KiB"}},
+		{"the 65th tool", imp + "def f():\n    pass\nfor i in range(64):\n    tool(f, name='t%d' % i)\ntool(f, name='t64')\n", []string{"ValueError", "64 tools"}},
+		{"saved with a session variable", imp + "import numpy as np\nrate = 0.2\ndef helper(x):\n    return x\n@tool(save=True)\ndef f(x: float) -> float:\n    return helper(np.float64(x)) * rate\n",
+			[]string{"ValueError", "uses helper, rate of this session"}},
+		{"saved with a session type", imp + "import dataclasses\n@dataclasses.dataclass\nclass P:\n    x: int\n@tool(save=True)\ndef f(p: P):\n    return p.x\n",
+			[]string{"ValueError", "uses P of this session"}},
+		{"saved closure", imp + "def make(k):\n    @tool(save=True)\n    def f(x: int):\n        return x * k\n    return f\nmake(3)\n", []string{"ValueError", "uses k of the function"}},
+	}
+	var pc []pyCase
+	for _, c := range cases {
+		pc = append(pc, pyCase{Name: c.name, Code: c.code})
+	}
+	res := runCases(t, pc)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := res[c.name].Error
+			if !strings.HasPrefix(got, c.want[0]+": ") {
+				t.Fatalf("error %q, want a %s (tools %+v)", got, c.want[0], res[c.name].Tools)
+			}
+			for _, w := range c.want[1:] {
+				if !strings.Contains(got, w) {
+					t.Errorf("error %q does not say %q", got, w)
+				}
+			}
+			if strings.Contains(got, "/") && !strings.Contains(c.name, "async") {
+				t.Errorf("error %q names a path", got)
+			}
+		})
+	}
+}
+
+// A saved tool's source stands alone: the imports of the modules and module-level names it
+// uses, then the function; loading it (a fresh __main__) registers it again, the same.
+func TestSavedSource(t *testing.T) {
+	needPython(t, "numpy")
+	cases := []struct {
+		name, code, want string
+	}{
+		{"decorated", `from cellbox import tool
+import numpy as np
+import math, json as j
+from typing import Optional
+from math import sqrt as root
+@tool(save=True)
+def norm(xs: list[float], p: Optional[int] = None) -> float:
+    """The norm of xs."""
+    if p is None:
+        return float(np.linalg.norm(xs))
+    return root(sum(abs(x) ** p for x in xs)) if p == 2 else j.loads(str(math.pi))
+`, `from cellbox import tool
+from math import sqrt as root
+from typing import Optional
+import json as j
+import math
+import numpy as np
+
+
+@tool(save=True)
+def norm(xs: list[float], p: Optional[int] = None) -> float:
+    """The norm of xs."""
+    if p is None:
+        return float(np.linalg.norm(xs))
+    return root(sum(abs(x) ** p for x in xs)) if p == 2 else j.loads(str(math.pi))
+`},
+		{"called", `import cellbox
+import numpy
+def total(xs: list[int]) -> int:
+    return int(numpy.sum(xs))
+cellbox.tool(total, name="sum-it", description="Adds.", save=True)
+`, `from cellbox import tool
+import numpy
+
+
+def total(xs: list[int]) -> int:
+    return int(numpy.sum(xs))
+
+
+tool(total, name='sum-it', description='Adds.', save=True)
+`},
+		{"recursive", `import cellbox
+@cellbox.tool(save=True)
+def fact(n: int) -> int:
+    return 1 if n < 2 else n * fact(n - 1)
+`, `import cellbox
+
+
+@cellbox.tool(save=True)
+def fact(n: int) -> int:
+    return 1 if n < 2 else n * fact(n - 1)
+`},
+	}
+	var pc []pyCase
+	for _, c := range cases {
+		pc = append(pc, pyCase{Name: c.name, Code: c.code})
+	}
+	first := runCases(t, pc)
+	for i, c := range cases {
+		pc[i].Code = first[c.name].toolSource()
+	}
+	again := runCases(t, pc)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := first[c.name]
+			if r.Error != "" || len(r.Tools) != 1 || !r.Tools[0].Save {
+				t.Fatalf("got %+v", r)
+			}
+			if got := r.Tools[0].Source; got != c.want {
+				t.Errorf("source\n%s\nwant\n%s", got, c.want)
+			}
+			r2 := again[c.name]
+			if r2.Error != "" || len(r2.Tools) != 1 || r2.Tools[0].Source != c.want || r2.Tools[0].Name != r.Tools[0].Name ||
+				!bytes.Equal(r2.Tools[0].InputSchema, r.Tools[0].InputSchema) {
+				t.Errorf("loaded on its own: %+v", r2)
+			}
+		})
+	}
+}
+
+func (r pyResult) toolSource() string {
+	if len(r.Tools) != 1 {
+		return ""
+	}
+	return r.Tools[0].Source
+}
+
+// _call converts the arguments to the annotated types, calls the function and publishes
+// its value as JSON, or as text when JSON can't hold it.
+func TestCall(t *testing.T) {
+	needPython(t, "numpy", "pandas")
+	code := `from cellbox import tool
+import dataclasses, enum, math
+from typing import Optional, Literal, TypedDict
+import numpy as np
+import pandas as pd
+class Color(enum.Enum):
+    RED = "red"
+    BLUE = "blue"
+@dataclasses.dataclass
+class Point:
+    x: float
+    y: float = 0.0
+@dataclasses.dataclass
+class Shape:
+    points: list[Point]
+    color: Color = Color.RED
+class Opts(TypedDict, total=False):
+    scale: float
+@tool
+def kinds(shape: Shape, pair: tuple[int, str], c: Color, n: float, opts: Opts = None, tag: Optional[Literal["a", "b"]] = None, xs: list[int] = None):
+    p = shape.points[0] if shape.points else None
+    return {"shape": type(shape).__name__, "point": p and type(p).__name__, "x": p and p.x,
+            "color": shape.color.name, "pair": type(pair).__name__, "c": c.name, "n": type(n).__name__,
+            "opts": opts, "tag": tag, "xs": xs}
+@tool
+def boom(n: int):
+    raise ValueError("bad n: %d" % n)
+@tool
+def value(kind: str):
+    return {"none": None, "nan": math.nan, "inf": [1.0, math.inf], "complex": 1 + 2j,
+            "set": {3, 1, 2}, "tuple": (1, "a"), "point": Point(1, 2), "enum": Color.BLUE,
+            "np": np.arange(3) * 1.5, "npscalar": np.int64(7), "keys": {1: "a"}, "bytes": b"x",
+            "df": pd.DataFrame({"a": [1, 2], "b": ["x", None]}), "series": pd.Series([1.5, 2.5], index=["p", "q"]),
+            "big": "x" * (2 << 20)}[kind]
+`
+	calls := [][2]string{
+		{"kinds", `{"shape": {"points": [{"x": 1}], "color": "blue"}, "pair": [3, "z"], "c": "red", "n": 2, "opts": {"scale": 2}, "tag": "a"}`},
+		{"kinds", `{"shape": {"points": []}, "pair": [1, "a"], "c": "red", "n": 1.5, "xs": null}`},
+		{"kinds", `{"shape": {"points": []}, "pair": [1, "a"], "c": "green", "n": 1}`},
+		{"kinds", `{"shape": {"points": []}, "pair": [1, "a"], "c": "red", "n": 1, "extra": 1}`},
+		{"kinds", `{"pair": [1, "a"], "c": "red", "n": 1}`},
+		{"kinds", `[1, 2]`},
+		{"boom", `{"n": 3}`},
+		{"nope", `{}`},
+	}
+	kinds := []string{"none", "nan", "inf", "complex", "set", "tuple", "point", "enum", "np", "npscalar", "keys", "bytes", "df", "series", "big"}
+	for _, k := range kinds {
+		calls = append(calls, [2]string{"value", `{"kind": "` + k + `"}`})
+	}
+	res := runCases(t, []pyCase{{Name: "call", Code: code, Calls: calls}})["call"]
+	if res.Error != "" || len(res.Calls) != len(calls) {
+		t.Fatalf("got %+v", res)
+	}
+	type want struct {
+		out, err string // the bundle's JSON; the error's start
+	}
+	mime := `{"application/vnd.cellbox.tool-result+json":`
+	wants := []want{
+		{out: mime + `{"value":{"c":"RED","color":"BLUE","n":"float","opts":{"scale":2},"pair":"tuple","point":"Point","shape":"Shape","tag":"a","x":1,"xs":null}}}`},
+		{out: mime + `{"value":{"c":"RED","color":"RED","n":"float","opts":null,"pair":"tuple","point":null,"shape":"Shape","tag":null,"x":null,"xs":null}}}`},
+		{err: `TypeError: bad argument for kinds: c: want one of 'red', 'blue', got 'green'`},
+		{err: `TypeError: kinds has no parameter 'extra'; its parameters are: shape, pair, c, n, opts, tag, xs`},
+		{err: `TypeError: kinds is missing the argument 'shape'`},
+		{err: `TypeError: the arguments of kinds must be a JSON object, not list`},
+		{err: `ValueError: bad n: 3`},
+		{err: `LookupError: there is no tool named 'nope'; the tools are: kinds, boom, value`},
+		{out: mime + `{"value":null}}`},
+		{out: mime + `{"text":"nan","type":"float"}}`},
+		{out: mime + `{"text":"[1.0, inf]","type":"list"}}`},
+		{out: mime + `{"text":"(1+2j)","type":"complex"}}`},
+		{out: mime + `{"value":[1,2,3]}}`},
+		{out: mime + `{"value":[1,"a"]}}`},
+		{out: mime + `{"value":{"x":1,"y":2}}}`},
+		{out: mime + `{"value":"blue"}}`},
+		{out: mime + `{"value":[0,1.5,3]}}`},
+		{out: mime + `{"value":7}}`},
+		{out: mime + `{"text":"{1: 'a'}","type":"dict"}}`},
+		{out: mime + `{"text":"b'x'","type":"bytes"}}`},
+		{out: mime + `{"value":[{"a":1,"b":"x"},{"a":2,"b":null}]}}`},
+		{out: mime + `{"value":{"data":[1.5,2.5],"index":["p","q"]}}}`},
+		{err: "big"},
+	}
+	for i, c := range calls {
+		t.Run(c[0]+" "+c[1], func(t *testing.T) {
+			got, w := res.Calls[i], wants[i]
+			if w.err == "big" {
+				// A value too large for JSON's 1 MiB comes back as its repr, cut at 64 KiB.
+				v, _ := got.Out["application/vnd.cellbox.tool-result+json"].(map[string]any)
+				if text, _ := v["text"].(string); len(text) != 64<<10 || !strings.HasSuffix(text, "...") || v["type"] != "str" {
+					t.Errorf("big value: %d characters of text, type %v", len(text), v["type"])
+				}
+				return
+			}
+			if w.err != "" {
+				if !strings.HasPrefix(got.Error, w.err) {
+					t.Errorf("error %q, want %q", got.Error, w.err)
+				}
+				return
+			}
+			b, _ := json.Marshal(got.Out)
+			// Go's encoding sorts keys; the numbers decode as float64.
+			var wantV any
+			if err := json.Unmarshal([]byte(w.out), &wantV); err != nil {
+				t.Fatal(err)
+			}
+			wb, _ := json.Marshal(wantV)
+			if got.Error != "" || !bytes.Equal(b, wb) {
+				t.Errorf("got %s (error %q), want %s", b, got.Error, wb)
+			}
+		})
+	}
+}
+
+// The runner travels in one environment variable, which Linux caps at 128 KiB
+// (MAX_ARG_STRLEN), module cellbox in it.
+func TestScriptFitsEnv(t *testing.T) {
+	if n := len(Env) + 1 + len(Script); n > 120<<10 {
+		t.Errorf("%s=Script is %d bytes, too close to Linux's 128 KiB for one variable", Env, n)
+	}
+	if !strings.Contains(Script, "CELLBOX_MODULE = ") {
+		t.Error("Script does not carry module cellbox")
+	}
+}
