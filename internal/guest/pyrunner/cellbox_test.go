@@ -719,3 +719,23 @@ func TestScriptFitsEnv(t *testing.T) {
 		t.Error("Script does not carry module cellbox")
 	}
 }
+
+// A template runs Script as a module of its own (not __main__) and calls prepare, which
+// installs module cellbox before the template forks: its kernels inherit it.
+func TestScriptInstallsCellbox(t *testing.T) {
+	needPython(t)
+	code := `import os, sys
+runner = {"__name__": "cellbox_runner", "__builtins__": __builtins__}
+exec(compile(os.environ.pop("CELLBOX_RUNNER"), "<cellbox-runner>", "exec"), runner)
+mod = runner["install_cellbox"]()
+from cellbox import tool, tools, remove_tool
+assert mod is sys.modules["cellbox"] and tools() == [] and mod._version == 0
+print("ok")
+`
+	cmd := exec.Command(python, "-c", code)
+	cmd.Env = append(os.Environ(), Env+"="+Script)
+	out, err := cmd.CombinedOutput()
+	if err != nil || string(out) != "ok\n" {
+		t.Errorf("%v: %s", err, out)
+	}
+}
