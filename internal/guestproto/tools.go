@@ -74,10 +74,8 @@ func (s *ToolSet) Check() error {
 		if len(t.InputSchema) > MaxToolSchema {
 			return fmt.Errorf("tool %q: an input schema of more than %d bytes", t.Name, MaxToolSchema)
 		}
-		var schema struct {
-			Type string `json:"type"`
-		}
-		if err := json.Unmarshal(t.InputSchema, &schema); err != nil || schema.Type != "object" {
+		var schema map[string]json.RawMessage // keys exactly: a struct would match "TYPE" too
+		if err := json.Unmarshal(t.InputSchema, &schema); err != nil || string(schema["type"]) != `"object"` {
 			return fmt.Errorf("tool %q: an input schema that is not a JSON Schema of type object", t.Name)
 		}
 	}

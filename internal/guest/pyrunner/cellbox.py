@@ -150,6 +150,9 @@ class _Unexpressible(Exception):
     pass
 
 
+# TypedDict's marks of a key (Required[T], NotRequired[T]): T.
+_MARKS = tuple(getattr(typing, n) for n in ("Required", "NotRequired", "ReadOnly") if hasattr(typing, n))
+
 _SIMPLE = {bool: {"type": "boolean"}, int: {"type": "integer"}, float: {"type": "number"}, str: {"type": "string"}}
 
 
@@ -269,6 +272,8 @@ def _schema(tp, glob, stack, defs):
     if tp in _SIMPLE:
         return dict(_SIMPLE[tp])
     origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is not None and origin in _MARKS:
+        return _schema(args[0], glob, stack, defs)
     if origin is typing.Annotated:
         s = dict(_schema(args[0], glob, stack, defs))
         notes = [m for m in args[1:] if isinstance(m, str)]
@@ -653,7 +658,7 @@ def _convert(v, tp, where, depth, glob):
             _fail(where, v, "a string")
         return v
     origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin is typing.Annotated:
+    if origin is typing.Annotated or (origin is not None and origin in _MARKS):
         return _convert(v, args[0], where, depth, glob)
     if origin is typing.Union or (hasattr(types, "UnionType") and origin is types.UnionType):
         for a in args:
