@@ -258,6 +258,9 @@ type ExecuteResult struct {
 	// Message explains a status other than ok or error, for a person or a model,
 	// e.g. "the kernel ran out of memory (limit 1024 MiB) and was restarted; files are kept".
 	Message string `json:"message,omitempty"`
+	// KernelRestarted: the kernel was restarted during this run or just before it (it had
+	// stopped since the last one): variables, imports and tools not saved are gone.
+	KernelRestarted bool `json:"kernel_restarted,omitempty"`
 }
 
 // CommandRequest is the body of POST /v1/sessions/{id}/commands.

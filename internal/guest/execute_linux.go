@@ -380,6 +380,7 @@ func (s *server) execute(ctx context.Context, w io.Writer, runID string, req *ap
 	if note != "" {
 		res.Message = note + " " + res.Message
 	}
+	res.KernelRestarted = r.died || note != ""
 	res.Files = diff(before, s.root.snapshot())
 	if quiet && !r.died {
 		res.ExecutionCount = int(s.count.Load())

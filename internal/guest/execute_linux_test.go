@@ -298,11 +298,11 @@ func TestTimeout(t *testing.T) {
 		g.exec(t, "x = 41", 0)
 		start := time.Now()
 		r := g.exec(t, "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True: time.sleep(0.01)", 1)
-		if el := time.Since(start); r.Status != api.StatusTimeout || el > 6*time.Second || !strings.Contains(r.Message, "restarted") {
+		if el := time.Since(start); r.Status != api.StatusTimeout || el > 6*time.Second || !strings.Contains(r.Message, "restarted") || !r.KernelRestarted {
 			t.Errorf("after %v: %+v", el, r)
 		}
 		r = g.exec(t, "x", 0)
-		if r.Status != api.StatusError || r.Outputs[0].EName != "NameError" || r.ExecutionCount != 1 {
+		if r.Status != api.StatusError || r.Outputs[0].EName != "NameError" || r.ExecutionCount != 1 || r.KernelRestarted {
 			t.Errorf("after restart: %+v", r)
 		}
 	})
@@ -400,11 +400,11 @@ func TestCrash(t *testing.T) {
 			}
 			g.exec(t, "x = 1", 0)
 			r := g.exec(t, code, 0)
-			if r.Status != tt.status || !strings.Contains(r.Message, tt.msg) || !strings.Contains(r.Message, "files in /mnt/data are kept") || r.ExecutionCount != 2 {
-				t.Errorf("got %+v, want %s with %q", r, tt.status, tt.msg)
+			if r.Status != tt.status || !strings.Contains(r.Message, tt.msg) || !strings.Contains(r.Message, "files in /mnt/data are kept") || r.ExecutionCount != 2 || !r.KernelRestarted {
+				t.Errorf("got %+v, want %s with %q, the kernel restarted", r, tt.status, tt.msg)
 			}
 			r = g.exec(t, "x", 0)
-			if r.Status != api.StatusError || r.Outputs[0].EName != "NameError" || r.ExecutionCount != 1 {
+			if r.Status != api.StatusError || r.Outputs[0].EName != "NameError" || r.ExecutionCount != 1 || r.KernelRestarted {
 				t.Errorf("after the crash: %+v", r)
 			}
 		})

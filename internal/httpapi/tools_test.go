@@ -148,4 +148,18 @@ def double(x: float) -> float:
 	if a := k.do(t, "POST", "/v1/sessions/"+other+"/tools/load", `{}`, alice); a.status != 200 || !strings.Contains(string(a.body), `"double"`) {
 		t.Errorf("load: %d %s", a.status, a.body)
 	}
+	// A cell that kills its kernel: the result says the kernel restarted and which tools
+	// went; the saved one is back.
+	k.do(t, "POST", "/v1/sessions/"+id+"/execute", string(body), alice)
+	body, _ = json.Marshal(api.ExecuteRequest{Code: "import os; os._exit(3)"})
+	var res api.ExecuteResult
+	a := k.do(t, "POST", "/v1/sessions/"+id+"/execute", string(body), alice)
+	json.Unmarshal(a.body, &res)
+	if !res.KernelRestarted || !strings.Contains(res.Message, "kept. The kernel restart dropped the tools add, boom, odd") || !strings.Contains(res.Message, "loaded again: double") {
+		t.Errorf("a cell that killed the kernel: %d %s", a.status, a.body)
+	}
+	json.Unmarshal(k.do(t, "GET", "/v1/sessions/"+id+"/tools", "", alice).body, &list)
+	if len(list.Tools) != 1 || list.Tools[0].Name != "double" {
+		t.Errorf("after the kernel died: %+v", list.Tools)
+	}
 }

@@ -49,9 +49,10 @@ func (m *Manager) afterGuestFailure(ctx context.Context, s *Session, b *box, err
 		m.log.Warn("the new sandbox does not trust the session's certificate authority", "session_id", s.id, "err", err)
 	}
 	return &api.ExecuteResult{
-		Status:  api.StatusCrashed,
-		Outputs: []api.Output{},
-		Files:   []api.FileChange{},
-		Message: "the sandbox stopped unexpectedly and was restarted: variables are lost, files in /mnt/data are kept",
+		Status:          api.StatusCrashed,
+		Outputs:         []api.Output{},
+		Files:           []api.FileChange{},
+		Message:         "the sandbox stopped unexpectedly and was restarted: variables are lost, files in /mnt/data are kept",
+		KernelRestarted: true,
 	}, nil
 }

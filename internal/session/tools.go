@@ -155,16 +155,20 @@ func toolResult(res *api.ExecuteResult) *api.ToolCallResult {
 
 // afterRun is what every run in the kernel ends with, while it holds the session's turn:
 // the tool set it reported (may be nil) is taken, and after a run that cost the kernel
-// (out of memory, crashed: the guest or the manager started a new one) the tools are
-// dropped but for the saved ones, which are loaded again; res tells what happened to them.
+// (res.KernelRestarted: out of memory, crashed, stuck past an interrupt, or dead before the
+// run; the guest or the manager started a new one) the tools are dropped but for the saved
+// ones, which are loaded again; res tells what happened to them.
 func (m *Manager) afterRun(ctx context.Context, s *Session, b *box, res *api.ExecuteResult, set *guestproto.ToolSet) {
 	if set != nil {
 		for _, note := range m.toolsReported(s, set) {
 			res.Outputs = append(res.Outputs, api.Output{Type: api.OutputStream, Name: "stderr", Text: "[cellbox: " + note + "]\n"})
 		}
 	}
-	if res.Status == api.StatusOOM || res.Status == api.StatusCrashed {
+	if res.KernelRestarted {
 		if msg := m.kernelRestarted(ctx, s, b); msg != "" {
+			if res.Message != "" && !strings.HasSuffix(res.Message, ".") {
+				res.Message += "."
+			}
 			res.Message = strings.TrimSpace(res.Message + " " + msg)
 		}
 	}
