@@ -1,7 +1,9 @@
 package httpapi_test
 
 import (
+	"bufio"
 	"encoding/json"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -161,5 +163,86 @@ def double(x: float) -> float:
 	json.Unmarshal(k.do(t, "GET", "/v1/sessions/"+id+"/tools", "", alice).body, &list)
 	if len(list.Tools) != 1 || list.Tools[0].Name != "double" {
 		t.Errorf("after the kernel died: %+v", list.Tools)
+	}
+}
+
+// TestToolCallLimits: a tool's call is a cell's run: past its timeout it stops (the
+// kernel's variables kept), an interrupt stops it, and a plot it draws comes back among
+// its outputs, its value null.
+func TestToolCallLimits(t *testing.T) {
+	k := startKeyed(t, nil)
+	alice := "Authorization: Bearer " + aliceKey
+	var s api.Session
+	json.Unmarshal(k.do(t, "POST", "/v1/sessions", "{}", alice).body, &s)
+	code := `from cellbox import tool
+import time
+kept = 41
+
+@tool
+def spin() -> None:
+    """Never returns."""
+    print("spinning", flush=True)
+    while True:
+        time.sleep(0.01)
+
+@tool
+def plot(n: int) -> None:
+    """Plots n points."""
+    import matplotlib.pyplot as plt
+    plt.plot(range(n))
+    plt.show()
+`
+	body, _ := json.Marshal(api.ExecuteRequest{Code: code})
+	if a := k.do(t, "POST", "/v1/sessions/"+s.ID+"/execute", string(body), alice); a.status != 200 || !strings.Contains(string(a.body), `"status":"ok"`) {
+		t.Fatalf("define: %d %s", a.status, a.body)
+	}
+	var r api.ToolCallResult
+	a := k.do(t, "POST", "/v1/sessions/"+s.ID+"/tools/spin/call", `{"timeout_s": 1}`, alice)
+	if json.Unmarshal(a.body, &r); a.status != 200 || r.Status != api.StatusTimeout || r.HasValue {
+		t.Errorf("spin past its timeout: %d %s", a.status, a.body)
+	}
+	body, _ = json.Marshal(api.ExecuteRequest{Code: "kept + 1"})
+	if a := k.do(t, "POST", "/v1/sessions/"+s.ID+"/execute", string(body), alice); !strings.Contains(string(a.body), `"42"`) {
+		t.Errorf("the kernel's variables after the timeout: %s", a.body)
+	}
+
+	// Interrupted once it has started (its print is streamed).
+	req, _ := http.NewRequest("POST", k.url+"/v1/sessions/"+s.ID+"/tools/spin/call", strings.NewReader(`{"timeout_s": 60}`))
+	req.Header.Set("Authorization", "Bearer "+aliceKey)
+	req.Header.Set("Accept", "text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	interrupted, result := false, ""
+	for sc.Scan() {
+		line := sc.Text()
+		if !interrupted && strings.Contains(line, "spinning") {
+			interrupted = true
+			if a := k.do(t, "POST", "/v1/sessions/"+s.ID+"/interrupt", "", alice); a.status != 200 && a.status != 204 {
+				t.Fatalf("interrupt: %d %s", a.status, a.body)
+			}
+		}
+		if d, ok := strings.CutPrefix(line, "data: "); ok && strings.Contains(d, `"duration_ms"`) {
+			result = d
+		}
+	}
+	if err := json.Unmarshal([]byte(result), &r); err != nil || !interrupted || r.Status != api.StatusInterrupted {
+		t.Errorf("spin interrupted: saw its print %v, result %s", interrupted, result)
+	}
+
+	a = k.do(t, "POST", "/v1/sessions/"+s.ID+"/tools/plot/call", `{"arguments": {"n": 5}}`, alice)
+	r = api.ToolCallResult{}
+	json.Unmarshal(a.body, &r)
+	png := false
+	for _, o := range r.Outputs {
+		if _, ok := o.Data["image/png"].(string); ok {
+			png = true
+		}
+	}
+	if a.status != 200 || r.Status != api.StatusOK || !png || !r.HasValue || r.Value != nil {
+		t.Errorf("plot: %d %s", a.status, a.body)
 	}
 }
