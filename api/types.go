@@ -380,11 +380,14 @@ type AgentRequest struct {
 // AgentStep is one tool call the model made: the code (or shell command) and what it gave.
 type AgentStep struct {
 	// ID is the model's id of the call; in a conversation, approvals name the call by it.
-	ID            string         `json:"id,omitempty"`
-	Tool          string         `json:"tool"` // "python" or "shell"
-	Code          string         `json:"code"`
-	Result        *ExecuteResult `json:"result,omitempty"`         // python
-	CommandResult *CommandResult `json:"command_result,omitempty"` // shell
+	ID   string `json:"id,omitempty"`
+	Tool string `json:"tool"` // "python", "shell" or the name of one of the session's tools
+	// Code is the code (python), the command line (shell) or the arguments, a JSON object
+	// (a session's tool).
+	Code          string          `json:"code"`
+	Result        *ExecuteResult  `json:"result,omitempty"`         // python
+	CommandResult *CommandResult  `json:"command_result,omitempty"` // shell
+	ToolResult    *ToolCallResult `json:"tool_result,omitempty"`    // a session's tool
 	// Error says why the call did not run (bad arguments, or cellbox failed).
 	Error string `json:"error,omitempty"`
 	// Declined: the person chose Skip or Stop at the approval, so it did not run.

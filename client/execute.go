@@ -23,7 +23,7 @@ func (c *Client) Execute(ctx context.Context, id string, req api.ExecuteRequest)
 // produces it, in order, on the calling goroutine; the returned result holds them all again.
 // Canceling ctx drops the stream, and the server then interrupts the cell.
 func (c *Client) ExecuteStream(ctx context.Context, id string, req api.ExecuteRequest, onOutput func(api.Output)) (*api.ExecuteResult, error) {
-	return c.stream(ctx, sessionPath(id, "/execute"), req, onOutput)
+	return stream(ctx, c, sessionPath(id, "/execute"), req, onOutput, executeOutputs)
 }
 
 // ExecuteOnce runs code once in a fresh sandbox that the server discards afterwards.
@@ -33,13 +33,18 @@ func (c *Client) ExecuteOnce(ctx context.Context, req api.OneShotRequest) (*api.
 
 // ExecuteOnceStream is ExecuteOnce with outputs streamed to onOutput, as in ExecuteStream.
 func (c *Client) ExecuteOnceStream(ctx context.Context, req api.OneShotRequest, onOutput func(api.Output)) (*api.ExecuteResult, error) {
-	return c.stream(ctx, "/v1/execute", req, onOutput)
+	return stream(ctx, c, "/v1/execute", req, onOutput, executeOutputs)
 }
 
 // maxEventLine bounds one line of an event stream: an output may carry a large image.
 const maxEventLine = 64 << 20
 
-func (c *Client) stream(ctx context.Context, path string, in any, onOutput func(api.Output)) (*api.ExecuteResult, error) {
+func executeOutputs(r *api.ExecuteResult) []api.Output { return r.Outputs }
+
+// stream POSTs in to path asking for Server-Sent Events: onOutput gets each "output" event,
+// and the "result" event is the T returned. A server that answers with the whole result at
+// once is read as well: onOutput then gets outputs(result), in order.
+func stream[T any](ctx context.Context, c *Client, path string, in any, onOutput func(api.Output), outputs func(*T) []api.Output) (*T, error) {
 	if onOutput == nil {
 		onOutput = func(api.Output) {}
 	}
@@ -55,16 +60,16 @@ func (c *Client) stream(ctx context.Context, path string, in any, onOutput func(
 	defer resp.Body.Close()
 	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "text/event-stream" {
 		// A server (or proxy) that answered with the whole result at once.
-		var res api.ExecuteResult
+		var res T
 		if err := json.NewDecoder(resp.Body).Decode(&res); err != nil {
 			return nil, fmt.Errorf("decode the response of POST %s: %w", path, err)
 		}
-		for _, o := range res.Outputs {
+		for _, o := range outputs(&res) {
 			onOutput(o)
 		}
 		return &res, nil
 	}
-	var res *api.ExecuteResult
+	var res *T
 	err = readEvents(resp.Body, func(event string, data []byte) error {
 		switch event {
 		case "output":
@@ -74,7 +79,7 @@ func (c *Client) stream(ctx context.Context, path string, in any, onOutput func(
 			}
 			onOutput(o)
 		case "result":
-			res = new(api.ExecuteResult)
+			res = new(T)
 			if err := json.Unmarshal(data, res); err != nil {
 				return fmt.Errorf("decode result event: %w", err)
 			}

@@ -275,6 +275,8 @@ func (c *chat) event(ctx context.Context, e agent.Event) {
 		case st.Result != nil && st.Result.Execute != nil:
 			c.s.count = st.Result.Execute.ExecutionCount
 			c.saveFiles(ctx, st.Result.Execute.Files)
+		case st.Result != nil && st.Result.Tool != nil:
+			c.saveFiles(ctx, st.Result.Tool.Files)
 		case st.Result != nil && st.Result.Command != nil:
 			r := st.Result.Command
 			io.WriteString(c.work, termSafe(r.Stdout, true))
@@ -296,10 +298,7 @@ func (c *chat) saveFiles(ctx context.Context, files []api.FileChange) {
 }
 
 func (c *chat) showCode(call *tool.Call) {
-	label := "python"
-	if call.Name == tool.Shell {
-		label = "shell"
-	}
+	label := termSafe(call.Name, false) // python, shell or a session tool, with its arguments
 	fmt.Fprintf(c.work, "%s\n", c.dim("── "+label+" ─────────────────────────────"))
 	fmt.Fprintln(c.work, termSafe(strings.TrimRight(call.Code, "\n"), false))
 	fmt.Fprintf(c.work, "%s\n", c.dim("──────────────────────────────────────"))
@@ -378,8 +377,11 @@ func networkRefusal(err error) (string, bool) {
 	return strings.TrimSuffix(msg, ": "+kind.Error()), true
 }
 
-// clientRunner runs the agent's tool calls through the REST API, and reads the session.
+// clientRunner runs the agent's tool calls through the REST API, the session's own tools
+// among them (a tool.ToolRunner), and reads the session.
 type clientRunner struct{ c *client.Client }
+
+var _ tool.ToolRunner = clientRunner{}
 
 func (r clientRunner) Execute(ctx context.Context, id string, req api.ExecuteRequest, onOutput func(api.Output)) (*api.ExecuteResult, error) {
 	if onOutput == nil {
@@ -394,6 +396,21 @@ func (r clientRunner) Get(ctx context.Context, id string) (*api.Session, error) 
 
 func (r clientRunner) Command(ctx context.Context, id string, req api.CommandRequest) (*api.CommandResult, error) {
 	return r.c.Command(ctx, id, req)
+}
+
+func (r clientRunner) Tools(ctx context.Context, id string) ([]api.SessionTool, error) {
+	return r.c.SessionTools(ctx, id)
+}
+
+// CallTool calls a session's tool; the server's refusal (bad arguments, no such tool) keeps
+// its code, so that the agent tells the model as it would in the server.
+func (r clientRunner) CallTool(ctx context.Context, id, name string, req api.ToolCallRequest, onOutput func(api.Output)) (*api.ToolCallResult, error) {
+	res, err := r.c.CallTool(ctx, id, name, req, onOutput)
+	var e *client.Error
+	if errors.As(err, &e) {
+		return nil, errdefs.New(e.Code, e.Message)
+	}
+	return res, err
 }
 
 // safeOutput is an output of model-written code made safe to print (see termSafe).

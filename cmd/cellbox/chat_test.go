@@ -260,3 +260,43 @@ func TestChatNetwork(t *testing.T) {
 		})
 	}
 }
+
+// TestChatSessionTool: the seed flow in `cellbox chat`: the model defines a tool with
+// python, then calls it by name through the REST API; the approval shows the tool and its
+// arguments.
+func TestChatSessionTool(t *testing.T) {
+	needRunc(t)
+	define := "from cellbox import tool\n\n@tool\ndef area(w: float, h: float) -> float:\n" +
+		"    \"\"\"Area of a rectangle of width w and height h.\"\"\"\n    return w * h\n"
+	args, _ := json.Marshal(map[string]string{"code": define})
+	var offered []string
+	s := llmtest.NewOpenAI(t, func(r llmtest.Request) llmtest.Reply {
+		if len(r.Tools) == 3 {
+			offered = append(offered, r.Tools[2].Name)
+		}
+		res, ok := lastResult(r)
+		switch {
+		case !ok:
+			return llmtest.CallTool("python", string(args))
+		case strings.HasPrefix(res.Text, "Returned: "):
+			return llmtest.Text("The area is " + strings.TrimPrefix(res.Text, "Returned: ") + ".")
+		default:
+			return llmtest.CallTool("area", `{"w": 3, "h": 4.5}`)
+		}
+	})
+	t.Setenv("OPENAI_BASE_URL", s.URL)
+	t.Setenv("OPENAI_API_KEY", s.Key)
+	r := cellbox(t, "\n\n", "chat", "--provider", "openai", "--approve", "ask", "-p", "What is the area of a 3 by 4.5 room?")
+	r.want(t, exitOK)
+	if r.stdout != "The area is 13.5.\n" || len(offered) != 2 || offered[0] != "area" {
+		t.Errorf("stdout %q; offered %v; stderr:\n%s", r.stdout, offered, r.stderr)
+	}
+	for _, want := range []string{"── area", `{"w":3,"h":4.5}`} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, r.stderr)
+		}
+	}
+	if strings.Count(r.stderr, "Run it?") != 2 {
+		t.Errorf("asked %d times:\n%s", strings.Count(r.stderr, "Run it?"), r.stderr)
+	}
+}

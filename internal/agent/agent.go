@@ -1,7 +1,9 @@
 // Package agent is the tool-calling loop: it sends a person's request to a model with the
-// python and shell tools, runs the code the model writes in a cellbox session (after asking,
-// if told to), hands the results back, and repeats until the model answers or the step limit
-// is reached. `cellbox chat` and POST /v1/agent both run it.
+// python and shell tools, and the session's own tools beside them (functions its code made
+// tools with `from cellbox import tool`, listed again before every model call), runs the
+// calls the model makes in a cellbox session (after asking, if told to), hands the results
+// back, and repeats until the model answers or the step limit is reached. `cellbox chat`,
+// POST /v1/agent and conversations all run it.
 //
 // Not for: talking a provider's wire protocol (package llm) or rendering results (tool).
 package agent
@@ -14,6 +16,7 @@ import (
 	"strings"
 
 	"github.com/cellbox/cellbox/api"
+	"github.com/cellbox/cellbox/internal/errdefs"
 	"github.com/cellbox/cellbox/internal/llm"
 	"github.com/cellbox/cellbox/internal/tool"
 )
@@ -51,13 +54,16 @@ type Config struct {
 	// one always kept. 0: no bound.
 	MaxHistoryBytes int
 
+	// Runner runs the calls. When it is a tool.ToolRunner, the session's tools are offered
+	// after Tools at every model call, so that a tool the model defines in one step is
+	// there to call in the next.
 	Runner    tool.Runner
 	SessionID string
 	// Sessions, if set, is asked for the session at the start of each turn: the system
 	// prompt then ends with what its code may reach (tool.NetworkNote), as its policy is
 	// now. nil: the prompt says nothing of the network.
 	Sessions Sessions
-	Tools    []tool.Definition // nil → tool.Definitions(tool.Options{})
+	Tools    []tool.Definition // nil → tool.Definitions(tool.Options{}); the session's tools follow them
 	Limits   tool.RenderLimits
 
 	// History is the conversation so far (one kept by History), to go on with.
@@ -96,12 +102,16 @@ type Event struct {
 
 // Step is one tool call of a turn.
 type Step struct {
-	ID       string       // the model's id of the call
-	Tool     string       // python or shell ("" when the model named no known tool)
-	Code     string       // the code or command line
-	Result   *tool.Result // what the model was given; nil only when not run and not declined
-	Declined bool         // the person declined it
-	Error    string       // why it did not run: bad arguments, or cellbox failed
+	ID   string // the model's id of the call
+	Tool string // python, shell or a session tool's name ("" when the model named no tool it was offered)
+	// Code is the code (python), the command line (shell) or the arguments, a JSON object
+	// (a session tool).
+	Code string
+	// Result is what the model was given (Result.Tool holds a session tool's return value);
+	// nil only when not run and not declined.
+	Result   *tool.Result
+	Declined bool   // the person declined it
+	Error    string // why it did not run: bad arguments, or cellbox failed
 }
 
 // Turn is the outcome of one request.
@@ -268,7 +278,8 @@ func (a *Agent) Send(ctx context.Context, input string) (*Turn, error) {
 	}
 	for {
 		final := len(turn.Steps) >= a.cfg.MaxSteps
-		req := llm.Request{Model: a.cfg.Model, System: a.system, Messages: a.history, Tools: a.cfg.Tools, MaxTokens: a.cfg.MaxTokens, NoToolCalls: final}
+		tools, sessionTools := a.tools(ctx)
+		req := llm.Request{Model: a.cfg.Model, System: a.system, Messages: a.history, Tools: tools, MaxTokens: a.cfg.MaxTokens, NoToolCalls: final}
 		resp, err := a.cfg.Provider.Complete(ctx, req, onText)
 		if err != nil {
 			if len(turn.Steps) == 0 {
@@ -311,7 +322,7 @@ func (a *Agent) Send(ctx context.Context, input string) (*Turn, error) {
 			case len(turn.Steps) >= a.cfg.MaxSteps:
 				res = llm.ToolResult{Text: fmt.Sprintf("Not run: the limit of %d tool calls for this request was reached.", a.cfg.MaxSteps), IsError: true}
 			default:
-				step, r, stop, err := a.step(ctx, call)
+				step, r, stop, err := a.step(ctx, call, sessionTools)
 				if err != nil {
 					// The call is part of the turn, though it did not finish.
 					step.Error = "not run, or stopped while running: the turn was canceled"
@@ -363,12 +374,37 @@ func (a *Agent) addUser(input string) {
 	a.history = append(a.history, llm.Message{Role: llm.RoleUser, Text: input})
 }
 
-// step carries out one call: decode, ask, run. stop is the person's Stop. The error ends
-// the turn (ctx is done); a failure the model can act on is a result instead.
-func (a *Agent) step(ctx context.Context, call llm.ToolCall) (Step, llm.ToolResult, bool, error) {
-	c, err := tool.Decode(call.Name, call.Input)
+// tools are the tools of the next model call: the configured ones, then the session's
+// (when the runner can list them), and those of the session alone. When the session's
+// cannot be listed, the configured ones are offered: a call then tells what went wrong.
+func (a *Agent) tools(ctx context.Context) (all, session []tool.Definition) {
+	tr, ok := a.cfg.Runner.(tool.ToolRunner)
+	if !ok {
+		return a.cfg.Tools, nil
+	}
+	list, err := tr.Tools(ctx, a.cfg.SessionID)
+	if err != nil || len(list) == 0 {
+		return a.cfg.Tools, nil
+	}
+	all = slices.Clone(a.cfg.Tools)
+	for _, d := range tool.SessionDefinitions(list) {
+		// The server refuses a session tool named like python or shell; a Tools of the
+		// caller's own might still have the name.
+		if !slices.ContainsFunc(all, func(b tool.Definition) bool { return b.Name == d.Name }) {
+			all = append(all, d)
+			session = append(session, d)
+		}
+	}
+	return all, session
+}
+
+// step carries out one call of the tools offered (the session's among them): decode, ask,
+// run. stop is the person's Stop. The error ends the turn (ctx is done); a failure the
+// model can act on is a result instead.
+func (a *Agent) step(ctx context.Context, call llm.ToolCall, sessionTools []tool.Definition) (Step, llm.ToolResult, bool, error) {
+	c, err := tool.Decode(call.Name, call.Input, sessionTools...)
 	if err != nil {
-		step := Step{ID: call.ID, Tool: knownTool(call.Name), Code: string(call.Input), Error: err.Error()}
+		step := Step{ID: call.ID, Tool: knownTool(call.Name, sessionTools), Code: string(call.Input), Error: err.Error()}
 		return step, llm.ToolResult{Text: err.Error(), IsError: true}, false, nil
 	}
 	c.ID = call.ID
@@ -399,14 +435,25 @@ func (a *Agent) step(ctx context.Context, call llm.ToolCall) (Step, llm.ToolResu
 			return step, llm.ToolResult{}, false, ctx.Err()
 		}
 		step.Error = err.Error()
+		if c.IsSessionTool() && refused(err) {
+			// Arguments that do not match the schema (the validator says how), or a tool
+			// that is gone (a kernel restart): the model's to fix.
+			return step, llm.ToolResult{Text: "The call was refused: " + err.Error(), IsError: true}, false, nil
+		}
 		return step, llm.ToolResult{Text: "cellbox could not run this: " + err.Error(), IsError: true}, false, nil
 	}
 	step.Result = res
 	return step, llm.ToolResult{Text: res.Text, Images: res.Images, IsError: res.IsError}, false, nil
 }
 
-func knownTool(name string) string {
-	if name == tool.Python || name == tool.Shell {
+// refused: the session refused a call of one of its tools before running it.
+func refused(err error) bool {
+	code := errdefs.Code(err)
+	return code == api.CodeInvalidArgument || code == api.CodeNotFound
+}
+
+func knownTool(name string, sessionTools []tool.Definition) string {
+	if name == tool.Python || name == tool.Shell || slices.ContainsFunc(sessionTools, func(d tool.Definition) bool { return d.Name == name }) {
 		return name
 	}
 	return ""
@@ -423,6 +470,8 @@ func addFiles(turn *Turn, seen map[string]int, r *tool.Result) {
 		changes = r.Execute.Files
 	case r.Command != nil:
 		changes = r.Command.Files
+	case r.Tool != nil:
+		changes = r.Tool.Files
 	}
 	for _, f := range changes {
 		if i, ok := seen[f.Path]; ok {

@@ -653,7 +653,7 @@ func (c *conv) event(e agent.Event) {
 func Step(st agent.Step) api.AgentStep {
 	out := api.AgentStep{ID: st.ID, Tool: st.Tool, Code: st.Code, Error: st.Error, Declined: st.Declined}
 	if st.Result != nil {
-		out.Result, out.CommandResult = st.Result.Execute, st.Result.Command
+		out.Result, out.CommandResult, out.ToolResult = st.Result.Execute, st.Result.Command, st.Result.Tool
 	}
 	return out
 }
@@ -706,51 +706,23 @@ const keptTextBytes = 2000 // of each output, when a turn is slimmed
 
 // slimRich replaces the non-text data of a step's outputs with a note.
 func slimRich(st *api.AgentStep) {
-	if st.Result == nil {
-		return
+	if st.Result != nil {
+		r := *st.Result
+		r.Outputs = slimOutputs(r.Outputs, richNote)
+		st.Result = &r
 	}
-	r := *st.Result
-	r.Outputs = slices.Clone(r.Outputs)
-	for i, o := range r.Outputs {
-		if len(o.Data) == 0 {
-			continue
-		}
-		data := map[string]any{}
-		dropped := []string{}
-		for mime, v := range o.Data {
-			if mime == "text/plain" {
-				data[mime] = v
-			} else {
-				dropped = append(dropped, mime)
-			}
-		}
-		if len(dropped) > 0 {
-			sort.Strings(dropped)
-			text, _ := data["text/plain"].(string)
-			data["text/plain"] = strings.TrimSpace(text + "\n[not kept: " + strings.Join(dropped, ", ") + "; the conversation was too large]")
-		}
-		o.Data = data
-		r.Outputs[i] = o
+	if st.ToolResult != nil {
+		r := *st.ToolResult
+		r.Outputs = slimOutputs(r.Outputs, richNote)
+		st.ToolResult = &r
 	}
-	st.Result = &r
 }
 
-// slimText cuts the text of a step's outputs.
+// slimText cuts the text of a step's outputs, and a session tool's repr.
 func slimText(st *api.AgentStep) {
 	if st.Result != nil {
 		r := *st.Result
-		r.Outputs = slices.Clone(r.Outputs)
-		for i, o := range r.Outputs {
-			o.Text = clipText(o.Text)
-			o.Traceback = nil
-			if o.Type == api.OutputError {
-				o.Traceback = []string{clipText(o.EName + ": " + o.EValue)}
-			}
-			if v, ok := o.Data["text/plain"].(string); ok {
-				o.Data = map[string]any{"text/plain": clipText(v)}
-			}
-			r.Outputs[i] = o
-		}
+		r.Outputs = slimOutputs(r.Outputs, clipOutput)
 		st.Result = &r
 	}
 	if st.CommandResult != nil {
@@ -758,6 +730,61 @@ func slimText(st *api.AgentStep) {
 		r.Stdout, r.Stderr = clipText(r.Stdout), clipText(r.Stderr)
 		st.CommandResult = &r
 	}
+	if st.ToolResult != nil {
+		r := *st.ToolResult
+		r.Outputs = slimOutputs(r.Outputs, clipOutput)
+		r.Text = clipText(r.Text)
+		if b, err := json.Marshal(r.Value); r.HasValue && err == nil && len(b) > keptTextBytes {
+			// Kept as text, cut, as a value JSON cannot hold is.
+			r.HasValue, r.Value, r.Text, r.ValueType = false, nil, clipText(string(b)), "JSON"
+		}
+		st.ToolResult = &r
+	}
+}
+
+// slimOutputs is a copy of outs, each changed by f.
+func slimOutputs(outs []api.Output, f func(api.Output) api.Output) []api.Output {
+	outs = slices.Clone(outs)
+	for i, o := range outs {
+		outs[i] = f(o)
+	}
+	return outs
+}
+
+// richNote keeps an output's text/plain, noting the rest of its data as not kept.
+func richNote(o api.Output) api.Output {
+	if len(o.Data) == 0 {
+		return o
+	}
+	data := map[string]any{}
+	dropped := []string{}
+	for mime, v := range o.Data {
+		if mime == "text/plain" {
+			data[mime] = v
+		} else {
+			dropped = append(dropped, mime)
+		}
+	}
+	if len(dropped) > 0 {
+		sort.Strings(dropped)
+		text, _ := data["text/plain"].(string)
+		data["text/plain"] = strings.TrimSpace(text + "\n[not kept: " + strings.Join(dropped, ", ") + "; the conversation was too large]")
+	}
+	o.Data = data
+	return o
+}
+
+// clipOutput cuts an output's text.
+func clipOutput(o api.Output) api.Output {
+	o.Text = clipText(o.Text)
+	o.Traceback = nil
+	if o.Type == api.OutputError {
+		o.Traceback = []string{clipText(o.EName + ": " + o.EValue)}
+	}
+	if v, ok := o.Data["text/plain"].(string); ok {
+		o.Data = map[string]any{"text/plain": clipText(v)}
+	}
+	return o
 }
 
 func clipText(s string) string {

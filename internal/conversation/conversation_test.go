@@ -414,6 +414,32 @@ func TestSlim(t *testing.T) {
 	}
 }
 
+// TestSlimToolResult: a session tool's step is slimmed as a python step is: its plots
+// noted, then its text, repr and a big value cut.
+func TestSlimToolResult(t *testing.T) {
+	big := strings.Repeat("A", 50_000)
+	res := &api.ToolCallResult{Status: api.StatusOK, HasValue: true, Value: []any{big},
+		Outputs: []api.Output{
+			{Type: api.OutputStream, Name: "stdout", Text: big},
+			{Type: api.OutputDisplayData, Data: map[string]any{"image/png": big, "text/plain": "<Figure>"}},
+		}}
+	turn := api.ConversationTurn{Input: "x", Steps: []api.AgentStep{{ID: "1", Tool: "area", Code: `{"w":1}`, ToolResult: res}}}
+	got, size := slim(turn, 10_000)
+	if size > 10_000 {
+		t.Errorf("size %d", size)
+	}
+	r := got.Steps[0].ToolResult
+	if r.HasValue || r.ValueType != "JSON" || !strings.HasPrefix(r.Text, `["AAA`) || !strings.Contains(r.Text, "cut: the conversation was too large") {
+		t.Errorf("slimmed value: %v %q %.40q", r.HasValue, r.ValueType, r.Text)
+	}
+	if r.Outputs[1].Data["image/png"] != nil || len(r.Outputs[0].Text) > 2100 {
+		t.Errorf("slimmed outputs %+v", r.Outputs[1])
+	}
+	if !res.HasValue || res.Outputs[0].Text != big {
+		t.Error("the original turn was changed")
+	}
+}
+
 // TestSessionEndDropsConversation: when the manager tells the store that a session ended,
 // its conversations go at once, files and all, with no call needed to notice; a session
 // that outlives the server (detached at its exit) keeps them.

@@ -1,7 +1,9 @@
 package tool
 
 import (
+	"bytes"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"unicode/utf8"
@@ -18,6 +20,7 @@ type Result struct {
 	// What the call returned, for programs (one of them is set).
 	Execute *api.ExecuteResult
 	Command *api.CommandResult
+	Tool    *api.ToolCallResult // a session tool's
 }
 
 // Image is one image of a result. Data is base64, as every model API takes it.
@@ -54,12 +57,50 @@ var imageMIMEs = []string{"image/png", "image/jpeg", "image/gif", "image/webp"}
 // results labelled), the traceback whole, then anything the status says, then the files
 // the code changed. Printed output past the limit is cut in the middle.
 func RenderExecute(res *api.ExecuteResult, limits RenderLimits) *Result {
+	return renderRun(run{res.Status, res.Message, res.Outputs, res.Files, res.Truncated}, "",
+		"(the code ran and printed nothing; the value of a last expression or print() shows results)", limits)
+}
+
+// RenderToolCall writes a session tool's result for a model: its return value as JSON (or,
+// when JSON cannot hold it, its repr and type), then what it printed, showed and raised,
+// its status and files, as RenderExecute does. A value past the limit is cut in the middle.
+func RenderToolCall(res *api.ToolCallResult, limits RenderLimits) *Result {
 	l := limits.withDefaults()
-	out := &Result{IsError: res.Status != api.StatusOK}
+	lead := ""
+	switch {
+	case res.HasValue:
+		var b bytes.Buffer
+		enc := json.NewEncoder(&b)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(res.Value); err != nil { // not from a decoded result
+			b.Reset()
+			fmt.Fprintf(&b, "%v", res.Value)
+		}
+		lead = "Returned: " + trimMiddle(strings.TrimRight(b.String(), "\n"), l.MaxText)
+	case res.Text != "" || res.ValueType != "":
+		lead = fmt.Sprintf("Returned a value of type %s that JSON cannot hold; its repr: %s", res.ValueType, trimMiddle(res.Text, l.MaxText))
+	}
+	return renderRun(run{res.Status, res.Message, res.Outputs, res.Files, res.Truncated}, lead,
+		"(the tool ran, printed nothing and returned no value)", limits)
+}
+
+// run is what RenderExecute and RenderToolCall write of a run in a kernel.
+type run struct {
+	status, message string
+	outputs         []api.Output
+	files           []api.FileChange
+	truncated       bool
+}
+
+// renderRun writes a run for a model: lead (already within the limits) first, then its
+// outputs, status and files; empty when there is nothing at all.
+func renderRun(res run, lead, empty string, limits RenderLimits) *Result {
+	l := limits.withDefaults()
+	out := &Result{IsError: res.status != api.StatusOK}
 	var body, tail strings.Builder
 	lastStream := ""
 	skipped := 0
-	for _, o := range res.Outputs {
+	for _, o := range res.outputs {
 		switch o.Type {
 		case api.OutputStream:
 			if o.Name == "stderr" && lastStream != "stderr" {
@@ -109,29 +150,29 @@ func RenderExecute(res *api.ExecuteResult, limits RenderLimits) *Result {
 	if skipped > 0 {
 		fmt.Fprintf(&tail, "[%d more image(s) left out: at most %d per call]\n", skipped, l.MaxImages)
 	}
-	if res.Truncated {
+	if res.truncated {
 		tail.WriteString("[the output was longer than the server keeps, and was cut]\n")
 	}
-	switch res.Status {
+	switch res.status {
 	case api.StatusOK, api.StatusError:
-		if res.Message != "" {
-			fmt.Fprintf(&tail, "%s\n", res.Message)
+		if res.message != "" {
+			fmt.Fprintf(&tail, "%s\n", res.message)
 		}
 	default:
-		msg := res.Message
+		msg := res.message
 		if msg == "" {
 			msg = "the execution did not finish"
 		}
-		fmt.Fprintf(&tail, "Status: %s: %s\n", res.Status, msg)
+		fmt.Fprintf(&tail, "Status: %s: %s\n", res.status, msg)
 	}
-	writeFiles(&tail, res.Files)
-	text := trimMiddle(body.String(), l.MaxText)
+	writeFiles(&tail, res.files)
+	text := ensureNL(lead) + trimMiddle(body.String(), l.MaxText)
 	if text != "" && tail.Len() > 0 {
 		text = ensureNL(text)
 	}
 	text += tail.String()
 	if strings.TrimSpace(text) == "" {
-		text = "(the code ran and printed nothing; the value of a last expression or print() shows results)"
+		text = empty
 	}
 	out.Text = strings.TrimRight(text, "\n")
 	return out

@@ -1,15 +1,18 @@
-// Package tool is the tool set a model sees — the python and shell tools, their names,
-// descriptions and JSON schemas in the OpenAI, Anthropic and MCP shapes — and how a call of
-// one is carried out and its result written for a model: concise text, long output cut in
-// the middle with a marker, tracebacks kept, files listed, images kept as images.
+// Package tool is the tool set a model sees — the python and shell tools, and beside them a
+// session's own tools (functions its code defined with `from cellbox import tool`), their
+// names, descriptions and JSON schemas in the OpenAI, Anthropic and MCP shapes — and how a
+// call of one is carried out and its result written for a model: concise text, long output
+// cut in the middle with a marker, tracebacks kept, files listed, images kept as images.
 //
 // REST (/v1/tools), the MCP server and the agent loop all use it, so a model sees the same
 // tools everywhere. Not for: talking to a model (package llm) or running the loop (agent).
 package tool
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/cellbox/cellbox/api"
@@ -142,14 +145,32 @@ type shellArgs struct {
 
 // Call is one decoded tool call.
 type Call struct {
-	ID        string // the model's id of the call, when it has one
-	Name      string
-	Code      string // python: the code; shell: the command line
+	ID   string // the model's id of the call, when it has one
+	Name string
+	// Code is what the call runs: python's code, shell's command line, or a session tool's
+	// arguments (a JSON object, compact).
+	Code      string
 	SessionID string // only when the tools take one
 }
 
-// Decode checks a call's arguments. Its error is written for the model that made the call.
-func Decode(name string, args json.RawMessage) (Call, error) {
+// IsSessionTool says whether c calls one of a session's tools rather than python or shell.
+func (c Call) IsSessionTool() bool { return c.Name != Python && c.Name != Shell }
+
+// SessionDefinitions are a session's tools (from cellbox import tool) as definitions, to
+// offer beside python and shell.
+func SessionDefinitions(tools []api.SessionTool) []Definition {
+	defs := make([]Definition, len(tools))
+	for i, t := range tools {
+		defs[i] = Definition{Name: t.Name, Description: t.Description, InputSchema: t.InputSchema}
+	}
+	return defs
+}
+
+// Decode checks a call of python, shell or one of sessionTools (a session's tools, offered
+// beside them). A session tool's arguments must be a JSON object; they are passed on as
+// they are, for the session to check against the tool's schema. The error is written for
+// the model that made the call.
+func Decode(name string, args json.RawMessage, sessionTools ...Definition) (Call, error) {
 	if len(strings.TrimSpace(string(args))) == 0 {
 		args = json.RawMessage("{}")
 	}
@@ -173,7 +194,26 @@ func Decode(name string, args json.RawMessage) (Call, error) {
 		}
 		return Call{Name: name, Code: a.Command, SessionID: a.SessionID}, nil
 	}
-	return Call{}, fmt.Errorf("there is no tool %q; the tools are %q and %q", name, Python, Shell)
+	names := []string{strconv.Quote(Python), strconv.Quote(Shell)}
+	for _, d := range sessionTools {
+		if d.Name != name {
+			names = append(names, strconv.Quote(d.Name))
+			continue
+		}
+		var obj map[string]json.RawMessage
+		if err := strictUnmarshal(args, &obj); err != nil || obj == nil {
+			return Call{}, fmt.Errorf("the %s tool's arguments must be a JSON object of its parameters (see its input schema)", name)
+		}
+		var b bytes.Buffer
+		if err := json.Compact(&b, args); err != nil {
+			return Call{}, fmt.Errorf("the %s tool's arguments must be a JSON object of its parameters (see its input schema)", name)
+		}
+		return Call{Name: name, Code: b.String()}, nil
+	}
+	if len(name) > 64 {
+		name = Prefix(name, 64) + "..."
+	}
+	return Call{}, fmt.Errorf("there is no tool %q; the tools are %s", name, strings.Join(names, ", "))
 }
 
 func strictUnmarshal(b []byte, v any) error {

@@ -133,13 +133,74 @@ func TestDecode(t *testing.T) {
 	}
 }
 
+// A session tool's call is decoded when the tool is offered; its arguments pass through as
+// a compact JSON object, for the server to check against the schema.
+func TestDecodeSessionTool(t *testing.T) {
+	offered := SessionDefinitions([]api.SessionTool{
+		{Name: "area", Description: "Area of a rectangle.", InputSchema: map[string]any{"type": "object"}, Source: "def area(w, h): ...", Saved: true},
+		{Name: "fetch-rows", InputSchema: map[string]any{"type": "object"}},
+	})
+	if offered[0].Name != "area" || offered[0].Description != "Area of a rectangle." || offered[0].InputSchema["type"] != "object" {
+		t.Fatalf("definition = %+v", offered[0])
+	}
+	tests := []struct {
+		name, call, args string
+		want             Call
+		wantErr          string
+	}{
+		{"arguments pass through, compact", "area", "{\"w\": 2,\n \"h\": 3.5}", Call{Name: "area", Code: `{"w":2,"h":3.5}`}, ""},
+		{"no arguments are {}", "fetch-rows", "", Call{Name: "fetch-rows", Code: `{}`}, ""},
+		{"unknown parameters are the server's to refuse", "area", `{"w":"wide","depth":1}`, Call{Name: "area", Code: `{"w":"wide","depth":1}`}, ""},
+		{"an array", "area", `[2, 3]`, Call{}, "the area tool's arguments must be a JSON object"},
+		{"null", "area", `null`, Call{}, "must be a JSON object"},
+		{"broken JSON", "area", `{"w": 2`, Call{}, "must be a JSON object"},
+		{"two objects", "area", `{} {}`, Call{}, "must be a JSON object"},
+		{"a tool not offered", "volume", `{}`, Call{}, `there is no tool "volume"; the tools are "python", "shell", "area", "fetch-rows"`},
+		{"a long name is cut", strings.Repeat("x", 300), `{}`, Call{}, strings.Repeat("x", 64) + `..."`},
+		{"python stays python", Python, `{"code":"1"}`, Call{Name: Python, Code: "1"}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := Decode(tt.call, json.RawMessage(tt.args), offered...)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Fatalf("= %+v, %v; want %+v", got, err, tt.want)
+			}
+			if got.IsSessionTool() != (tt.call != Python) {
+				t.Errorf("IsSessionTool = %v", got.IsSessionTool())
+			}
+		})
+	}
+}
+
 func FuzzDecode(f *testing.F) {
 	f.Add("python", `{"code":"1"}`)
 	f.Add("shell", `{"command":"ls","session_id":"x"}`)
+	f.Add("area", `{"w": 1, "h": [2, {"x": null}]}`)
+	f.Add("area", ` {"w":"\u00e9"} `)
+	offered := []Definition{{Name: "area"}}
 	f.Fuzz(func(t *testing.T, name, args string) {
-		c, err := Decode(name, json.RawMessage(args))
-		if err == nil && (c.Name != Python && c.Name != Shell || strings.TrimSpace(c.Code) == "") {
-			t.Fatalf("accepted %q %q as %+v", name, args, c)
+		c, err := Decode(name, json.RawMessage(args), offered...)
+		if err != nil {
+			return
+		}
+		switch c.Name {
+		case Python, Shell:
+			if strings.TrimSpace(c.Code) == "" {
+				t.Fatalf("accepted %q %q as %+v", name, args, c)
+			}
+		case "area":
+			var obj map[string]any
+			if json.Unmarshal([]byte(c.Code), &obj) != nil || obj == nil || strings.ContainsAny(c.Code, "\n\t") {
+				t.Fatalf("accepted %q %q as %+v: not a compact JSON object", name, args, c)
+			}
+		default:
+			t.Fatalf("accepted %q %q as %+v: a tool not offered", name, args, c)
 		}
 	})
 }
