@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -318,5 +319,39 @@ func TestPythonToolServer(t *testing.T) {
 	}
 	if !r.Other.IsError || !strings.Contains(r.Other.Text, "NameError") {
 		t.Errorf("another conversation saw the variable: %+v", r.Other)
+	}
+}
+
+// TestMCPStdioSessionTools: over cellbox mcp's stdio, the MCP TypeScript SDK's client sees
+// tools/list_changed once a cell defines a tool, lists it and calls it (internal/mcpserver
+// runs the same script over HTTP; local-unsafe backend: fast, no root).
+func TestMCPStdioSessionTools(t *testing.T) {
+	testbin.NeedIPython(t)
+	node, dir := tsClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, "tools.mjs", "stdio", testbin.Cellbox(t), "mcp", "--state-dir", t.TempDir(),
+		"--backend", "local-unsafe", "--pool-size", "0", "--preimport", "")
+	cmd.Dir = dir
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var r struct {
+		Changes int      `json:"changes"`
+		After   []string `json:"after"`
+		Call    struct {
+			IsError bool     `json:"isError"`
+			Texts   []string `json:"texts"`
+		} `json:"call"`
+		Error string `json:"error"`
+	}
+	if jerr := json.Unmarshal(stdout.Bytes(), &r); jerr != nil || err != nil || r.Error != "" {
+		t.Fatalf("client: %v, %v\nreport: %s\nstderr: %s", err, jerr, &stdout, &stderr)
+	}
+	if r.Changes == 0 || !slices.Contains(r.After, "greet") {
+		t.Errorf("after list_changed (%d): tools %v", r.Changes, r.After)
+	}
+	if r.Call.IsError || len(r.Call.Texts) == 0 || r.Call.Texts[0] != `"hello ada hello ada"` {
+		t.Errorf("greet(ada, 2): %+v", r.Call)
 	}
 }

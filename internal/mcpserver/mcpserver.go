@@ -9,6 +9,11 @@
 // failure of the code, of the call's arguments or of the service is a result with isError
 // set, written for the model; a protocol problem stays a protocol error.
 //
+// Each connection has its own SDK server, whose tools are python, shell and the tools of
+// the connection's session (functions its kernel offers: from cellbox import tool), so
+// that the SDK sends that connection notifications/tools/list_changed when they change
+// (sessiontools.go).
+//
 // Not for: REST (package httpapi), the tool definitions and result text (package tool), or
 // deciding anything about sessions (package session).
 package mcpserver
@@ -64,8 +69,12 @@ type Sessions interface {
 	Delete(ctx context.Context, id string) error
 	ListFiles(ctx context.Context, id, path string) (*api.FileList, error)
 	GetFile(ctx context.Context, id, path string) (*api.FileInfo, io.ReadCloser, error)
-	// Subscribe tells f of sessions created and ended (session.Manager.Subscribe).
+	// Subscribe tells f of sessions created and ended, and of their tools changing
+	// (session.Manager.Subscribe).
 	Subscribe(f func(session.Event)) (stop func())
+	// Tools and CallTool are a session's tools (session.Manager's).
+	Tools(ctx context.Context, id string) ([]api.SessionTool, error)
+	CallTool(ctx context.Context, id, name string, req api.ToolCallRequest, onOutput func(api.Output)) (*api.ToolCallResult, error)
 }
 
 // Server is cellbox's MCP server over a session manager.
@@ -73,7 +82,7 @@ type Server struct {
 	m     Sessions
 	opts  Options
 	log   *slog.Logger
-	srv   *mcp.Server
+	srv   *mcp.Server // answers the SDK's questions about requests to existing connections; never connected
 	http  http.Handler
 	bound http.Handler    // http, for requests with a tenant: see Handler
 	stop  context.Context // done at Close: ends the open event streams
@@ -89,12 +98,17 @@ type Server struct {
 
 // conn is what a server keeps of one MCP connection.
 type conn struct {
-	tenant string            // of the requests that opened it; the SDK refuses other tenants'
-	mu     sync.Mutex        // held while the connection's own session starts
-	own    string            // the session this connection started; "" before its first tool call
-	last   string            // the session of its latest tool call: the one its resources list
-	ended  session.EndReason // why its own session ended, until the next call is told
+	srv    *mcp.Server        // the connection's own: its tool list is the connection's
+	tenant string             // of the requests that opened it; the SDK refuses other tenants'
+	ss     *mcp.ServerSession // its MCP session, from its first request
+	mu     sync.Mutex         // held while the connection's own session starts
+	own    string             // the session this connection started; "" before its first tool call
+	last   string             // the session of its latest tool call: the one its resources list
+	ended  session.EndReason  // why its own session ended, until the next call is told
 	closed bool
+
+	toolsMu sync.Mutex                 // held while the session's tools on srv change
+	listed  map[string]api.SessionTool // the session tools on srv now, by name
 }
 
 // instructions tell a model how to use the server (MCP's initialize result).
@@ -104,7 +118,9 @@ const instructions = "cellbox runs Python (a stateful IPython session, like a no
 	"This connection has its own session, started at the first " +
 	"tool call: variables and the files in " + api.WorkspaceDir + " persist between calls. The session's " +
 	"files are resources (cellbox://<session_id>" + api.WorkspaceDir + "/<path>). A tool result with " +
-	"isError set means the code failed (an exception, a timeout, ...) or the call could not run: read it, fix, retry."
+	"isError set means the code failed (an exception, a timeout, ...) or the call could not run: read it, fix, retry. " +
+	"Functions the session's Python code marks with @tool (from cellbox import tool) become tools of this server " +
+	"beside python and shell, called with their own arguments; the tool list changes as they are defined."
 
 // New returns a server over m.
 func New(m Sessions, opts Options) *Server {
@@ -116,7 +132,14 @@ func New(m Sessions, opts Options) *Server {
 	s.stop, s.halt = context.WithCancel(context.Background())
 	s.quit = m.Subscribe(s.sessionEvent)
 	s.srv = s.newMCP(nil)
-	s.http = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.srv },
+	s.http = mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
+		// The SDK asks for a server at every request; only one without a session id opens
+		// a connection (the others go to the server their connection has).
+		if r.Header.Get("Mcp-Session-Id") != "" {
+			return s.srv
+		}
+		return s.newMCP(nil)
+	},
 		&mcp.StreamableHTTPOptions{SessionTimeout: opts.SessionTimeout, Logger: sdkLogger(log)})
 	s.bound = mcpauth.RequireBearerToken(func(ctx context.Context, _ string, _ *http.Request) (*mcpauth.TokenInfo, error) {
 		return &mcpauth.TokenInfo{UserID: session.Tenant(ctx)}, nil
@@ -124,7 +147,8 @@ func New(m Sessions, opts Options) *Server {
 	return s
 }
 
-// newMCP is the SDK's server with cellbox's tools and resources. Each request runs as the
+// newMCP is an SDK server with cellbox's tools and resources, for one connection (its
+// tools become the connection's session's: see syncTools). Each request runs as the
 // tenant of its token info (see Handler), or as *fixed when it is set (the SSE transport,
 // whose requests carry none: see SSE).
 func (s *Server) newMCP(fixed *string) *mcp.Server {
@@ -132,12 +156,16 @@ func (s *Server) newMCP(fixed *string) *mcp.Server {
 		&mcp.ServerOptions{
 			Instructions: instructions,
 			Logger:       sdkLogger(s.log),
-			// Tools and resources, no logging; the lists do not change.
-			Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}, Resources: &mcp.ResourceCapabilities{}},
+			// Tools (their list changes with the session's) and resources, no logging.
+			Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}, Resources: &mcp.ResourceCapabilities{}},
 			GetSessionID: sessionIDs(s.opts.IDPrefix),
 		})
+	c := &conn{srv: srv, listed: map[string]api.SessionTool{}}
 	for _, d := range tool.Definitions(tool.Options{TimeoutS: s.opts.TimeoutS, MemoryMB: s.opts.MemoryMB, SessionID: true}) {
-		srv.AddTool(&mcp.Tool{Name: d.Name, Description: d.Description, InputSchema: d.InputSchema}, s.callTool)
+		srv.AddTool(&mcp.Tool{Name: d.Name, Description: d.Description, InputSchema: d.InputSchema},
+			func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+				return s.callTool(ctx, c, req)
+			})
 	}
 	srv.AddResourceTemplate(&mcp.ResourceTemplate{
 		Name:        "workspace-file",
@@ -155,7 +183,7 @@ func (s *Server) newMCP(fixed *string) *mcp.Server {
 			}
 			ctx = session.WithTenant(ctx, t)
 			if r, ok := req.(*mcp.ListResourcesRequest); ok && method == "resources/list" {
-				return s.listResources(ctx, r)
+				return s.listResources(ctx, c, r)
 			}
 			return next(ctx, method, req)
 		}
@@ -165,9 +193,9 @@ func (s *Server) newMCP(fixed *string) *mcp.Server {
 
 // SSE serves MCP's older HTTP+SSE transport (mounted at /mcp/sse; vLLM's tool server client
 // and many MCP clients speak it): a GET opens the event stream and names the endpoint, POST
-// ?sessionid= carries the client's messages. Each tenant has its own handler and server:
-// a POST naming another tenant's session finds none (404), and every call runs as the
-// tenant whose key opened the stream.
+// ?sessionid= carries the client's messages. Each tenant has its own handler: a POST
+// naming another tenant's session finds none (404), and every call runs as the tenant
+// whose key opened the stream.
 func (s *Server) SSE() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodGet { // the event stream: it ends at Close
@@ -186,8 +214,8 @@ func (s *Server) sseFor(tenant string) *mcp.SSEHandler {
 	defer s.mu.Unlock()
 	h := s.sse[tenant]
 	if h == nil {
-		srv := s.newMCP(&tenant)
-		h = mcp.NewSSEHandler(func(*http.Request) *mcp.Server { return srv }, nil)
+		// The SDK asks for a server at each GET: each event stream is a connection.
+		h = mcp.NewSSEHandler(func(*http.Request) *mcp.Server { return s.newMCP(&tenant) }, nil)
 		s.sse[tenant] = h
 	}
 	return h
@@ -244,7 +272,7 @@ func (s *Server) Handler() http.Handler {
 // Run serves one connection over t (stdio: &mcp.IOTransport{...}) until it closes or ctx
 // ends.
 func (s *Server) Run(ctx context.Context, t mcp.Transport) error {
-	return s.srv.Run(ctx, t)
+	return s.newMCP(nil).Run(ctx, t)
 }
 
 // Close prepares the server's end, before the HTTP server's Shutdown and the manager's:
@@ -264,8 +292,13 @@ func (s *Server) Close() {
 
 // sessionEvent forgets an ended session in every connection that used it: a connection
 // whose own session ended starts a new one at its next call (and tells the model why), and
-// its resources list nothing until then.
+// its resources list nothing until then. When a session's tools change, the connections
+// that work in it list them anew.
 func (s *Server) sessionEvent(ev session.Event) {
+	if ev.Kind == session.ToolsChanged {
+		s.toolsChanged(ev.SessionID)
+		return
+	}
 	if ev.Kind != session.SessionEnded {
 		return
 	}
@@ -277,6 +310,7 @@ func (s *Server) sessionEvent(ev session.Event) {
 	s.mu.Unlock()
 	for _, c := range conns {
 		c.mu.Lock()
+		changed := c.own == ev.SessionID || c.last == ev.SessionID
 		if c.own == ev.SessionID {
 			c.own, c.ended = "", ev.Reason
 		}
@@ -284,20 +318,23 @@ func (s *Server) sessionEvent(ev session.Event) {
 			c.last = ""
 		}
 		c.mu.Unlock()
+		if changed {
+			s.syncTools(session.WithTenant(context.Background(), c.tenant), c)
+		}
 	}
 }
 
-// conn returns the state of a connection, watching for its end on first use; nil once
-// the server is closed. ctx is a request's, with the connection's tenant.
-func (s *Server) conn(ctx context.Context, ss *mcp.ServerSession) *conn {
+// attach returns c, the state of the connection of MCP session ss, watching for its end
+// from its first request; nil once the server is closed. ctx is a request's, with the
+// connection's tenant.
+func (s *Server) attach(ctx context.Context, c *conn, ss *mcp.ServerSession) *conn {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return nil
 	}
-	c := s.conns[ss]
-	if c == nil {
-		c = &conn{tenant: session.Tenant(ctx)}
+	if c.ss == nil {
+		c.tenant, c.ss = session.Tenant(ctx), ss
 		s.conns[ss] = c
 		go s.watch(ss, c)
 	}

@@ -48,7 +48,7 @@ func connect(t *testing.T, s *Server) *client {
 	t.Helper()
 	ct, st := mcp.NewInMemoryTransports()
 	ctx := context.Background()
-	if _, err := s.srv.Connect(ctx, st, nil); err != nil {
+	if _, err := s.newMCP(nil).Connect(ctx, st, nil); err != nil {
 		t.Fatal(err)
 	}
 	return newClient(t, ct)

@@ -103,10 +103,9 @@ func validSessionID(id string) bool {
 
 // listResources answers resources/list with the files of the connection's session (the
 // one its latest tool call ran in), breadth first, at most maxListed of them.
-func (s *Server) listResources(ctx context.Context, req *mcp.ListResourcesRequest) (*mcp.ListResourcesResult, error) {
+func (s *Server) listResources(ctx context.Context, c *conn, req *mcp.ListResourcesRequest) (*mcp.ListResourcesResult, error) {
 	res := &mcp.ListResourcesResult{Resources: []*mcp.Resource{}}
-	c := s.conn(ctx, req.Session)
-	if c == nil {
+	if c = s.attach(ctx, c, req.Session); c == nil {
 		return res, nil
 	}
 	id := c.session()

@@ -21,13 +21,12 @@ const MetaSessionID = "cellbox/session_id"
 // callTool runs a python or shell call. Everything but a canceled request is a result:
 // isError when the code failed, the arguments were bad, the named session does not exist
 // or the service could not run the call.
-func (s *Server) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+func (s *Server) callTool(ctx context.Context, c *conn, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	call, err := tool.Decode(req.Params.Name, req.Params.Arguments)
 	if err != nil {
 		return errorResult(err.Error()), nil
 	}
-	c := s.conn(ctx, req.Session)
-	if c == nil {
+	if c = s.attach(ctx, c, req.Session); c == nil {
 		return s.serviceError(ctx, errClosed)
 	}
 	id, note := call.SessionID, ""
@@ -43,6 +42,8 @@ func (s *Server) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp.C
 	p := startProgress(ctx, req)
 	res, err := tool.Run(ctx, s.m, id, call, s.opts.Render, p.output)
 	p.stop()
+	// The tools the call defined are listed before its result is sent.
+	s.syncTools(ctx, c)
 	if err != nil {
 		return s.serviceError(ctx, err)
 	}

@@ -1,6 +1,6 @@
 // The notebook: cells a person types and runs in a session's kernel (POST .../execute,
-// streamed), the kernel's Interrupt and Restart, the workspace's files, and the session's
-// network (its policy and recent connections). Opened on a
+// streamed), the kernel's Interrupt and Restart, the workspace's files, the session's
+// tools (functions marked @tool) and its network (its policy and recent connections). Opened on a
 // session the model worked in, it starts with the model's Python steps as cells.
 
 import { html, useEffect, useReducer, useRef, useState } from './vendor/preact-htm.js';
@@ -8,6 +8,7 @@ import { ApiError, get, message, post, sessionPath, stream } from './api.js';
 import { Outputs, Result } from './cells.js';
 import { Files, dropTarget } from './files.js';
 import { Network } from './network.js';
+import { Tools } from './tools.js';
 
 let keys = 0;
 const cell = (code = '', more = {}) => ({ key: ++keys, code, outputs: [], result: null, running: false, error: '', note: '', ...more });
@@ -30,7 +31,7 @@ export function Notebook({ active, sessionId, go, onSession, ended }) {
   const st = state.current;
   const [, render] = useReducer((n) => n + 1, 0);
   const [refresh, setRefresh] = useState(0);
-  const [ran, setRan] = useState(0); // cells finished: the network's connections are read again
+  const [ran, setRan] = useState(0); // cells finished: the tools and the network's connections are read again
   const [dragging, setDragging] = useState(false);
   const adder = useRef();
   const boxes = useRef({});
@@ -217,6 +218,7 @@ export function Notebook({ active, sessionId, go, onSession, ended }) {
       </div>
       <aside class="side">
         <${Files} sessionId=${st.sid} ensureSession=${ensureSession} refresh=${refresh} adder=${adder} />
+        <${Tools} sessionId=${st.sid} refresh=${ran} />
         <${Network} sessionId=${st.sid} refresh=${ran} />
       </aside>
     </div>

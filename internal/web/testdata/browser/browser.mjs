@@ -209,6 +209,38 @@ try {
   await mine.fill('print(df.shape, by_hour.idxmax())');
   await notebook.getByRole('button', { name: 'Run cell' }).last().click();
   await notebook.getByText(/\(8000, 10\) \d+/).waitFor();
+
+  step('a cell defines a tool: the Tools panel shows its name, description, schema and source, as text');
+  const tools = page.getByRole('region', { name: 'Tools' });
+  await tools.getByText(/^No tools yet/).waitFor();
+  await notebook.getByRole('button', { name: 'Add cell' }).click();
+  await editors.last().fill(
+    [
+      'from cellbox import tool',
+      '',
+      '@tool',
+      'def accidents_at(hour: int) -> int:',
+      '    """Accidents at an hour of the day. <img src=x onerror="window.pwned = 4"><b id="toolbold">bold</b>',
+      '',
+      '    Args:',
+      '        hour: 0 to 23',
+      '    """',
+      '    return int(by_hour.get(hour, 0))',
+    ].join('\n'),
+  );
+  await notebook.getByRole('button', { name: 'Run cell' }).last().click();
+  const item = tools.getByRole('listitem', { name: 'Tool accidents_at' });
+  await item.waitFor();
+  const description = await item.locator('.description').innerText();
+  check(description.startsWith('Accidents at an hour of the day. <img src=x onerror="window.pwned = 4"><b id="toolbold">bold</b>'),
+    `the description, as text: ${description}`);
+  check((await page.locator('#toolbold').count()) === 0 && (await item.locator('img').count()) === 0, 'the description is not HTML');
+  await item.getByText('Input schema').click();
+  const schema = JSON.parse(await item.getByLabel('Input schema of accidents_at').innerText());
+  check(schema.type === 'object' && schema.properties?.hour?.type === 'integer' && schema.required?.includes('hour'), `the schema: ${JSON.stringify(schema)}`);
+  await item.getByText('Source', { exact: true }).click();
+  check((await item.getByLabel('Source of accidents_at').innerText()).includes('def accidents_at(hour: int) -> int:'), 'the source');
+  check(await page.evaluate(() => window.pwned === undefined), 'no handler of the docstring ran');
   if (shots) {
     await shoot(page, 'notebook-1440.png', 1440);
     await shoot(page, 'notebook-390.png', 390);
@@ -238,6 +270,7 @@ try {
   await editors.last().fill("print('df' in globals())");
   await notebook.getByRole('button', { name: 'Run cell' }).last().click();
   await notebook.locator('pre.out.stdout', { hasText: /^\s*False\s*$/ }).waitFor();
+  await tools.getByText(/^No tools yet/).waitFor(); // the restart dropped the unsaved tool
 
   step('the sessions view lists the session');
   await page.getByRole('link', { name: 'Sessions' }).click();
