@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -52,7 +53,7 @@ func checkTool(t guestproto.Tool, prev *sessionTool) (*sessionTool, error) {
 	switch {
 	case !toolName.MatchString(t.Name):
 		return nil, errors.New("its name is not 1 to 64 of A-Z a-z 0-9 _ -")
-	case reservedTools[t.Name]:
+	case reservedTools[strings.ToLower(t.Name)]:
 		return nil, fmt.Errorf("%s is a built-in tool's name", t.Name)
 	case utf8.RuneCountInString(t.Description) > maxToolDescription || !utf8.ValidString(t.Description):
 		return nil, fmt.Errorf("its description is not valid text of at most %d characters", maxToolDescription)
@@ -93,6 +94,11 @@ func compileSchema(raw json.RawMessage) (map[string]any, *jsonschema.Schema, err
 	if !ok || doc["type"] != "object" {
 		return nil, nil, errors.New(`its input schema is not of "type": "object"`)
 	}
+	budget := maxSchemaNodes
+	if !expand(doc, doc, &budget, 0) {
+		return nil, nil, fmt.Errorf("its input schema has more than %d parts with its references ($ref) expanded, or refers to itself: "+
+			"a schema whose checks multiply through references could take the server's time on every call", maxSchemaNodes)
+	}
 	c := jsonschema.NewCompiler()
 	c.DefaultDraft(jsonschema.Draft2020)
 	c.UseLoader(noLoader{})
@@ -104,6 +110,71 @@ func compileSchema(raw json.RawMessage) (map[string]any, *jsonschema.Schema, err
 		return nil, nil, fmt.Errorf("its input schema does not compile: %s", schemaMessage(err))
 	}
 	return doc, schema, nil
+}
+
+// maxSchemaNodes bounds a schema's size with its references expanded: the validator's work
+// for one value follows that size, and a chain of references that each name the next twice
+// doubles it at every link (1.3 KB of schema took seconds a call).
+const maxSchemaNodes = 20000
+
+// expand counts the nodes of v within doc, each "#/..." reference counted as what it points
+// to, against budget; false when the budget runs out (a reference cycle does too).
+func expand(doc, v any, budget *int, depth int) bool {
+	*budget--
+	if *budget < 0 || depth > 200 {
+		return false
+	}
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			if ref, ok := e.(string); ok && (k == "$ref" || k == "$dynamicRef") {
+				if target, ok := pointer(doc, ref); ok && !expand(doc, target, budget, depth+1) {
+					return false
+				}
+				continue
+			}
+			if !expand(doc, e, budget, depth+1) {
+				return false
+			}
+		}
+	case []any:
+		for _, e := range x {
+			if !expand(doc, e, budget, depth+1) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// pointer resolves a reference within doc ("#/$defs/x"); false for any other.
+func pointer(doc any, ref string) (any, bool) {
+	p, ok := strings.CutPrefix(ref, "#")
+	if !ok {
+		return nil, false
+	}
+	v := doc
+	for _, tok := range strings.Split(strings.TrimPrefix(p, "/"), "/") {
+		if p == "" {
+			break
+		}
+		tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
+		switch x := v.(type) {
+		case map[string]any:
+			if v, ok = x[tok]; !ok {
+				return nil, false
+			}
+		case []any:
+			i, err := strconv.Atoi(tok)
+			if err != nil || i < 0 || i >= len(x) {
+				return nil, false
+			}
+			v = x[i]
+		default:
+			return nil, false
+		}
+	}
+	return v, true
 }
 
 // checkToolSet checks a report; refused is one line per tool dropped (name quoted, why).
@@ -141,14 +212,22 @@ func checkToolSet(set *guestproto.ToolSet, prev []*sessionTool) (tools []*sessio
 	return tools, refused
 }
 
-// maxArgsMessage caps the validator's message in an error.
-const maxArgsMessage = 2048
+// maxArgsMessage caps the validator's message in an error; maxArgs a call's arguments,
+// whose check costs the server memory and time in their size.
+const (
+	maxArgsMessage = 2048
+	maxArgs        = 256 << 10
+)
 
 // check decodes a call's arguments (null or none: {}) and checks them against the schema;
 // it returns them as compact JSON for the kernel.
 func (t *sessionTool) check(args json.RawMessage) ([]byte, error) {
 	if len(bytes.TrimSpace(args)) == 0 || bytes.Equal(bytes.TrimSpace(args), []byte("null")) {
 		args = json.RawMessage("{}")
+	}
+	if len(args) > maxArgs {
+		return nil, fmt.Errorf("the arguments are %d KiB of JSON, more than a tool call may take (%d KiB): pass large data as a file in /mnt/data, by its path",
+			len(args)>>10, maxArgs>>10)
 	}
 	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(args))
 	if err != nil {
