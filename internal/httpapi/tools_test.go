@@ -164,6 +164,15 @@ def double(x: float) -> float:
 	if len(list.Tools) != 1 || list.Tools[0].Name != "double" {
 		t.Errorf("after the kernel died: %+v", list.Tools)
 	}
+	// Deleted from the library, it stays deleted though the session reports it again.
+	if a := k.do(t, "DELETE", "/v1/saved-tools/double", "", alice); a.status != 200 && a.status != 204 {
+		t.Fatalf("delete double: %d %s", a.status, a.body)
+	}
+	body, _ = json.Marshal(api.ExecuteRequest{Code: "from cellbox import tool\n\n@tool\ndef z() -> int:\n    return 0\n"})
+	k.do(t, "POST", "/v1/sessions/"+id+"/execute", string(body), alice)
+	if a := k.do(t, "GET", "/v1/saved-tools/double", "", alice); a.status != 404 {
+		t.Errorf("double after it was deleted and the session reported its tools again: %d %s", a.status, a.body)
+	}
 }
 
 // TestToolCallLimits: a tool's call is a cell's run: past its timeout it stops (the

@@ -1,6 +1,7 @@
 package session
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"fmt"
@@ -186,8 +187,17 @@ func (m *Manager) toolsReported(s *Session, set *guestproto.ToolSet) (notes []st
 		m.log.Warn("a tool the kernel reported was dropped", "session_id", s.id, "tool", r)
 		notes = append(notes, "a tool was not offered: "+r)
 	}
+	was := map[string]*sessionTool{}
+	for _, t := range prev {
+		was[t.Name] = t
+	}
 	for _, t := range tools {
 		if !t.Save {
+			continue
+		}
+		if p := was[t.Name]; p != nil && p.Save && p.Source == t.Source && p.Description == t.Description && bytes.Equal(p.InputSchema, t.InputSchema) {
+			// Saved when it was defined so; saving it at every report would bring back a
+			// tool deleted from the library since, or overwrite another session's version.
 			continue
 		}
 		if err := m.lib.save(s.tenant, t.Tool); err != nil {
