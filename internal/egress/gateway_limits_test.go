@@ -186,10 +186,15 @@ func TestGatewayPolicyChange(t *testing.T) {
 	}
 	e.g.Set(sb.id, "tenant", narrow, Limits{}, nil)
 	cut(t, c1, br1)
-	log, _ := e.g.Log(sb.id)
-	if log.Open != 1 || len(log.Connections) != 2 {
-		t.Fatalf("log %+v; want 2 records, 1 open", log)
-	}
+	// The client sees the cut before the gateway's relay has ended and closed the record.
+	var log api.EgressLog
+	testbin.WaitFor(t, 10*time.Second, "the cut tunnel's record to close", func() error {
+		log, _ = e.g.Log(sb.id)
+		if log.Open != 1 || len(log.Connections) != 2 {
+			return fmt.Errorf("log %+v; want 2 records, 1 open", log)
+		}
+		return nil
+	})
 	r := log.Connections[1]
 	wantRecord(t, r, "allowed", "echo.example", "the session's network policy changed and no longer allows it")
 	if r.Open {
