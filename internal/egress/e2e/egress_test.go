@@ -259,7 +259,7 @@ print(attempt(lambda: socket.create_connection((%q, 443), timeout=5)))`, e.h.Add
 	t.Run("live_change_closes_connections", func(t *testing.T) {
 		done := make(chan *api.CommandResult, 1)
 		go func() {
-			r, _ := e.c.Command(context.Background(), id, api.CommandRequest{Cmd: []string{"curl", "-sS", "--max-time", "60", "http://" + slowName + "/"}, TimeoutS: 90})
+			r, _ := e.c.Command(context.Background(), id, api.CommandRequest{Cmd: []string{"curl", "-fsS", "--max-time", "60", "http://" + slowName + "/"}, TimeoutS: 90})
 			done <- r
 		}()
 		testbin.WaitFor(t, 30*time.Second, "the slow download to be open", func() error {
