@@ -175,16 +175,26 @@ func OpenOnNode(r *http.Request, id, path string) (*http.Response, error) {
 	return s.getOn(r.Context(), r, *m, path)
 }
 
+// keepBody reads r's body, at most MaxBodyBytes, and puts it back for whoever serves r;
+// false when it could not be read (r is answered).
+func (s *server) keepBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
+	if err != nil {
+		s.writeError(w, r, err)
+		return nil, false
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	return body, true
+}
+
 // toResponseNode forwards a new response to the node of the response it goes on from, else
 // of the container its code_interpreter names; the body, at most MaxBodyBytes, is read for
 // that and kept for whoever serves it. Anything else is served here.
 func (s *server) toResponseNode(w http.ResponseWriter, r *http.Request) bool {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
-	if err != nil {
-		s.writeError(w, r, err)
+	body, ok := s.keepBody(w, r)
+	if !ok {
 		return true
 	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
 	var req struct {
 		PreviousResponseID string `json:"previous_response_id"`
 		Tools              []struct {
@@ -279,12 +289,10 @@ func Elsewhere(ctx context.Context) []api.Session {
 // most MaxBodyBytes, is read for that and kept for whoever serves it; one that does not
 // parse is served here, which says why.
 func (s *server) toSessionNode(w http.ResponseWriter, r *http.Request) bool {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
-	if err != nil {
-		s.writeError(w, r, err)
+	body, ok := s.keepBody(w, r)
+	if !ok {
 		return true
 	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
 	var req struct {
 		SessionID string `json:"session_id"`
 	}
