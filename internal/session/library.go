@@ -132,7 +132,7 @@ func (l *library) get(tenant, name string) (*sessionTool, time.Time, error) {
 	if err != nil || s.Name != name {
 		return nil, time.Time{}, noSavedTool(name)
 	}
-	t, err := checkTool(s.Tool, nil)
+	t, err := checkTool(s.Tool, nil, false)
 	if err != nil {
 		return nil, time.Time{}, noSavedTool(name)
 	}

@@ -182,7 +182,7 @@ func (m *Manager) toolsReported(s *Session, set *guestproto.ToolSet) (notes []st
 	s.mu.Lock()
 	prev := s.tools
 	s.mu.Unlock()
-	tools, refused := checkToolSet(set, prev)
+	tools, refused := checkToolSet(set, prev, true)
 	for _, r := range refused {
 		m.log.Warn("a tool the kernel reported was dropped", "session_id", s.id, "tool", r)
 		notes = append(notes, "a tool was not offered: "+r)
@@ -357,7 +357,7 @@ func (m *Manager) restoreTools(s *Session, r record) {
 	if len(r.Tools) == 0 {
 		return
 	}
-	tools, refused := checkToolSet(&guestproto.ToolSet{Tools: r.Tools}, nil)
+	tools, refused := checkToolSet(&guestproto.ToolSet{Tools: r.Tools}, nil, false)
 	for _, why := range refused {
 		m.log.Warn("a tool in a session's record was dropped", "session_id", s.id, "tool", why)
 	}

@@ -53,7 +53,7 @@ func TestAttackToolReport(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			kept, refused := checkToolSet(&guestproto.ToolSet{Tools: tt.tools}, nil)
+			kept, refused := checkToolSet(&guestproto.ToolSet{Tools: tt.tools}, nil, true)
 			if len(kept) != tt.kept {
 				t.Errorf("kept %d tools, want %d", len(kept), tt.kept)
 			}
@@ -76,7 +76,7 @@ func TestAttackToolReport(t *testing.T) {
 // TestToolArguments: arguments are checked against the schema; the error is the
 // validator's message, without the schema's made-up URL.
 func TestToolArguments(t *testing.T) {
-	st, err := checkTool(tool("add", addSchema), nil)
+	st, err := checkTool(tool("add", addSchema), nil, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -302,6 +302,16 @@ func TestToolsFromRecord(t *testing.T) {
 	if len(s.tools) != 1 || s.tools[0].Name != "add" || s.tools[0].schema == nil {
 		t.Fatalf("tools %+v", s.tools)
 	}
+	// Compiled at the first call, not at restore (it compiled when it was reported).
+	if s.tools[0].schema.schema != nil {
+		t.Error("a restored tool's schema was compiled before it was called")
+	}
+	if _, err := s.tools[0].check(json.RawMessage(`{"a":1,"b":2}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.tools[0].check(json.RawMessage(`{"a":"x"}`)); err == nil {
+		t.Error("bad arguments passed a restored tool's schema")
+	}
 }
 
 // FuzzCheckTool: whatever a kernel reports, checking it neither panics nor keeps a tool
@@ -312,7 +322,7 @@ func FuzzCheckTool(f *testing.F) {
 	f.Add("y", `{"type":"object","properties":{"p":{"pattern":"^a+$"}}}`, `{"p":"aaa"}`)
 	f.Add("z", `{"type":"object","$schema":"http://json-schema.org/draft-04/schema#"}`, `null`)
 	f.Fuzz(func(t *testing.T, name, schema, args string) {
-		st, err := checkTool(guestproto.Tool{Name: name, InputSchema: json.RawMessage(schema)}, nil)
+		st, err := checkTool(guestproto.Tool{Name: name, InputSchema: json.RawMessage(schema)}, nil, true)
 		if err != nil {
 			return
 		}

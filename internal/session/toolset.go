@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"regexp/syntax"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -36,20 +38,37 @@ var toolName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 // reservedTools are the names of the built-in tools a model sees beside a session's.
 var reservedTools = map[string]bool{"python": true, "shell": true}
 
-// sessionTool is a tool as checked: its schema decoded and compiled.
+// sessionTool is a tool as checked: its schema decoded, and compiled when first needed
+// (a tool restored with its session, or read from the library, is compiled only when it
+// is called: it compiled when it was reported).
 type sessionTool struct {
 	guestproto.Tool // Save: kept in the tenant's library (once stored), not the report's wish
 	doc             map[string]any
-	schema          *jsonschema.Schema
+	schema          *lazySchema
+}
+
+// lazySchema is a tool's schema, compiled once on first use.
+type lazySchema struct {
+	doc    map[string]any
+	once   sync.Once
+	schema *jsonschema.Schema
+	err    error
+}
+
+func (l *lazySchema) compiled() (*jsonschema.Schema, error) {
+	l.once.Do(func() { l.schema, l.err = compileSchema(l.doc) })
+	return l.schema, l.err
 }
 
 func (t *sessionTool) view() api.SessionTool {
 	return api.SessionTool{Name: t.Name, Description: t.Description, InputSchema: t.doc, Source: t.Source, Saved: t.Save}
 }
 
-// checkTool checks one reported tool; the error says why it is refused. A tool of prev
-// (may be nil) with the same schema lends its compiled schema.
-func checkTool(t guestproto.Tool, prev *sessionTool) (*sessionTool, error) {
+// checkTool checks one tool; the error says why it is refused. A tool of prev (may be nil)
+// with the same schema lends its compiled schema. compile: the schema is compiled now (a
+// report from the kernel), not at the first call (a tool checked before, kept by the
+// server).
+func checkTool(t guestproto.Tool, prev *sessionTool, compile bool) (*sessionTool, error) {
 	switch {
 	case !toolName.MatchString(t.Name):
 		return nil, errors.New("its name is not 1 to 64 of A-Z a-z 0-9 _ -")
@@ -65,11 +84,17 @@ func checkTool(t guestproto.Tool, prev *sessionTool) (*sessionTool, error) {
 	if prev != nil && bytes.Equal(prev.InputSchema, t.InputSchema) {
 		return &sessionTool{Tool: t, doc: prev.doc, schema: prev.schema}, nil
 	}
-	doc, schema, err := compileSchema(t.InputSchema)
+	doc, err := decodeSchema(t.InputSchema)
 	if err != nil {
 		return nil, err
 	}
-	return &sessionTool{Tool: t, doc: doc, schema: schema}, nil
+	st := &sessionTool{Tool: t, doc: doc, schema: &lazySchema{doc: doc}}
+	if compile {
+		if _, err := st.schema.compiled(); err != nil {
+			return nil, err
+		}
+	}
+	return st, nil
 }
 
 // schemaURL names a tool's schema while it compiles; nothing is ever fetched from it.
@@ -83,33 +108,98 @@ func (noLoader) Load(url string) (any, error) {
 	return nil, errors.New("a tool's schema may refer only within itself")
 }
 
-// compileSchema decodes a tool's input schema, an object schema of type "object", and
-// compiles it as JSON Schema (draft 2020-12 unless it names another known draft).
-func compileSchema(raw json.RawMessage) (map[string]any, *jsonschema.Schema, error) {
+// decodeSchema decodes a tool's input schema, an object schema of type "object" of at most
+// maxSchemaNodes parts with its references expanded.
+func decodeSchema(raw json.RawMessage) (map[string]any, error) {
 	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
 	if err != nil {
-		return nil, nil, errors.New("its input schema is not JSON")
+		return nil, errors.New("its input schema is not JSON")
 	}
 	doc, ok := v.(map[string]any)
 	if !ok || doc["type"] != "object" {
-		return nil, nil, errors.New(`its input schema is not of "type": "object"`)
+		return nil, errors.New(`its input schema is not of "type": "object"`)
 	}
 	budget := maxSchemaNodes
 	if !expand(doc, doc, &budget, 0) {
-		return nil, nil, fmt.Errorf("its input schema has more than %d parts with its references ($ref) expanded, or refers to itself: "+
+		return nil, fmt.Errorf("its input schema has more than %d parts with its references ($ref) expanded, or refers to itself: "+
 			"a schema whose checks multiply through references could take the server's time on every call", maxSchemaNodes)
 	}
+	return doc, nil
+}
+
+// compileSchema compiles a decoded schema as JSON Schema (draft 2020-12 unless it names
+// another known draft). The compiler keeps doc, which is not changed after.
+func compileSchema(doc map[string]any) (*jsonschema.Schema, error) {
 	c := jsonschema.NewCompiler()
 	c.DefaultDraft(jsonschema.Draft2020)
 	c.UseLoader(noLoader{})
+	c.UseRegexpEngine(regexpBudget(maxPatternInsts))
 	if err := c.AddResource(schemaURL, doc); err != nil {
-		return nil, nil, errors.New("its input schema does not compile")
+		return nil, errors.New("its input schema does not compile")
 	}
 	schema, err := c.Compile(schemaURL)
 	if err != nil {
-		return nil, nil, fmt.Errorf("its input schema does not compile: %s", schemaMessage(err))
+		return nil, fmt.Errorf("its input schema does not compile: %s", schemaMessage(err))
 	}
-	return doc, schema, nil
+	return schema, nil
+}
+
+// maxPatternInsts bounds the compiled size of a schema's regular expressions together
+// ("pattern", "patternProperties"), in instructions of Go's regexp machine (about 100
+// bytes each, compiled): Go's own limit is per pattern and large, so that 64 KiB of
+// "a{1000}|" compiled to tens of MiB. 5000 is 0.5 MiB a tool; an e-mail address's
+// pattern is about 100.
+const maxPatternInsts = 5000
+
+// regexpBudget is a regexp engine for one schema's compile that refuses a pattern once the
+// patterns so far add up to more than budget instructions.
+func regexpBudget(budget int) jsonschema.RegexpEngine {
+	return func(s string) (jsonschema.Regexp, error) {
+		re, err := syntax.Parse(s, syntax.Perl)
+		if err != nil {
+			return nil, err
+		}
+		// The bound is checked on a parse that is then dropped: compiling it unbounded is
+		// the cost the check avoids. Parse itself caps its tree (Go's maxSize), and a
+		// pattern's text is within the schema's 64 KiB.
+		if budget -= progInsts(re, budget+1); budget < 0 {
+			return nil, fmt.Errorf("its regular expressions are larger than %d instructions compiled: "+
+				"write simpler patterns, or check the text in the tool", maxPatternInsts)
+		}
+		return regexp.Compile(s)
+	}
+}
+
+// progInsts estimates the instructions of re's compiled program, no fewer than it has,
+// counting no further than limit.
+func progInsts(re *syntax.Regexp, limit int) int {
+	return min(limit, insts(re, limit)+2) // a program's fail and match
+}
+
+// insts estimates the instructions of re compiled, counting no further than limit: a
+// repeat {n,m} is its body's size times m, as the compiler unrolls it.
+func insts(re *syntax.Regexp, limit int) int {
+	n := 2
+	switch re.Op {
+	case syntax.OpLiteral:
+		n = len(re.Rune) + 1
+	case syntax.OpRepeat:
+		body := insts(re.Sub[0], limit)
+		times := re.Max
+		if times < 0 {
+			times = re.Min + 1
+		}
+		if times > 0 && body > limit/times {
+			return limit
+		}
+		return min(limit, body*times+1)
+	}
+	for _, sub := range re.Sub {
+		if n += insts(sub, limit); n >= limit {
+			return limit
+		}
+	}
+	return n
 }
 
 // maxSchemaNodes bounds a schema's size with its references expanded: the validator's work
@@ -179,8 +269,8 @@ func pointer(doc any, ref string) (any, bool) {
 
 // checkToolSet checks a report; refused is one line per tool dropped (name quoted, why).
 // Past maxTools, or a name reported twice, the later ones are dropped. A tool whose schema
-// is unchanged since prev keeps its compiled schema.
-func checkToolSet(set *guestproto.ToolSet, prev []*sessionTool) (tools []*sessionTool, refused []string) {
+// is unchanged since prev keeps its compiled schema. compile: as checkTool's.
+func checkToolSet(set *guestproto.ToolSet, prev []*sessionTool, compile bool) (tools []*sessionTool, refused []string) {
 	old := map[string]*sessionTool{}
 	for _, t := range prev {
 		old[t.Name] = t
@@ -199,7 +289,7 @@ func checkToolSet(set *guestproto.ToolSet, prev []*sessionTool) (tools []*sessio
 		case seen[t.Name]:
 			err = errors.New("the name was reported twice")
 		default:
-			st, err = checkTool(t, old[t.Name])
+			st, err = checkTool(t, old[t.Name], compile)
 		}
 		if err != nil {
 			refused = append(refused, fmt.Sprintf("%q: %v", name, err))
@@ -236,7 +326,11 @@ func (t *sessionTool) check(args json.RawMessage) ([]byte, error) {
 	if _, ok := v.(map[string]any); !ok {
 		return nil, errors.New("arguments must be a JSON object of the tool's parameters")
 	}
-	if err := t.schema.Validate(v); err != nil {
+	schema, err := t.schema.compiled()
+	if err != nil {
+		return nil, fmt.Errorf("%s's input schema no longer compiles (%s): define the tool again", t.Name, err)
+	}
+	if err := schema.Validate(v); err != nil {
 		return nil, fmt.Errorf("the arguments do not match %s's input schema: %s", t.Name, schemaMessage(err))
 	}
 	var b bytes.Buffer
