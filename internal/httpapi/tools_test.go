@@ -173,6 +173,47 @@ def double(x: float) -> float:
 	if a := k.do(t, "GET", "/v1/saved-tools/double", "", alice); a.status != 404 {
 		t.Errorf("double after it was deleted and the session reported its tools again: %d %s", a.status, a.body)
 	}
+
+	// A saved tool whose loading kills the kernel (its default is computed when it is
+	// defined, and kills once the file boom exists): the tools loaded before it go with
+	// the kernel, and the session lists none, rather than what its kernel no longer has.
+	body, _ = json.Marshal(api.ExecuteRequest{Code: `from cellbox import tool
+
+@tool(save=True)
+def alpha() -> int:
+    return 1
+
+@tool(save=True)
+def fragile(x: int = (__import__("os")._exit(9) if __import__("os").path.exists("boom") else 1)) -> int:
+    return x
+`})
+	if a := k.do(t, "POST", "/v1/sessions/"+other+"/execute", string(body), alice); !strings.Contains(string(a.body), `"status":"ok"`) {
+		t.Fatalf("define fragile: %d %s", a.status, a.body)
+	}
+	body, _ = json.Marshal(api.ExecuteRequest{Code: `open("boom", "w").close(); import os; os._exit(3)`})
+	a = k.do(t, "POST", "/v1/sessions/"+other+"/execute", string(body), alice)
+	res = api.ExecuteResult{}
+	json.Unmarshal(a.body, &res)
+	if !res.KernelRestarted || !strings.Contains(res.Message, "fragile (loading it cost the kernel, which restarted with no tools: the kernel died (exit code 9)") ||
+		!strings.Contains(res.Message, "the kernel having restarted again: alpha") {
+		t.Errorf("a restart whose reload kills the kernel again: %d %s", a.status, res.Message)
+	}
+	list = api.SessionToolList{}
+	json.Unmarshal(k.do(t, "GET", "/v1/sessions/"+other+"/tools", "", alice).body, &list)
+	if len(list.Tools) != 0 {
+		t.Errorf("tools listed that the kernel lost: %+v", list.Tools)
+	}
+	if a := k.do(t, "POST", "/v1/sessions/"+other+"/tools/load", `{"names":["alpha"]}`, alice); a.status != 200 || !strings.Contains(string(a.body), `"alpha"`) {
+		t.Errorf("load alpha: %d %s", a.status, a.body)
+	}
+	if a := k.do(t, "POST", "/v1/sessions/"+other+"/tools/load", `{"names":["fragile"]}`, alice); a.status != 409 || !strings.Contains(a.err().Message, "saved tool fragile: loading it cost the kernel") {
+		t.Errorf("load fragile: %d %s", a.status, a.body)
+	}
+	list = api.SessionToolList{}
+	json.Unmarshal(k.do(t, "GET", "/v1/sessions/"+other+"/tools", "", alice).body, &list)
+	if len(list.Tools) != 0 {
+		t.Errorf("after a load that killed the kernel, tools listed that it lost: %+v", list.Tools)
+	}
 }
 
 // TestToolCallLimits: a tool's call is a cell's run: past its timeout it stops (the

@@ -85,7 +85,7 @@ func (m *Manager) Restart(ctx context.Context, id string) error {
 		}
 	}
 	if err == nil {
-		msg := m.kernelRestarted(ctx, s, b)
+		msg := m.newKernel(ctx, s, b)
 		s.mu.Lock()
 		s.execCount = 0
 		if msg != "" {

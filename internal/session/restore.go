@@ -154,7 +154,7 @@ func (m *Manager) restoreOne(ctx context.Context, r record) string {
 	s.box = b
 	m.restoreTools(s, r)
 	if how == "replaced" { // the new kernel has none of them
-		if msg := m.kernelRestarted(ctx, s, b); msg != "" {
+		if msg := m.newKernel(ctx, s, b); msg != "" {
 			s.notice += "[cellbox: " + msg + "]\n"
 		}
 	}

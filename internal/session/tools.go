@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -157,16 +158,22 @@ func toolResult(res *api.ExecuteResult) *api.ToolCallResult {
 // afterRun is what every run in the kernel ends with, while it holds the session's turn:
 // the tool set it reported (may be nil) is taken, and after a run that cost the kernel
 // (res.KernelRestarted: out of memory, crashed, stuck past an interrupt, or dead before the
-// run; the guest or the manager started a new one) the tools are dropped but for the saved
-// ones, which are loaded again; res tells what happened to them.
+// run; the guest or the manager started a new one) the tools the kernel lost are dropped
+// but for the saved ones, which are loaded again; res tells what happened to them.
 func (m *Manager) afterRun(ctx context.Context, s *Session, b *box, res *api.ExecuteResult, set *guestproto.ToolSet) {
+	s.mu.Lock()
+	before := s.tools
+	s.mu.Unlock()
 	if set != nil {
 		for _, note := range m.toolsReported(s, set) {
 			res.Outputs = append(res.Outputs, api.Output{Type: api.OutputStream, Name: "stderr", Text: "[cellbox: " + note + "]\n"})
 		}
 	}
 	if res.KernelRestarted {
-		if msg := m.kernelRestarted(ctx, s, b); msg != "" {
+		if set == nil {
+			m.setTools(s, nil) // the new kernel has none
+		}
+		if msg := m.kernelRestarted(ctx, s, b, before); msg != "" {
 			if res.Message != "" && !strings.HasSuffix(res.Message, ".") {
 				res.Message += "."
 			}
@@ -227,23 +234,35 @@ func (m *Manager) setTools(s *Session, tools []*sessionTool) {
 	m.events.publish(Event{Kind: ToolsChanged, SessionID: s.id, Tenant: s.tenant})
 }
 
-// kernelRestarted drops the tools of a session whose kernel restarted (b's, while the
-// caller holds the turn) but for those saved in the library, which are loaded again; it
-// says what happened, for the restart's caller ("" when the session had none).
-func (m *Manager) kernelRestarted(ctx context.Context, s *Session, b *box) string {
-	s.mu.Lock()
-	old := s.tools
-	s.mu.Unlock()
-	if len(old) == 0 {
-		return ""
+// kernelRestarted tells what a kernel restart did to the tools the session had before
+// (b's kernel, while the caller holds the turn): those the new kernel lacks are dropped,
+// but for those saved in the library, which are loaded again. It says what happened, for
+// the restart's caller ("" when nothing was lost).
+func (m *Manager) kernelRestarted(ctx context.Context, s *Session, b *box, before []*sessionTool) string {
+	has := func() map[string]bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		names := map[string]bool{}
+		for _, t := range s.tools {
+			names[t.Name] = true
+		}
+		return names
 	}
-	m.setTools(s, nil)
+	now := has()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.ExecTimeout)
 	defer cancel()
-	var dropped, reloaded, failed []string
-	for _, t := range old {
-		if !t.Save {
+	var dropped, want, failed []string
+	lost := false
+	for _, t := range before {
+		switch {
+		case now[t.Name]:
+			continue // defined again in the new kernel by the run itself
+		case !t.Save:
 			dropped = append(dropped, t.Name)
+			continue
+		}
+		want = append(want, t.Name)
+		if lost {
 			continue
 		}
 		lt, _, err := m.lib.get(s.tenant, t.Name)
@@ -252,9 +271,20 @@ func (m *Manager) kernelRestarted(ctx context.Context, s *Session, b *box) strin
 		}
 		if err != nil {
 			failed = append(failed, fmt.Sprintf("%s (%s)", t.Name, errdefs.Public(m.log, err, "session_id", s.id, "tool", t.Name)))
-			continue
+			lost = errors.Is(err, errKernelLost)
 		}
-		reloaded = append(reloaded, t.Name)
+	}
+	// What is loaded is what the kernel reported last: a load that cost the kernel again
+	// took the ones before it.
+	now = has()
+	var reloaded, gone []string
+	for _, name := range want {
+		switch {
+		case now[name]:
+			reloaded = append(reloaded, name)
+		case !slices.ContainsFunc(failed, func(f string) bool { return strings.HasPrefix(f, name+" (") }):
+			gone = append(gone, name)
+		}
 	}
 	var msg []string
 	if len(dropped) > 0 {
@@ -263,11 +293,30 @@ func (m *Manager) kernelRestarted(ctx context.Context, s *Session, b *box) strin
 	if len(failed) > 0 {
 		msg = append(msg, fmt.Sprintf("Saved tools that could not be loaded again: %s.", strings.Join(failed, "; ")))
 	}
+	if len(gone) > 0 {
+		msg = append(msg, fmt.Sprintf("Saved tools not loaded, the kernel having restarted again: %s (POST /v1/sessions/{id}/tools/load loads them).", strings.Join(gone, ", ")))
+	}
 	if len(reloaded) > 0 {
 		msg = append(msg, fmt.Sprintf("Saved tools loaded again: %s.", strings.Join(reloaded, ", ")))
 	}
 	return strings.Join(msg, " ")
 }
+
+// newKernel drops the tools of a session whose kernel was replaced by a new one (a
+// restart; the caller holds the turn) and loads its saved ones again; as kernelRestarted.
+func (m *Manager) newKernel(ctx context.Context, s *Session, b *box) string {
+	s.mu.Lock()
+	before := s.tools
+	s.mu.Unlock()
+	if len(before) == 0 {
+		return ""
+	}
+	m.setTools(s, nil)
+	return m.kernelRestarted(ctx, s, b, before)
+}
+
+// errKernelLost: loading a saved tool cost the kernel (it restarted, with no tools).
+var errKernelLost = errors.New("loading it cost the kernel, which restarted with no tools")
 
 // loadTool defines a saved tool in b's kernel (the caller holds the session's turn): a
 // Quiet execute of the cellbox module's _load, whose report makes it the session's.
@@ -279,6 +328,8 @@ func (m *Manager) loadTool(ctx context.Context, s *Session, b *box, t *sessionTo
 	}
 	if set != nil {
 		m.toolsReported(s, set)
+	} else if res.KernelRestarted {
+		m.setTools(s, nil) // the new kernel has none
 	}
 	if res.Status != api.StatusOK {
 		why := res.Message
@@ -289,6 +340,9 @@ func (m *Manager) loadTool(ctx context.Context, s *Session, b *box, t *sessionTo
 		}
 		if why == "" {
 			why = res.Status
+		}
+		if res.KernelRestarted {
+			return fmt.Errorf("%w: %s: %w", errKernelLost, why, errdefs.ErrFailedPrecondition)
 		}
 		return fmt.Errorf("loading it failed: %s: %w", why, errdefs.ErrFailedPrecondition)
 	}
