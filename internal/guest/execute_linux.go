@@ -65,7 +65,8 @@ func (s *server) reconfigure(old, c *guestproto.Config, k *kernel) bool {
 
 func (s *server) kernelSpec(cfg *guestproto.Config) kernelSpec {
 	env := mergeEnv(os.Environ(), egressEnv(s.opts.Egress, s.bundlePath()), pyrunner.KernelEnv(s.tmp), cfg.Env)
-	maxLine := min(cfg.MaxRichBytes+cfg.MaxOutputBytes+1<<20, guestproto.MaxMessageSize)
+	// A line carries an output, or the kernel's tools (up to MaxToolReport, and its framing).
+	maxLine := min(max(cfg.MaxRichBytes+cfg.MaxOutputBytes, guestproto.MaxToolReport)+1<<20, guestproto.MaxMessageSize)
 	return kernelSpec{user: s.user, python: cfg.Python, env: env, dir: s.opts.Workspace, maxLine: maxLine,
 		template: s.opts.Template, preimport: cfg.Preimport, log: s.log}
 }

@@ -179,6 +179,31 @@ def boom(n: int):
 		}
 	})
 
+	t.Run("a tampered registry is reported within the guest's bounds", func(t *testing.T) {
+		// Code may put anything in module cellbox's registry; the runner reports at most
+		// MaxTools tools of at most MaxToolReport bytes (non-ASCII text is sent escaped,
+		// six bytes a character), and ExecuteWith, which refuses more, takes them.
+		const tamper = `import cellbox
+class T:
+    def __init__(self, i, src):
+        self.i, self.src = i, src
+    def report(self):
+        return {"name": "t%d" % self.i, "description": "", "input_schema": {"type": "object"}, "source": self.src, "save": False}
+for i in range(COUNT):
+    cellbox._registry["t%d" % i] = T(i, SOURCE)
+cellbox._version += 1
+`
+		r, ts := g.run(t, strings.NewReplacer("COUNT", "100", "SOURCE", `""`).Replace(tamper), false)
+		if r.Status != api.StatusOK || ts == nil || len(ts.Tools) != guestproto.MaxTools {
+			t.Fatalf("100 small tools: %+v, %d tools", r, len(ts.Tools))
+		}
+		r, ts = g.run(t, strings.NewReplacer("COUNT", "20", "SOURCE", `"é" * 200000`).Replace(tamper), false)
+		if r.Status != api.StatusOK || ts == nil || len(ts.Tools) == 0 || len(ts.Tools) > 5 {
+			t.Fatalf("tools of 1.2 MB each: %+v, tools %v", r, ts != nil)
+		}
+		g.run(t, "cellbox._registry.clear(); cellbox._version += 1", false)
+	})
+
 	t.Run("a restart drops them", func(t *testing.T) {
 		if err := g.Restart(context.Background()); err != nil {
 			t.Fatal(err)

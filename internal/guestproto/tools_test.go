@@ -23,7 +23,7 @@ func aTool(name string) string {
 }
 
 // ExecuteWith hands the tools a run reported to OnTools, sends Quiet, and refuses tool sets
-// that break the kernel's limits, which a hostile guest could send.
+// past a report's bounds, which only a broken guest sends.
 func TestExecuteTools(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -37,13 +37,12 @@ func TestExecuteTools(t *testing.T) {
 		{"null list", `{"tools":{"tools":null}}` + "\n" + okResult, "", nil},
 		{"after outputs", `{"output":{"type":"stream","name":"stdout","text":"x"}}` + "\n" + toolsLine(aTool("a")) + okResult, "a", nil},
 		{"twice", toolsLine(aTool("a")) + toolsLine(aTool("a")) + okResult, "-", errdefs.ErrUnavailable},
-		{"bad name", toolsLine(aTool("a b")) + okResult, "-", errdefs.ErrUnavailable},
-		{"reserved name", toolsLine(aTool("python")) + okResult, "-", errdefs.ErrUnavailable},
-		{"a name twice", toolsLine(aTool("a"), aTool("a")) + okResult, "-", errdefs.ErrUnavailable},
+		// A tool's own limits are the server's to check, tool by tool (package session).
+		{"bad name", toolsLine(aTool("a b")) + okResult, "a b", nil},
+		{"a name twice", toolsLine(aTool("a"), aTool("a")) + okResult, "a,a", nil},
+		{"schema not an object", toolsLine(`{"name":"a","input_schema":{"type":"string"}}`) + okResult, "a", nil},
 		{"too many", toolsLine(strings.Split(strings.Repeat(aTool("x")+"\x00", 65), "\x00")[:65]...) + okResult, "-", errdefs.ErrUnavailable},
-		{"schema not an object", toolsLine(`{"name":"a","input_schema":{"type":"string"}}`) + okResult, "-", errdefs.ErrUnavailable},
-		{"no schema", toolsLine(`{"name":"a"}`) + okResult, "-", errdefs.ErrUnavailable},
-		{"long description", toolsLine(fmt.Sprintf(`{"name":"a","description":%q,"input_schema":{"type":"object"}}`, strings.Repeat("é", MaxToolDescription+1))) + okResult, "-", errdefs.ErrUnavailable},
+		{"too large", toolsLine(fmt.Sprintf(`{"name":"a","input_schema":{"type":"object"},"source":%q}`, strings.Repeat("x", MaxToolReport))) + okResult, "-", errdefs.ErrUnavailable},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -103,7 +102,7 @@ func TestCheckToolName(t *testing.T) {
 }
 
 // FuzzToolSetCheck: whatever a guest sends as tools, Check never panics, and a set it takes
-// is within the kernel's limits.
+// is within the bounds of a report.
 func FuzzToolSetCheck(f *testing.F) {
 	f.Add([]byte(`{"tools":[` + aTool("a") + `]}`))
 	f.Add([]byte(`{"tools":[{"name":"python","input_schema":{"type":"object"}}]}`))
@@ -117,11 +116,12 @@ func FuzzToolSetCheck(f *testing.F) {
 		if len(ts.Tools) > MaxTools {
 			t.Fatalf("%d tools taken", len(ts.Tools))
 		}
+		n := 0
 		for _, tl := range ts.Tools {
-			var s map[string]any
-			if CheckToolName(tl.Name) != nil || json.Unmarshal(tl.InputSchema, &s) != nil || s["type"] != "object" {
-				t.Fatalf("tool %+v taken", tl)
-			}
+			n += len(tl.Name) + len(tl.Description) + len(tl.InputSchema) + len(tl.Source)
+		}
+		if n > MaxToolReport {
+			t.Fatalf("%d bytes of tools taken", n)
 		}
 	})
 }

@@ -39,6 +39,7 @@ MAX_TOOLS = 64
 MAX_DESCRIPTION = 1024  # characters
 MAX_SCHEMA = 64 << 10  # bytes of JSON
 MAX_SOURCE = 256 << 10  # bytes of UTF-8
+MAX_REPORT = 4 << 20  # bytes of all the tools' JSON together, as the runner sends it
 MAX_TEXT = 64 << 10  # characters of a result's repr
 MAX_VALUE = 1 << 20  # bytes of a result's JSON; past it, its repr
 RESULT_MIME = "application/vnd.cellbox.tool-result+json"
@@ -53,7 +54,7 @@ _loads = [0]  # sources _load ran, for their file names
 
 
 class _Tool:
-    __slots__ = ("fn", "name", "description", "schema", "source", "save", "sig", "hints")
+    __slots__ = ("fn", "name", "description", "schema", "source", "save", "sig", "hints", "size")
 
     def report(self):
         return {"name": self.name, "description": self.description, "input_schema": self.schema,
@@ -132,6 +133,12 @@ def _register(fn, name, description, save):
     t = _Tool()
     t.fn, t.name, t.description, t.schema, t.source, t.save = fn, name, desc, schema, source, save
     t.sig, t.hints = sig, hints
+    t.size = len(_compact(t.report())) + 1
+    total = t.size + sum(getattr(o, "size", 0) for n, o in _registry.items() if n != name)
+    if total > MAX_REPORT:
+        raise ValueError("with %s, this kernel's tools would be %d KiB together (names, descriptions, schemas and "
+                         "sources as JSON), more than the %d KiB it keeps: remove one (cellbox.remove_tool) or "
+                         "make this one smaller" % (name, (total + 1023) >> 10, MAX_REPORT >> 10))
     old = _registry.get(name)
     _registry[name] = t
     if old is None or _compact(old.report()) != _compact(t.report()):

@@ -468,6 +468,13 @@ func TestRefusals(t *testing.T) {
 			[]string{"ValueError", "input schema of f", "64 KiB"}},
 		{"a source of 300 KiB", imp + "src = 'def f():\\n    return ' + repr('x' * (300 << 10)) + '\\n'\nimport linecache\nlinecache.cache['<big>'] = (len(src), None, src.splitlines(True), '<big>')\nexec(compile(src, '<big>', 'exec'))\ntool(f)\n",
 			[]string{"ValueError", "256 KiB"}},
+		{"tools of over 4 MiB together", imp + `import linecache
+for i in range(17):
+    src = "def f%d():\n    return %r\n" % (i, "x" * (250 << 10))
+    linecache.cache["<big%d>" % i] = (len(src), None, src.splitlines(True), "<big%d>" % i)
+    exec(compile(src, "<big%d>" % i, "exec"))
+    tool(globals()["f%d" % i])
+`, []string{"ValueError", "with f16, this kernel's tools would be", "4096 KiB"}},
 		{"the 65th tool", imp + "def f():\n    pass\nfor i in range(64):\n    tool(f, name='t%d' % i)\ntool(f, name='t64')\n", []string{"ValueError", "64 tools"}},
 		{"saved with a session variable", imp + "import numpy as np\nrate = 0.2\ndef helper(x):\n    return x\n@tool(save=True)\ndef f(x: float) -> float:\n    return helper(np.float64(x)) * rate\n",
 			[]string{"ValueError", "uses helper, rate of this session"}},

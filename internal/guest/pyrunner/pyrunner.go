@@ -14,6 +14,9 @@ package pyrunner
 import (
 	_ "embed"
 	"encoding/json"
+	"fmt"
+
+	"github.com/cellbox/cellbox/internal/guestproto"
 )
 
 //go:embed runner.py
@@ -24,9 +27,11 @@ var runner string
 //go:embed cellbox.py
 var Cellbox string
 
-// Script is the runner's source: runner.py, after a line that gives it Cellbox as
-// CELLBOX_MODULE (a JSON string is a Python string literal).
-var Script = "CELLBOX_MODULE = " + pyString(Cellbox) + "\n" + runner
+// Script is the runner's source: runner.py, after lines that give it Cellbox as
+// CELLBOX_MODULE (a JSON string is a Python string literal) and the bounds of a tool report
+// (guestproto), which it enforces whatever the module, which user code can change, reports.
+var Script = "CELLBOX_MODULE = " + pyString(Cellbox) + "\n" +
+	fmt.Sprintf("TOOLS_MAX = %d\nTOOL_REPORT_MAX = %d\n", guestproto.MaxTools, guestproto.MaxToolReport) + runner
 
 func pyString(s string) string {
 	b, err := json.Marshal(s)

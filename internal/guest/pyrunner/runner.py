@@ -350,7 +350,18 @@ def prepare():
         except Exception:
             return  # the module was tampered with: nothing to report
         reported["v"] = v
-        send({"t": "tools", "tools": tools})
+        # Within the guest's bounds whatever the module reports (user code can change it):
+        # the first TOOLS_MAX tools that fit in TOOL_REPORT_MAX bytes as sent.
+        kept, size = [], 0
+        for t in tools if isinstance(tools, list) else []:
+            try:
+                size += len(encode(t)) + 1
+            except Exception:
+                continue
+            if len(kept) >= TOOLS_MAX or size > TOOL_REPORT_MAX:
+                break
+            kept.append(t)
+        send({"t": "tools", "tools": kept})
 
     def run(code, silent, quiet, ctx, env):
         n = shell.execution_count
