@@ -31,7 +31,17 @@ const maxSaved = 256
 
 type library struct {
 	dir string // "": none (no state dir)
-	mu  sync.Mutex
+	// mu serializes a tenant's changes (a save's count of the tools there, then its
+	// write), by a shard of the tenants: one tenant's writes do not wait on others'.
+	mu [64]sync.Mutex
+}
+
+// lock takes the lock of tenant's changes; the caller unlocks it.
+func (l *library) lock(tenant string) *sync.Mutex {
+	sum := sha256.Sum256([]byte(tenant))
+	mu := &l.mu[int(sum[0])%len(l.mu)]
+	mu.Lock()
+	return mu
 }
 
 // saved is a library file.
@@ -60,8 +70,7 @@ func (l *library) save(tenant string, t guestproto.Tool) error {
 		return errNoLibrary
 	}
 	t.Save = true
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	defer l.lock(tenant).Unlock()
 	dir := l.tenantDir(tenant)
 	path := filepath.Join(dir, t.Name+".json")
 	if old, err := readSaved(path); err == nil {
@@ -164,8 +173,7 @@ func (l *library) remove(tenant, name string) error {
 	if !toolName.MatchString(name) {
 		return noSavedTool(name)
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	defer l.lock(tenant).Unlock()
 	err := os.Remove(filepath.Join(l.tenantDir(tenant), name+".json"))
 	if errors.Is(err, fs.ErrNotExist) {
 		return noSavedTool(name)

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/cellbox/cellbox/api"
@@ -189,6 +191,30 @@ func TestLibrary(t *testing.T) {
 	}
 	if err := l.save("alice", tool("b", addSchema)); err != nil { // saved again: not a new one
 		t.Fatalf("saving b again: %v", err)
+	}
+
+	// Saved at once by many sessions, a tenant still keeps at most maxSaved (the count and
+	// the write are one step); another tenant's saves meanwhile are its own.
+	var wg sync.WaitGroup
+	var full atomic.Int32
+	for i := range maxSaved + 20 {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			if err := l.save("carol", tool(fmt.Sprintf("c%03d", i), addSchema)); errors.Is(err, errdefs.ErrResourceExhausted) {
+				full.Add(1)
+			} else if err != nil {
+				t.Error(err)
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			l.save(fmt.Sprintf("tenant-%d", i%7), tool(fmt.Sprintf("d%03d", i), addSchema))
+		}()
+	}
+	wg.Wait()
+	if list, _ := l.list("carol"); len(list) != maxSaved || full.Load() != 20 {
+		t.Errorf("carol saved %d at once: %d kept, %d refused", maxSaved+20, len(list), full.Load())
 	}
 }
 
