@@ -95,6 +95,26 @@ func TestToolArguments(t *testing.T) {
 		{`[1]`, "", "must be a JSON object"},
 		{`{"a": 1`, "", "not JSON"},
 		{`{"a": 12345678901234567890123}`, `{"a":12345678901234567890123}`, ""},
+		// What the kernel reads is the value checked here, encoded again.
+		{`{"a": 1, "a": 2}`, `{"a":2}`, ""},
+		{`{"a": 1e2}`, `{"a":1e2}`, ""},
+		{`{"a": 1e400}`, "", "out of range for a float"},
+		{`{"a": -1.5E+999}`, "", "out of range for a float"},
+		{`{"a": ` + strings.Repeat("9", 1001) + `}`, "", "1001 characters long"},
+	}
+	st2, err := checkTool(tool("s", `{"type":"object","properties":{"s":{"type":"string"},"x":{"type":"number"}}}`), nil, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for args, want := range map[string]string{
+		`{"s": "\ud800 <b>&"}`:  "{\"s\":\"\uFFFD <b>&\"}",
+		`{"x": 0.1}`:            `{"x":0.1}`,
+		`{"y": [{"z": 1e400}]}`: "out of range",
+	} {
+		got, err := st2.check(json.RawMessage(args))
+		if (err != nil && !strings.Contains(err.Error(), want)) || (err == nil && string(got) != want) {
+			t.Errorf("%s: got %s, %v; want %s", args, got, err, want)
+		}
 	}
 	for _, tt := range tests {
 		t.Run(tt.args, func(t *testing.T) {

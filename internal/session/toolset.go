@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"regexp"
 	"regexp/syntax"
 	"sort"
@@ -310,7 +311,7 @@ const (
 )
 
 // check decodes a call's arguments (null or none: {}) and checks them against the schema;
-// it returns them as compact JSON for the kernel.
+// it returns the checked value as compact JSON for the kernel.
 func (t *sessionTool) check(args json.RawMessage) ([]byte, error) {
 	if len(bytes.TrimSpace(args)) == 0 || bytes.Equal(bytes.TrimSpace(args), []byte("null")) {
 		args = json.RawMessage("{}")
@@ -333,11 +334,53 @@ func (t *sessionTool) check(args json.RawMessage) ([]byte, error) {
 	if err := schema.Validate(v); err != nil {
 		return nil, fmt.Errorf("the arguments do not match %s's input schema: %s", t.Name, schemaMessage(err))
 	}
+	if err := kernelNumbers(v); err != nil {
+		return nil, err
+	}
+	// The kernel gets the value checked, encoded again, not the caller's text, which
+	// Python would read otherwise: a lone surrogate (\ud800) Go read as U+FFFD, a key given
+	// twice.
 	var b bytes.Buffer
-	if err := json.Compact(&b, args); err != nil {
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
 		return nil, errors.New("arguments is not JSON")
 	}
-	return b.Bytes(), nil
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+}
+
+// maxNumberText bounds a number's text in arguments: Python refuses to read an integer of
+// more than 4300 digits, and no parameter needs one.
+const maxNumberText = 1000
+
+// kernelNumbers refuses a number of v that the kernel would not read as it reads here: a
+// float past float64's range (Python reads it as inf, which the schema never allowed) or
+// one of more than maxNumberText characters.
+func kernelNumbers(v any) error {
+	switch x := v.(type) {
+	case json.Number:
+		if len(x) > maxNumberText {
+			return fmt.Errorf("a number of the arguments is %d characters long; at most %d", len(x), maxNumberText)
+		}
+		if strings.ContainsAny(string(x), ".eE") {
+			if f, err := strconv.ParseFloat(string(x), 64); err != nil || math.IsInf(f, 0) {
+				return fmt.Errorf("the number %.40s of the arguments is out of range for a float", string(x))
+			}
+		}
+	case map[string]any:
+		for _, e := range x {
+			if err := kernelNumbers(e); err != nil {
+				return err
+			}
+		}
+	case []any:
+		for _, e := range x {
+			if err := kernelNumbers(e); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // schemaMessage is the validator's message without its first line (which names the
