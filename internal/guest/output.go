@@ -27,6 +27,8 @@ type budget struct {
 	cutStream string // the stream that was cut first, for the marker
 	richCut   int64  // bytes of rich data dropped
 	richCutN  int    // outputs that lost their rich data
+
+	toolResult bool // a tool's return value was let through outside the rich budget
 }
 
 func newBudget(textMax, richMax int) *budget {
@@ -101,6 +103,13 @@ func (b *budget) rich(o *api.Output) bool {
 	case api.OutputDisplayData, api.OutputExecuteResult:
 	default:
 		return false // the runner sends nothing else
+	}
+	// A tool call's return value, which module cellbox bounds, is its result rather than one
+	// of its outputs: plots the call drew first do not cost it. Once a run.
+	if v, ok := o.Data[guestproto.ToolResultMIME]; ok && len(o.Data) == 1 && !b.toolResult && valueSize(v) <= guestproto.MaxToolResult {
+		b.toolResult = true
+		o.Metadata = nil
+		return true
 	}
 	size := 0
 	for mime, v := range o.Data {

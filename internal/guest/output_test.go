@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/cellbox/cellbox/api"
+	"github.com/cellbox/cellbox/internal/guestproto"
 )
 
 func TestCompleteUTF8(t *testing.T) {
@@ -74,6 +75,31 @@ func TestBudgetRich(t *testing.T) {
 	b.rich(&e)
 	if len(e.EValue) > maxEValue+3 || e.Traceback[len(e.Traceback)-1] != "E: v" || !strings.Contains(e.Traceback[0], "cut") {
 		t.Errorf("error %d %q", len(e.EValue), e.Traceback)
+	}
+}
+
+// TestBudgetToolResult: a tool's return value comes through after the plots that used up
+// the rich budget, once a run and within MaxToolResult.
+func TestBudgetToolResult(t *testing.T) {
+	b := newBudget(100, 10)
+	plot := api.Output{Type: api.OutputDisplayData, Data: map[string]any{"image/png": "1234567890"}}
+	if !b.rich(&plot) {
+		t.Fatal("the plot within the budget was cut")
+	}
+	result := func(v any) api.Output {
+		return api.Output{Type: api.OutputDisplayData, Data: map[string]any{guestproto.ToolResultMIME: map[string]any{"value": v}}}
+	}
+	big := result(strings.Repeat("x", guestproto.MaxToolResult))
+	if b.rich(&big) {
+		t.Error("a return value past MaxToolResult went through")
+	}
+	value := result(strings.Repeat("v", 1000))
+	if !b.rich(&value) || value.Data[guestproto.ToolResultMIME] == nil {
+		t.Errorf("the return value after a budget's worth of plots was cut: %+v", value.Data)
+	}
+	again := result("again")
+	if b.rich(&again) {
+		t.Error("a second return value went through outside the budget")
 	}
 }
 

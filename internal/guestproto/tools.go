@@ -26,6 +26,11 @@ type Tool struct {
 // {"text": its repr, "type": its type's name}.
 const ToolResultMIME = "application/vnd.cellbox.tool-result+json"
 
+// MaxToolResult bounds a ToolResultMIME value, as JSON, which module cellbox keeps within
+// it (1 MiB of a value's JSON, or 64 Ki characters of its repr): one of a run is let
+// through outside the run's rich-output budget.
+const MaxToolResult = 1<<20 + 256<<10 + 1<<10
+
 // The kernel's limits on tools (module cellbox enforces them; Check checks them again).
 const (
 	MaxTools           = 64
