@@ -589,8 +589,8 @@ type ToolCallResult struct {
 }
 
 // SavedTool is a tool kept in an API key's library (@tool(save=True)): its source stands
-// alone (the function and the imports it uses), so any of the key's sessions on this
-// server can load it. It may depend on the image's packages and the session's workspace
+// alone (the function and the imports it uses), so any of the key's sessions can load it
+// (in a cluster, on any node). It may depend on the image's packages and the session's workspace
 // files, not on anything else a session defined.
 type SavedTool struct {
 	Name        string         `json:"name"`
@@ -603,6 +603,9 @@ type SavedTool struct {
 // SavedToolList is the body of GET /v1/saved-tools, in name order.
 type SavedToolList struct {
 	Tools []SavedTool `json:"tools"`
+	// UnavailableNodes, in a cluster, names the nodes that are down or did not answer:
+	// tools saved only there are missing from the list.
+	UnavailableNodes []string `json:"unavailable_nodes,omitempty"`
 }
 
 // LoadToolsRequest is the body of POST /v1/sessions/{id}/tools/load: the saved tools to

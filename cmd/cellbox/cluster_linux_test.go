@@ -349,6 +349,80 @@ func TestClusterOtherAPIs(t *testing.T) {
 	}
 
 	t.Run("OpenAI", func(t *testing.T) { clusterOpenAI(t, tc, call, s.ID, own, other) })
+	t.Run("SavedTools", func(t *testing.T) { clusterSavedTools(t, tc, call, s.ID, own, other) })
+}
+
+// clusterSavedTools: the key's saved tools are one library across the nodes. A tool saved
+// by a session on one node is listed and found through either, loads into a session on the
+// other (and again after that kernel restarts), the version saved last is the one seen,
+// and a delete through either node deletes it on both.
+func clusterSavedTools(t *testing.T, tc *testCluster, call func(node, method, path string, body, out any) int, sid, own, other string) {
+	define := func(id, node, body string) {
+		t.Helper()
+		mustRun(t, tc.clients[node], id, "from cellbox import tool\n\n@tool(save=True)\ndef triple(x: int) -> int:\n    return "+body+"\n", "")
+	}
+	define(sid, own, "3 * x")
+	for _, n := range tc.names {
+		var l api.SavedToolList
+		if st := call(n, "GET", "/v1/saved-tools", nil, &l); st != http.StatusOK || len(l.Tools) != 1 || l.Tools[0].Name != "triple" || len(l.UnavailableNodes) != 0 {
+			t.Errorf("the saved tools through %s: HTTP %d, %+v; want triple, saved on %s", n, st, l, own)
+		}
+		var one api.SavedTool
+		if st := call(n, "GET", "/v1/saved-tools/triple", nil, &one); st != http.StatusOK || !strings.Contains(one.Source, "return 3 * x") {
+			t.Errorf("GET the saved tool through %s: HTTP %d, %+v", n, st, one)
+		}
+	}
+	// A session on the other node: placement gives a new session to the node with room.
+	var there api.Session
+	for range 4 {
+		if st := call(own, "POST", "/v1/sessions", api.CreateSessionRequest{}, &there); st != http.StatusCreated && st != http.StatusOK {
+			t.Fatalf("a session: HTTP %d", st)
+		}
+		if tc.nodeOf(t, there.ID) == other {
+			break
+		}
+	}
+	if tc.nodeOf(t, there.ID) != other {
+		t.Fatalf("no session was placed on %s", other)
+	}
+	var tools api.SessionToolList
+	if st := call(own, "POST", "/v1/sessions/"+there.ID+"/tools/load", api.LoadToolsRequest{Names: []string{"triple"}}, &tools); st != http.StatusOK ||
+		len(tools.Tools) != 1 || tools.Tools[0].Name != "triple" {
+		t.Fatalf("load triple, saved on %s, into a session on %s: HTTP %d, %+v", own, other, st, tools)
+	}
+	triple := func(want float64) {
+		t.Helper()
+		var r api.ToolCallResult
+		if st := call(own, "POST", "/v1/sessions/"+there.ID+"/tools/triple/call", api.ToolCallRequest{Arguments: json.RawMessage(`{"x": 5}`)}, &r); st != http.StatusOK || r.Value != want {
+			t.Errorf("triple(5) on %s: HTTP %d, %+v; want %v", other, st, r, want)
+		}
+	}
+	triple(15)
+	// After a kernel restart there, it is loaded again from that node's own copy.
+	if st := call(other, "POST", "/v1/sessions/"+there.ID+"/restart", nil, nil); st != http.StatusOK && st != http.StatusNoContent {
+		t.Fatalf("restart: HTTP %d", st)
+	}
+	triple(15)
+	// Saved again on the other node, later: that version is the one seen through both.
+	define(there.ID, other, "3 * x + 1")
+	for _, n := range tc.names {
+		var one api.SavedTool
+		if st := call(n, "GET", "/v1/saved-tools/triple", nil, &one); st != http.StatusOK || !strings.Contains(one.Source, "return 3 * x + 1") {
+			t.Errorf("GET the saved tool through %s after it was saved again on %s: HTTP %d, %+v", n, other, st, one)
+		}
+	}
+	if st := call(other, "DELETE", "/v1/saved-tools/triple", nil, nil); st != http.StatusNoContent {
+		t.Fatalf("delete through %s: HTTP %d", other, st)
+	}
+	for _, n := range tc.names {
+		var l api.SavedToolList
+		if st := call(n, "GET", "/v1/saved-tools", nil, &l); st != http.StatusOK || len(l.Tools) != 0 {
+			t.Errorf("the saved tools through %s after the delete: HTTP %d, %+v", n, st, l)
+		}
+		if st := call(n, "GET", "/v1/saved-tools/triple", nil, nil); st != http.StatusNotFound {
+			t.Errorf("GET the deleted tool through %s: HTTP %d", n, st)
+		}
+	}
 }
 
 // clusterOpenAI: OpenAI's APIs across two nodes. Files stay on the node they were uploaded

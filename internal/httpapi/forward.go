@@ -487,10 +487,16 @@ func listOn[L any](s *server, r *http.Request, m cluster.Member, path string) (L
 
 // getOn sends a GET of path (and query) to node m, with r's key.
 func (s *server) getOn(ctx context.Context, r *http.Request, m cluster.Member, path string) (*http.Response, error) {
+	return s.sendOn(ctx, r, m, http.MethodGet, path)
+}
+
+// sendOn sends a request without a body of method and path (and query) to node m, with
+// r's key, marked forwarded: m serves it itself.
+func (s *server) sendOn(ctx context.Context, r *http.Request, m cluster.Member, method, path string) (*http.Response, error) {
 	p, query, _ := strings.Cut(path, "?")
 	u := m.URL.JoinPath(p)
 	u.RawQuery = query
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -503,7 +509,7 @@ func (s *server) getOn(ctx context.Context, r *http.Request, m cluster.Member, p
 	res, err := (&http.Client{Transport: s.fwd}).Do(req)
 	if err != nil {
 		if ctx.Err() == nil {
-			s.log.Warn("GET on another cluster node", "node", m.Name, "path", p, "err", err)
+			s.log.Warn("a request to another cluster node", "node", m.Name, "method", method, "path", p, "err", err)
 		}
 		return nil, fmt.Errorf("cluster node %s did not answer: %w", m.Name, errdefs.ErrUnavailable)
 	}

@@ -10,8 +10,8 @@ import (
 )
 
 // A session's tools (functions its kernel offers: from cellbox import tool) and the API
-// key's library of saved tools. The library is this server's: in a cluster each node keeps
-// its own (calls on a session go to its node, /v1/saved-tools stays on the node asked).
+// key's library of saved tools. Calls on a session go to its node; the library is each
+// node's, and in a cluster the routes below see every node's (savedtools.go).
 
 // sessionTools answers GET /v1/sessions/{id}/tools: {"tools": [...]} as api.SessionTool,
 // or with ?format= the definitions in a provider's shape (tool.Format).
@@ -59,46 +59,4 @@ func (s *server) callTool(w http.ResponseWriter, r *http.Request) {
 		}
 		return s.m.CallTool(r.Context(), id, name, req, onOutput)
 	})
-}
-
-// loadTools answers POST /v1/sessions/{id}/tools/load {"names": [...]} (none: all of the
-// key's saved tools) with the session's tools after.
-func (s *server) loadTools(w http.ResponseWriter, r *http.Request) {
-	var req api.LoadToolsRequest
-	if err := s.decodeOptional(w, r, &req); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	tools, err := s.m.LoadTools(r.Context(), r.PathValue("id"), req.Names)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, api.SessionToolList{Tools: tools})
-}
-
-func (s *server) listSavedTools(w http.ResponseWriter, r *http.Request) {
-	tools, err := s.m.SavedTools(r.Context())
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, api.SavedToolList{Tools: tools})
-}
-
-func (s *server) getSavedTool(w http.ResponseWriter, r *http.Request) {
-	t, err := s.m.SavedTool(r.Context(), r.PathValue("name"))
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, t)
-}
-
-func (s *server) deleteSavedTool(w http.ResponseWriter, r *http.Request) {
-	if err := s.m.DeleteSavedTool(r.Context(), r.PathValue("name")); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
 }

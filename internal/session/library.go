@@ -26,8 +26,8 @@ import (
 // under the state dir's "tools" folder; written whole (statefile). In a cluster each node
 // has its own library.
 
-// maxSaved caps a tenant's saved tools.
-const maxSaved = 256
+// MaxSavedTools caps a tenant's saved tools (on a server).
+const MaxSavedTools = 256
 
 type library struct {
 	dir string // "": none (no state dir)
@@ -66,6 +66,23 @@ var errNoLibrary = fmt.Errorf("this server keeps no saved tools (it has no state
 
 // save keeps t (checked already) as the tenant's; an unchanged tool is not written again.
 func (l *library) save(tenant string, t guestproto.Tool) error {
+	return l.write(tenant, t, time.Now(), func(old saved) bool {
+		return old.Description == t.Description && old.Source == t.Source && string(old.InputSchema) == string(t.InputSchema)
+	})
+}
+
+// keep stores t, saved at at on another server of a cluster, unless this one keeps a
+// version as new; it is checked first, as a report is.
+func (l *library) keep(tenant string, t guestproto.Tool, at time.Time) error {
+	if _, err := checkTool(t, nil, true); err != nil {
+		return fmt.Errorf("saved tool %s from another node: %v: %w", t.Name, err, errdefs.ErrFailedPrecondition)
+	}
+	return l.write(tenant, t, at, func(old saved) bool { return !old.SavedAt.Before(at) })
+}
+
+// write stores t as the tenant's, saved at at, unless the tool of its name there is one
+// to keep (current); a new one counts against MaxSavedTools.
+func (l *library) write(tenant string, t guestproto.Tool, at time.Time, current func(saved) bool) error {
 	if l.dir == "" {
 		return errNoLibrary
 	}
@@ -74,23 +91,19 @@ func (l *library) save(tenant string, t guestproto.Tool) error {
 	dir := l.tenantDir(tenant)
 	path := filepath.Join(dir, t.Name+".json")
 	if old, err := readSaved(path); err == nil {
-		if old.Description == t.Description && old.Source == t.Source && string(old.InputSchema) == string(t.InputSchema) {
+		if current(old) {
 			return nil
 		}
-	} else {
-		names, err := l.names(dir)
-		if err != nil {
-			return err
-		}
-		if len(names) >= maxSaved {
-			return fmt.Errorf("you have %d saved tools, the most an API key may keep: delete one (DELETE /v1/saved-tools/{name}): %w",
-				maxSaved, errdefs.ErrResourceExhausted)
-		}
+	} else if names, err := l.names(dir); err != nil {
+		return err
+	} else if len(names) >= MaxSavedTools {
+		return fmt.Errorf("you have %d saved tools, the most an API key may keep on a server: delete one (DELETE /v1/saved-tools/{name}): %w",
+			MaxSavedTools, errdefs.ErrResourceExhausted)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("saved tools: %w", err)
 	}
-	data, err := json.Marshal(saved{Tool: t, SavedAt: time.Now().UTC()})
+	data, err := json.Marshal(saved{Tool: t, SavedAt: at.UTC()})
 	if err != nil {
 		return err
 	}
@@ -201,6 +214,17 @@ func (m *Manager) SavedTool(ctx context.Context, name string) (*api.SavedTool, e
 	}
 	v := savedView(t, at)
 	return &v, nil
+}
+
+// KeepSavedTool keeps t, a saved tool of ctx's tenant that another node of a cluster
+// holds, in this server's library, unless it has a version as new (by SavedAt): a
+// session here can then load it, and load it again after a kernel restart.
+func (m *Manager) KeepSavedTool(ctx context.Context, t api.SavedTool) error {
+	schema, err := json.Marshal(t.InputSchema)
+	if err != nil {
+		return fmt.Errorf("saved tool %s: its input schema: %w", t.Name, errdefs.ErrInvalidArgument)
+	}
+	return m.lib.keep(Tenant(ctx), guestproto.Tool{Name: t.Name, Description: t.Description, InputSchema: schema, Source: t.Source}, t.SavedAt)
 }
 
 // DeleteSavedTool removes one of ctx's tenant's saved tools from the library; sessions

@@ -367,8 +367,8 @@ func (m *Manager) LoadTools(ctx context.Context, id string, names []string) ([]a
 			names = append(names, t.Name)
 		}
 	}
-	if len(names) > maxSaved {
-		return nil, fmt.Errorf("names has %d tools; at most %d: %w", len(names), maxSaved, errdefs.ErrInvalidArgument)
+	if len(names) > MaxSavedTools {
+		return nil, fmt.Errorf("names has %d tools; at most %d: %w", len(names), MaxSavedTools, errdefs.ErrInvalidArgument)
 	}
 	var load []*sessionTool
 	for _, name := range names {

@@ -171,7 +171,7 @@ func TestToolResult(t *testing.T) {
 	}
 }
 
-// TestLibrary: a tenant's saved tools are its own, at most maxSaved, listed in name order.
+// TestLibrary: a tenant's saved tools are its own, at most MaxSavedTools, listed in name order.
 func TestLibrary(t *testing.T) {
 	l := &library{dir: t.TempDir()}
 	if err := l.save("alice", tool("b", addSchema)); err != nil {
@@ -201,23 +201,23 @@ func TestLibrary(t *testing.T) {
 	if err := l.remove("alice", "a"); err != nil {
 		t.Fatal(err)
 	}
-	for i := 1; i < maxSaved; i++ {
+	for i := 1; i < MaxSavedTools; i++ {
 		if err := l.save("alice", tool(fmt.Sprintf("t%03d", i), addSchema)); err != nil {
 			t.Fatalf("tool %d: %v", i, err)
 		}
 	}
 	if err := l.save("alice", tool("one_too_many", addSchema)); !errors.Is(err, errdefs.ErrResourceExhausted) {
-		t.Fatalf("tool %d: %v", maxSaved+1, err)
+		t.Fatalf("tool %d: %v", MaxSavedTools+1, err)
 	}
 	if err := l.save("alice", tool("b", addSchema)); err != nil { // saved again: not a new one
 		t.Fatalf("saving b again: %v", err)
 	}
 
-	// Saved at once by many sessions, a tenant still keeps at most maxSaved (the count and
+	// Saved at once by many sessions, a tenant still keeps at most MaxSavedTools (the count and
 	// the write are one step); another tenant's saves meanwhile are its own.
 	var wg sync.WaitGroup
 	var full atomic.Int32
-	for i := range maxSaved + 20 {
+	for i := range MaxSavedTools + 20 {
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
@@ -233,8 +233,8 @@ func TestLibrary(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if list, _ := l.list("carol"); len(list) != maxSaved || full.Load() != 20 {
-		t.Errorf("carol saved %d at once: %d kept, %d refused", maxSaved+20, len(list), full.Load())
+	if list, _ := l.list("carol"); len(list) != MaxSavedTools || full.Load() != 20 {
+		t.Errorf("carol saved %d at once: %d kept, %d refused", MaxSavedTools+20, len(list), full.Load())
 	}
 }
 
