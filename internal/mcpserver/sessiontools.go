@@ -1,14 +1,11 @@
 package mcpserver
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
-	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -153,25 +150,15 @@ type toolCallText struct {
 	texts []string
 }
 
-// renderToolCall renders a session tool call's result. Package tool renders cells and
-// commands; this is its rendering of a cell for the call's outputs, with the return value
-// before them: its JSON, or, when JSON could not hold it, its repr and type.
+// renderToolCall renders a session tool call's result: the return value alone in the
+// first text block (tool.ReturnValue), for a client that reads it, then the rest as the
+// python tool renders a cell's.
 func renderToolCall(res *api.ToolCallResult, limits tool.RenderLimits) *toolCallText {
 	cell := &api.ExecuteResult{Status: res.Status, Outputs: res.Outputs, Files: res.Files, Truncated: res.Truncated,
 		DurationMS: res.DurationMS, Message: res.Message}
 	out := &toolCallText{Result: tool.RenderExecute(cell, limits)}
-	switch {
-	case res.HasValue:
-		var b bytes.Buffer
-		enc := json.NewEncoder(&b)
-		enc.SetEscapeHTML(false)
-		if err := enc.Encode(res.Value); err != nil { // the manager decoded it from JSON
-			out.texts = append(out.texts, fmt.Sprintf("(the return value could not be written as JSON: %v)", err))
-		} else {
-			out.texts = append(out.texts, trim(strings.TrimRight(b.String(), "\n"), maxValueText(limits)))
-		}
-	case res.ValueType != "" || res.Text != "":
-		out.texts = append(out.texts, fmt.Sprintf("(the return value, of type %s, is not JSON; its repr:)\n%s", res.ValueType, res.Text))
+	if v := tool.ReturnValue(res, limits); v != "" || res.HasValue {
+		out.texts = append(out.texts, v)
 	}
 	// What the call printed, when it printed or failed: a call that returned quietly has
 	// its value alone.
@@ -179,12 +166,4 @@ func renderToolCall(res *api.ToolCallResult, limits tool.RenderLimits) *toolCall
 		out.texts = append(out.texts, out.Text)
 	}
 	return out
-}
-
-// maxValueText bounds a return value's JSON text: the limit of printed output.
-func maxValueText(l tool.RenderLimits) int {
-	if l.MaxText > 0 {
-		return l.MaxText
-	}
-	return 20000
 }

@@ -157,7 +157,7 @@ func TestSessionTools(t *testing.T) {
 		{"both arguments", "add", map[string]any{"a": 1, "b": 1}, false, []string{"2", "adding 1 1"}, 0},
 		{"a float", "inverse", map[string]any{"x": 4}, false, []string{"0.25"}, 0},
 		{"raises", "inverse", map[string]any{"x": 0}, true, []string{"ZeroDivisionError"}, 0},
-		{"not JSON", "opaque", nil, false, []string{"(the return value, of type object, is not JSON", "<object object at"}, 0},
+		{"not JSON", "opaque", nil, false, []string{"a value of type object that JSON cannot hold; its repr: <object object at"}, 0},
 		{"plot", "plot", map[string]any{"n": 3}, false, []string{"3", "[image 1: image/png, attached]"}, 1},
 		{"wrong type", "add", map[string]any{"a": "forty"}, true, []string{"do not match add's input schema"}, 0},
 		{"missing argument", "add", map[string]any{"b": 1}, true, []string{"do not match add's input schema", "a"}, 0},
@@ -307,7 +307,7 @@ func TestRenderToolCall(t *testing.T) {
 		{"printed", api.ToolCallResult{Status: api.StatusOK, HasValue: true, Value: 1.5,
 			Outputs: []api.Output{{Type: api.OutputStream, Name: "stdout", Text: "hi\n"}}}, []string{"1.5", "hi"}},
 		{"repr", api.ToolCallResult{Status: api.StatusOK, Text: "{1, 2}", ValueType: "frozenset"},
-			[]string{"(the return value, of type frozenset, is not JSON; its repr:)\n{1, 2}"}},
+			[]string{"a value of type frozenset that JSON cannot hold; its repr: {1, 2}"}},
 		{"timeout", api.ToolCallResult{Status: api.StatusTimeout, Message: "the call ran past its 1 s"}, []string{"Status: timeout: the call ran past its 1 s"}},
 	}
 	for _, tt := range tests {

@@ -61,12 +61,26 @@ func RenderExecute(res *api.ExecuteResult, limits RenderLimits) *Result {
 		"(the code ran and printed nothing; the value of a last expression or print() shows results)", limits)
 }
 
-// RenderToolCall writes a session tool's result for a model: its return value as JSON (or,
-// when JSON cannot hold it, its repr and type), then what it printed, showed and raised,
-// its status and files, as RenderExecute does. A value past the limit is cut in the middle.
+// RenderToolCall writes a session tool's result for a model: its return value
+// (ReturnValue), then what it printed, showed and raised, its status and files, as
+// RenderExecute does.
 func RenderToolCall(res *api.ToolCallResult, limits RenderLimits) *Result {
+	lead := ReturnValue(res, limits)
+	switch {
+	case res.HasValue:
+		lead = "Returned: " + lead
+	case lead != "":
+		lead = "Returned " + lead
+	}
+	return renderRun(run{res.Status, res.Message, res.Outputs, res.Files, res.Truncated}, lead,
+		"(the tool ran, printed nothing and returned no value)", limits)
+}
+
+// ReturnValue writes a session tool's return value for a model: its JSON, or when JSON
+// cannot hold it, its type and repr ("a value of type set that JSON cannot hold; its repr:
+// {1, 2}"); "" when it returned none. Past the limit, the middle is cut.
+func ReturnValue(res *api.ToolCallResult, limits RenderLimits) string {
 	l := limits.withDefaults()
-	lead := ""
 	switch {
 	case res.HasValue:
 		var b bytes.Buffer
@@ -76,12 +90,11 @@ func RenderToolCall(res *api.ToolCallResult, limits RenderLimits) *Result {
 			b.Reset()
 			fmt.Fprintf(&b, "%v", res.Value)
 		}
-		lead = "Returned: " + trimMiddle(strings.TrimRight(b.String(), "\n"), l.MaxText)
+		return trimMiddle(strings.TrimRight(b.String(), "\n"), l.MaxText)
 	case res.Text != "" || res.ValueType != "":
-		lead = fmt.Sprintf("Returned a value of type %s that JSON cannot hold; its repr: %s", res.ValueType, trimMiddle(res.Text, l.MaxText))
+		return fmt.Sprintf("a value of type %s that JSON cannot hold; its repr: %s", res.ValueType, trimMiddle(res.Text, l.MaxText))
 	}
-	return renderRun(run{res.Status, res.Message, res.Outputs, res.Files, res.Truncated}, lead,
-		"(the tool ran, printed nothing and returned no value)", limits)
+	return ""
 }
 
 // run is what RenderExecute and RenderToolCall write of a run in a kernel.
