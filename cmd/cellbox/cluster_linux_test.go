@@ -398,6 +398,15 @@ func clusterSavedTools(t *testing.T, tc *testCluster, call func(node, method, pa
 		}
 	}
 	triple(15)
+	// Loading all of them brings the ones of every node; the index has no sources.
+	mustRun(t, tc.clients[own], sid, "from cellbox import tool\n\n@tool(save=True)\ndef half(x: float) -> float:\n    return x / 2\n", "")
+	var index api.SavedToolList
+	if st := call(other, "GET", "/v1/saved-tools?source=false", nil, &index); st != http.StatusOK || len(index.Tools) != 2 || index.Tools[0].Source != "" {
+		t.Errorf("the index through %s: HTTP %d, %+v", other, st, index)
+	}
+	if st := call(other, "POST", "/v1/sessions/"+there.ID+"/tools/load", api.LoadToolsRequest{}, &tools); st != http.StatusOK || len(tools.Tools) != 2 {
+		t.Errorf("load all into the session on %s: HTTP %d, %+v", other, st, tools)
+	}
 	// After a kernel restart there, it is loaded again from that node's own copy.
 	if st := call(other, "POST", "/v1/sessions/"+there.ID+"/restart", nil, nil); st != http.StatusOK && st != http.StatusNoContent {
 		t.Fatalf("restart: HTTP %d", st)
@@ -411,8 +420,10 @@ func clusterSavedTools(t *testing.T, tc *testCluster, call func(node, method, pa
 			t.Errorf("GET the saved tool through %s after it was saved again on %s: HTTP %d, %+v", n, other, st, one)
 		}
 	}
-	if st := call(other, "DELETE", "/v1/saved-tools/triple", nil, nil); st != http.StatusNoContent {
-		t.Fatalf("delete through %s: HTTP %d", other, st)
+	for _, name := range []string{"triple", "half"} {
+		if st := call(other, "DELETE", "/v1/saved-tools/"+name, nil, nil); st != http.StatusNoContent {
+			t.Fatalf("delete %s through %s: HTTP %d", name, other, st)
+		}
 	}
 	for _, n := range tc.names {
 		var l api.SavedToolList

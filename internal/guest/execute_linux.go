@@ -388,7 +388,8 @@ func (s *server) execute(ctx context.Context, w io.Writer, runID string, req *ap
 	}
 	s.count.Store(int64(res.ExecutionCount))
 	release() // the next cell may queue up now; it waits for kmu
-	if r.tools != nil && !failed {
+	// A report from a kernel that died after it is not what the next kernel has (none).
+	if r.tools != nil && !failed && !r.died {
 		writeMsg(w, guestproto.Message{Tools: r.tools})
 	}
 	writeMsg(w, guestproto.Message{Result: res})

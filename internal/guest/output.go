@@ -174,15 +174,25 @@ func (b *budget) traceback(tb []string) []string {
 	return out
 }
 
+// valueSize is v's size as JSON, unescaped for HTML as the runner writes it.
 func valueSize(v any) int {
 	if s, ok := v.(string); ok {
 		return len(s)
 	}
-	b, err := json.Marshal(v)
-	if err != nil {
+	var c countWriter
+	enc := json.NewEncoder(&c)
+	enc.SetEscapeHTML(false)
+	if enc.Encode(v) != nil {
 		return 0
 	}
-	return len(b)
+	return int(c) - 1 // Encode's newline
+}
+
+type countWriter int
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	*c += countWriter(len(p))
+	return len(p), nil
 }
 
 // marker is the output that says what the limits cut, or nil when nothing was cut.

@@ -93,7 +93,8 @@ func TestBudgetToolResult(t *testing.T) {
 	if b.rich(&big) {
 		t.Error("a return value past MaxToolResult went through")
 	}
-	value := result(strings.Repeat("v", 1000))
+	// Measured as the module measures it: "<" is one byte, not six.
+	value := result(strings.Repeat("<a>", 300<<10))
 	if !b.rich(&value) || value.Data[guestproto.ToolResultMIME] == nil {
 		t.Errorf("the return value after a budget's worth of plots was cut: %+v", value.Data)
 	}

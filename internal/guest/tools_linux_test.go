@@ -204,6 +204,15 @@ cellbox._version += 1
 		g.run(t, "cellbox._registry.clear(); cellbox._version += 1", false)
 	})
 
+	t.Run("no report from a kernel that died after it", func(t *testing.T) {
+		r, ts := g.run(t, `import os
+os.write(4, b'{"t": "tools", "tools": [{"name": "ghost", "description": "", "input_schema": {"type": "object"}, "source": "", "save": false}]}\n')
+os._exit(1)`, false)
+		if !r.KernelRestarted || ts != nil {
+			t.Errorf("%+v, tools %+v", r, ts)
+		}
+	})
+
 	t.Run("a restart drops them", func(t *testing.T) {
 		if err := g.Restart(context.Background()); err != nil {
 			t.Fatal(err)

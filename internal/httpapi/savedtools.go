@@ -58,16 +58,18 @@ func newest(lists ...[]api.SavedTool) []api.SavedTool {
 }
 
 // clusterSaved returns the key's saved tools on every node (this one's first), merged by
-// newest, and the nodes that did not answer.
-func (s *server) clusterSaved(r *http.Request) ([]api.SavedTool, []string, error) {
-	here, err := s.m.SavedTools(r.Context())
-	if err != nil {
-		return nil, nil, err
+// newest, without their sources when index, and the nodes that did not answer. A request
+// another node sent is answered with this node's alone.
+func (s *server) clusterSaved(r *http.Request, index bool) ([]api.SavedTool, []string, error) {
+	list, path := s.m.SavedTools, "/v1/saved-tools"
+	if index {
+		list, path = s.m.SavedToolIndex, "/v1/saved-tools?source=false"
 	}
-	if s.opts.Cluster == nil {
-		return here, nil, nil
+	here, err := list(r.Context())
+	if err != nil || !s.clusterWide(r) {
+		return here, nil, err
 	}
-	theirs, unavailable := gather[api.SavedToolList](s, r, "/v1/saved-tools")
+	theirs, unavailable := gather[api.SavedToolList](s, r, path)
 	lists := [][]api.SavedTool{here}
 	for _, l := range theirs {
 		lists = append(lists, l.Tools)
@@ -75,17 +77,9 @@ func (s *server) clusterSaved(r *http.Request) ([]api.SavedTool, []string, error
 	return newest(lists...), unavailable, nil
 }
 
+// listSavedTools answers GET /v1/saved-tools; with ?source=false, without the sources.
 func (s *server) listSavedTools(w http.ResponseWriter, r *http.Request) {
-	if !s.clusterWide(r) {
-		tools, err := s.m.SavedTools(r.Context())
-		if err != nil {
-			s.writeError(w, r, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, api.SavedToolList{Tools: tools})
-		return
-	}
-	tools, unavailable, err := s.clusterSaved(r)
+	tools, unavailable, err := s.clusterSaved(r, r.URL.Query().Get("source") == "false")
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -265,34 +259,87 @@ func (s *server) loadTools(w http.ResponseWriter, r *http.Request) {
 }
 
 // fetchSaved copies to this node's library the newest version, on any node, of the key's
-// saved tools named (none named: all of them). A tool no node has is left for LoadTools
-// to refuse.
+// saved tools named (none named: all of them): one index of each other node (no sources),
+// then each tool newer elsewhere than here from the node that has it. A name no node has
+// is left for LoadTools to refuse, but when a node did not answer, which may have it.
 func (s *server) fetchSaved(r *http.Request, names []string) error {
-	var tools []api.SavedTool
-	if len(names) == 0 {
-		all, _, err := s.clusterSaved(r)
+	if len(names) > session.MaxSavedTools {
+		return fmt.Errorf("names has %d tools; at most %d: %w", len(names), session.MaxSavedTools, errdefs.ErrInvalidArgument)
+	}
+	here, err := s.m.SavedToolIndex(r.Context())
+	if err != nil {
+		return err
+	}
+	local := map[string]time.Time{}
+	for _, t := range here {
+		local[t.Name] = t.SavedAt
+	}
+	type copyOn struct {
+		at   time.Time
+		node cluster.Member
+	}
+	var (
+		mu          sync.Mutex
+		elsewhere   = map[string]copyOn{}
+		unavailable []string
+	)
+	s.eachOther(r, func(ctx context.Context, m cluster.Member) error {
+		l, err := listOn[api.SavedToolList](s, r, m, "/v1/saved-tools?source=false")
 		if err != nil {
 			return err
 		}
-		tools = all
-	} else {
-		if len(names) > session.MaxSavedTools {
-			return fmt.Errorf("names has %d tools; at most %d: %w", len(names), session.MaxSavedTools, errdefs.ErrInvalidArgument)
+		mu.Lock()
+		defer mu.Unlock()
+		for _, t := range l.Tools {
+			if c, ok := elsewhere[t.Name]; !ok || t.SavedAt.After(c.at) {
+				elsewhere[t.Name] = copyOn{t.SavedAt, m}
+			}
 		}
-		for _, name := range names {
-			if guestproto.CheckToolName(name) != nil {
-				continue // no node keeps it: LoadTools says so
+		return nil
+	}, &unavailable)
+	if len(names) == 0 {
+		for name := range local {
+			names = append(names, name)
+		}
+		for name := range elsewhere {
+			if _, ok := local[name]; !ok {
+				names = append(names, name)
 			}
-			t, _ := s.savedOn(r, name)
-			if t != nil {
-				tools = append(tools, *t)
-			}
+		}
+		if len(names) > session.MaxSavedTools {
+			return fmt.Errorf("you have %d saved tools across the cluster's nodes, more than a session's node keeps (%d): name the ones to load: %w",
+				len(names), session.MaxSavedTools, errdefs.ErrResourceExhausted)
 		}
 	}
-	for _, t := range tools {
-		if err := s.m.KeepSavedTool(r.Context(), t); err != nil {
+	for _, name := range names {
+		c, ok := elsewhere[name]
+		at, here := local[name]
+		switch {
+		case !ok && !here && len(unavailable) > 0:
+			return fmt.Errorf("no saved tool %q on the nodes that answered; cluster nodes %s did not, and may keep it: %w",
+				name, strings.Join(unavailable, ", "), errdefs.ErrUnavailable)
+		case !ok || here && !c.at.After(at):
+			continue // here already, or on no node (LoadTools says so)
+		}
+		if err := s.copySaved(r, c.node, name); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// copySaved copies the key's saved tool name from node m to this node's library.
+func (s *server) copySaved(r *http.Request, m cluster.Member, name string) error {
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	res, err := s.getOn(ctx, r, m, "/v1/saved-tools/"+url.PathEscape(name))
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	var t api.SavedTool
+	if res.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(res.Body, 4<<20)).Decode(&t) != nil || t.Name != name {
+		return fmt.Errorf("the saved tool %s could not be fetched from cluster node %s (HTTP %d): %w", name, m.Name, res.StatusCode, errdefs.ErrUnavailable)
+	}
+	return s.m.KeepSavedTool(r.Context(), t)
 }

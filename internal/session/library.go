@@ -68,21 +68,23 @@ var errNoLibrary = fmt.Errorf("this server keeps no saved tools (it has no state
 func (l *library) save(tenant string, t guestproto.Tool) error {
 	return l.write(tenant, t, time.Now(), func(old saved) bool {
 		return old.Description == t.Description && old.Source == t.Source && string(old.InputSchema) == string(t.InputSchema)
-	})
+	}, nil)
 }
 
 // keep stores t, saved at at on another server of a cluster, unless this one keeps a
-// version as new; it is checked first, as a report is.
+// version as new; it is checked, as a report is, before it is written.
 func (l *library) keep(tenant string, t guestproto.Tool, at time.Time) error {
-	if _, err := checkTool(t, nil, true); err != nil {
-		return fmt.Errorf("saved tool %s from another node: %v: %w", t.Name, err, errdefs.ErrFailedPrecondition)
-	}
-	return l.write(tenant, t, at, func(old saved) bool { return !old.SavedAt.Before(at) })
+	return l.write(tenant, t, at, func(old saved) bool { return !old.SavedAt.Before(at) }, func() error {
+		if _, err := checkTool(t, nil, true); err != nil {
+			return fmt.Errorf("saved tool %s from another node: %v: %w", t.Name, err, errdefs.ErrFailedPrecondition)
+		}
+		return nil
+	})
 }
 
 // write stores t as the tenant's, saved at at, unless the tool of its name there is one
-// to keep (current); a new one counts against MaxSavedTools.
-func (l *library) write(tenant string, t guestproto.Tool, at time.Time, current func(saved) bool) error {
+// to keep (current), after check (may be nil); a new one counts against MaxSavedTools.
+func (l *library) write(tenant string, t guestproto.Tool, at time.Time, current func(saved) bool, check func() error) error {
 	if l.dir == "" {
 		return errNoLibrary
 	}
@@ -99,6 +101,11 @@ func (l *library) write(tenant string, t guestproto.Tool, at time.Time, current 
 	} else if len(names) >= MaxSavedTools {
 		return fmt.Errorf("you have %d saved tools, the most an API key may keep on a server: delete one (DELETE /v1/saved-tools/{name}): %w",
 			MaxSavedTools, errdefs.ErrResourceExhausted)
+	}
+	if check != nil {
+		if err := check(); err != nil {
+			return err
+		}
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("saved tools: %w", err)
@@ -161,8 +168,8 @@ func (l *library) get(tenant, name string) (*sessionTool, time.Time, error) {
 	return t, s.SavedAt, nil
 }
 
-// list returns the tenant's saved tools, in name order.
-func (l *library) list(tenant string) ([]api.SavedTool, error) {
+// list returns the tenant's saved tools, in name order; without sources when index.
+func (l *library) list(tenant string, index bool) ([]api.SavedTool, error) {
 	if l.dir == "" {
 		return []api.SavedTool{}, nil
 	}
@@ -173,7 +180,11 @@ func (l *library) list(tenant string) ([]api.SavedTool, error) {
 	out := []api.SavedTool{}
 	for _, name := range names {
 		if t, at, err := l.get(tenant, name); err == nil {
-			out = append(out, savedView(t, at))
+			v := savedView(t, at)
+			if index {
+				v.Source = ""
+			}
+			out = append(out, v)
 		}
 	}
 	return out, nil
@@ -203,7 +214,12 @@ func savedView(t *sessionTool, at time.Time) api.SavedTool {
 
 // SavedTools lists the saved tools of ctx's tenant on this server, in name order.
 func (m *Manager) SavedTools(ctx context.Context) ([]api.SavedTool, error) {
-	return m.lib.list(Tenant(ctx))
+	return m.lib.list(Tenant(ctx), false)
+}
+
+// SavedToolIndex is SavedTools without the tools' sources.
+func (m *Manager) SavedToolIndex(ctx context.Context) ([]api.SavedTool, error) {
+	return m.lib.list(Tenant(ctx), true)
 }
 
 // SavedTool returns one of ctx's tenant's saved tools.

@@ -359,7 +359,7 @@ func (m *Manager) LoadTools(ctx context.Context, id string, names []string) ([]a
 		return nil, err
 	}
 	if len(names) == 0 {
-		all, err := m.lib.list(s.tenant)
+		all, err := m.lib.list(s.tenant, true)
 		if err != nil {
 			return nil, err
 		}

@@ -180,11 +180,11 @@ func TestLibrary(t *testing.T) {
 	if err := l.save("alice", tool("a", addSchema)); err != nil {
 		t.Fatal(err)
 	}
-	list, err := l.list("alice")
+	list, err := l.list("alice", false)
 	if err != nil || len(list) != 2 || list[0].Name != "a" || list[1].Name != "b" || list[0].InputSchema["type"] != "object" {
 		t.Fatalf("alice's list: %+v, %v", list, err)
 	}
-	if list, _ := l.list("bob"); len(list) != 0 {
+	if list, _ := l.list("bob", false); len(list) != 0 {
 		t.Errorf("bob sees %+v", list)
 	}
 	if _, _, err := l.get("bob", "a"); !errors.Is(err, errdefs.ErrNotFound) {
@@ -233,7 +233,7 @@ func TestLibrary(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if list, _ := l.list("carol"); len(list) != MaxSavedTools || full.Load() != 20 {
+	if list, _ := l.list("carol", false); len(list) != MaxSavedTools || full.Load() != 20 {
 		t.Errorf("carol saved %d at once: %d kept, %d refused", MaxSavedTools+20, len(list), full.Load())
 	}
 }

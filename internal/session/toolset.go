@@ -83,6 +83,11 @@ func checkTool(t guestproto.Tool, prev *sessionTool, compile bool) (*sessionTool
 		return nil, fmt.Errorf("its input schema is larger than %d KiB", maxToolSchema>>10)
 	}
 	if prev != nil && bytes.Equal(prev.InputSchema, t.InputSchema) {
+		if compile {
+			if _, err := prev.schema.compiled(); err != nil {
+				return nil, err
+			}
+		}
 		return &sessionTool{Tool: t, doc: prev.doc, schema: prev.schema}, nil
 	}
 	doc, err := decodeSchema(t.InputSchema)
@@ -125,6 +130,9 @@ func decodeSchema(raw json.RawMessage) (map[string]any, error) {
 		return nil, fmt.Errorf("its input schema has more than %d parts with its references ($ref) expanded, or refers to itself: "+
 			"a schema whose checks multiply through references could take the server's time on every call", maxSchemaNodes)
 	}
+	if patternsInsts(doc, maxPatternInsts+1) > maxPatternInsts {
+		return nil, errPatterns
+	}
 	return doc, nil
 }
 
@@ -134,7 +142,7 @@ func compileSchema(doc map[string]any) (*jsonschema.Schema, error) {
 	c := jsonschema.NewCompiler()
 	c.DefaultDraft(jsonschema.Draft2020)
 	c.UseLoader(noLoader{})
-	c.UseRegexpEngine(regexpBudget(maxPatternInsts))
+	c.UseRegexpEngine(patternEngine)
 	if err := c.AddResource(schemaURL, doc); err != nil {
 		return nil, errors.New("its input schema does not compile")
 	}
@@ -146,29 +154,88 @@ func compileSchema(doc map[string]any) (*jsonschema.Schema, error) {
 }
 
 // maxPatternInsts bounds the compiled size of a schema's regular expressions together
-// ("pattern", "patternProperties"), in instructions of Go's regexp machine (about 100
-// bytes each, compiled): Go's own limit is per pattern and large, so that 64 KiB of
-// "a{1000}|" compiled to tens of MiB. 5000 is 0.5 MiB a tool; an e-mail address's
-// pattern is about 100.
+// ("pattern", "patternProperties"; any "format": "regex" argument alone), in
+// instructions of Go's regexp machine, about 60 bytes each as patternEngine compiles them:
+// 5000 is 0.3 MiB a tool, and an e-mail address's pattern is about 100. Go's own limit is
+// per pattern and large: 64 KiB of "a{1000}|" compiles to tens of MiB.
 const maxPatternInsts = 5000
 
-// regexpBudget is a regexp engine for one schema's compile that refuses a pattern once the
-// patterns so far add up to more than budget instructions.
-func regexpBudget(budget int) jsonschema.RegexpEngine {
-	return func(s string) (jsonschema.Regexp, error) {
-		re, err := syntax.Parse(s, syntax.Perl)
-		if err != nil {
-			return nil, err
-		}
-		// The bound is checked on a parse that is then dropped: compiling it unbounded is
-		// the cost the check avoids. Parse itself caps its tree (Go's maxSize), and a
-		// pattern's text is within the schema's 64 KiB.
-		if budget -= progInsts(re, budget+1); budget < 0 {
-			return nil, fmt.Errorf("its regular expressions are larger than %d instructions compiled: "+
-				"write simpler patterns, or check the text in the tool", maxPatternInsts)
-		}
-		return regexp.Compile(s)
+// patternEngine is the schema compiler's regexp engine: a pattern past maxPatternInsts is
+// refused, and none is compiled onepass. Go compiles a pattern anchored with ^ of fewer
+// than 1000 instructions onepass when it can, which copies every character class's
+// ranges into each of its instructions: ^(?:\p{Ll}\p{Lu}?){300}$, 30 bytes, kept 10 MiB.
+// A pattern is compiled behind an empty-width test that always holds, (?:\b|\B), which
+// changes no match and leaves Go's other machines, whose instructions share the ranges.
+func patternEngine(s string) (jsonschema.Regexp, error) {
+	re, err := syntax.Parse(s, syntax.Perl)
+	if err != nil {
+		return nil, err
 	}
+	// The bound is checked on a parse that is then dropped: compiling it unbounded is
+	// the cost the check avoids. Parse itself caps its tree (Go's maxSize), and a
+	// pattern's text is within the schema's 64 KiB.
+	if progInsts(re, maxPatternInsts+1) > maxPatternInsts {
+		return nil, errPatterns
+	}
+	// s parsed alone, so its parentheses balance: wrapped, it is one group.
+	c, err := regexp.Compile(`(?:\b|\B)(?:` + s + `)`)
+	if err != nil {
+		return nil, err
+	}
+	return pattern{c, s}, nil
+}
+
+var errPatterns = fmt.Errorf("its regular expressions are larger than %d instructions compiled: "+
+	"write simpler patterns, or check the text in the tool", maxPatternInsts)
+
+// pattern is a compiled pattern that names itself as written (in the validator's messages).
+type pattern struct {
+	*regexp.Regexp
+	text string
+}
+
+func (p pattern) String() string { return p.text }
+
+// patternsInsts adds up the compiled size of the patterns of a decoded schema (the
+// strings of its "pattern" keywords, the keys of its "patternProperties"), no further
+// than limit; a pattern that does not parse counts nothing (the compiler refuses it).
+func patternsInsts(v any, limit int) int {
+	n := 0
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			switch p := e.(type) {
+			case string:
+				if k == "pattern" {
+					n += textInsts(p, limit-n)
+				}
+			case map[string]any:
+				if k == "patternProperties" {
+					for key := range p {
+						n += textInsts(key, limit-n)
+					}
+				}
+			}
+			if n += patternsInsts(e, limit-n); n >= limit {
+				return limit
+			}
+		}
+	case []any:
+		for _, e := range x {
+			if n += patternsInsts(e, limit-n); n >= limit {
+				return limit
+			}
+		}
+	}
+	return min(n, limit)
+}
+
+func textInsts(s string, limit int) int {
+	re, err := syntax.Parse(s, syntax.Perl)
+	if err != nil || limit <= 0 {
+		return 0
+	}
+	return progInsts(re, limit)
 }
 
 // progInsts estimates the instructions of re's compiled program, no fewer than it has,
@@ -177,23 +244,29 @@ func progInsts(re *syntax.Regexp, limit int) int {
 	return min(limit, insts(re, limit)+2) // a program's fail and match
 }
 
-// insts estimates the instructions of re compiled, counting no further than limit: a
-// repeat {n,m} is its body's size times m, as the compiler unrolls it.
+// insts estimates the instructions of re compiled (after Simplify), no fewer, counting no
+// further than limit: a repeat {n,m} is its body and its branches, m times.
 func insts(re *syntax.Regexp, limit int) int {
-	n := 2
+	n := 1
 	switch re.Op {
 	case syntax.OpLiteral:
-		n = len(re.Rune) + 1
+		n = max(len(re.Rune), 1)
+	case syntax.OpCapture, syntax.OpStar, syntax.OpPlus, syntax.OpQuest:
+		n = 2 // a star of what matches empty compiles as (x+)?
+	case syntax.OpConcat, syntax.OpAlternate:
+		n = max(len(re.Sub), 1)
 	case syntax.OpRepeat:
+		// x{n,m}: n copies of x, then m-n optional ones (x{n,}: then x*), each optional one
+		// x and a branch.
 		body := insts(re.Sub[0], limit)
-		times := re.Max
-		if times < 0 {
-			times = re.Min + 1
+		more := re.Max - re.Min
+		if re.Max < 0 {
+			more = 1
 		}
-		if times > 0 && body > limit/times {
+		if re.Min > 0 && body > limit/re.Min || more > 0 && body+2 > limit/more {
 			return limit
 		}
-		return min(limit, body*times+1)
+		return min(limit, re.Min*body+more*(body+2)+1)
 	}
 	for _, sub := range re.Sub {
 		if n += insts(sub, limit); n >= limit {
