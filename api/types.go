@@ -221,6 +221,8 @@ type ExecuteRequest struct {
 	// Env is set in the kernel's environment (os.environ) for this execution only: the
 	// variables are restored, or removed again, when it ends.
 	Env map[string]string `json:"env,omitempty"`
+	// Links asks for a URL (FileChange.URL) to each file the execution created or changed.
+	Links bool `json:"links,omitempty"`
 }
 
 // Output is one output of an execution, in Jupyter's output model.
@@ -245,6 +247,26 @@ type FileChange struct {
 	Path   string `json:"path"` // absolute, under /mnt/data
 	Size   int64  `json:"size"`
 	Change string `json:"change"`
+	// URL, when the request asked for links, downloads the file without an API key until
+	// it expires (an hour): see LinkRequest.
+	URL string `json:"url,omitempty"`
+}
+
+// LinkRequest is the body of POST /v1/sessions/{id}/links: a URL for one file of the
+// session's workspace and one method, usable without an API key until it expires.
+type LinkRequest struct {
+	Path   string `json:"path"`             // under /mnt/data, or relative to it
+	Method string `json:"method,omitempty"` // GET (the default; HEAD too) to download, PUT to upload
+	// ExpiresInS is the link's life in seconds: default 3600, at most 604800 (a week).
+	ExpiresInS float64 `json:"expires_in_s,omitempty"`
+}
+
+// Link is a signed URL: Method on the file at Path, until ExpiresAt, without an API key.
+type Link struct {
+	URL       string    `json:"url"`
+	Method    string    `json:"method"`
+	Path      string    `json:"path"` // absolute, under /mnt/data
+	ExpiresAt time.Time `json:"expires_at"`
 }
 
 // ExecuteResult is the result of running code in a session.
@@ -375,6 +397,7 @@ type AgentRequest struct {
 	Files     []InputFile `json:"files,omitempty"`      // placed in /mnt/data first
 	System    string      `json:"system,omitempty"`     // replaces the default system prompt
 	MaxSteps  int         `json:"max_steps,omitempty"`  // tool calls allowed; default 10
+	Links     bool        `json:"links,omitempty"`      // a URL to each file in the answer's files (FileChange.URL)
 }
 
 // AgentStep is one tool call the model made: the code (or shell command) and what it gave.

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -63,6 +64,7 @@ type Config struct {
 	APIKeysFile    string // --api-keys: file of keys, one a line, each optionally followed by its tenant's name
 	InsecureNoAuth bool   // --insecure-no-auth: allow listening beyond loopback without keys
 	MetricsPublic  bool   // --metrics-public: /metrics without a key even when keys are configured
+	PublicURL      string // --public-url: the scheme and host of the links the server signs; "": each request's
 	NoE2B          bool   // --no-e2b: do not serve the E2B-compatible API
 	NoOpenAI       bool   // --no-openai: do not serve OpenAI's Containers and Files APIs
 	NoWeb          bool   // --no-web: do not serve the web page at /
@@ -206,6 +208,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.APIKeysFile, "api-keys", c.APIKeysFile, "file of API keys, one a line, each optionally followed by a tenant name (keys also come from $CELLBOX_API_KEYS, comma-separated); with keys, every call but /healthz needs one")
 	fs.BoolVar(&c.InsecureNoAuth, "insecure-no-auth", c.InsecureNoAuth, "allow listening on an address beyond loopback without API keys (only behind something that authenticates)")
 	fs.BoolVar(&c.MetricsPublic, "metrics-public", c.MetricsPublic, "serve /metrics without an API key even when keys are configured")
+	fs.StringVar(&c.PublicURL, "public-url", c.PublicURL, "scheme and host that signed links to files point to, as clients reach this server (e.g. https://cellbox.example.com); default: the one each request came to")
 	fs.BoolVar(&c.NoE2B, "no-e2b", c.NoE2B, "do not serve the E2B-compatible API (/sandboxes, and requests with an E2b-Sandbox-Id header)")
 	fs.BoolVar(&c.NoOpenAI, "no-openai", c.NoOpenAI, "do not serve OpenAI's Containers and Files APIs (/v1/containers, /v1/files)")
 	fs.BoolVar(&c.NoWeb, "no-web", c.NoWeb, "do not serve the web page (chat, notebook, sessions) at /")
@@ -328,6 +331,11 @@ func (c *Config) Validate() error {
 	case "runc", "docker", "local-unsafe":
 	default:
 		bad("--backend %q: choose runc, docker or local-unsafe", c.Backend)
+	}
+	if c.PublicURL != "" {
+		if u, err := url.Parse(c.PublicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+			bad("--public-url %q: give a scheme and a host, as https://cellbox.example.com", c.PublicURL)
+		}
 	}
 	switch c.Quota {
 	case "auto", "loop", "none":

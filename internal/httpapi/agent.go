@@ -72,6 +72,9 @@ func (s *server) agent(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		res, err := runAgent(r.Context(), cfg, &req)
+		if err == nil && req.Links {
+			s.addLinks(r, res.SessionID, res.Files)
+		}
 		if err != nil && created {
 			// A session made for a request that fails is deleted: the caller never learns its id.
 			s.m.Delete(context.WithoutCancel(r.Context()), req.SessionID)

@@ -122,7 +122,11 @@ func (s *server) execute(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.run(w, r, func(onOutput func(api.Output)) (*api.ExecuteResult, error) {
-		return s.m.Execute(r.Context(), id, req, onOutput)
+		res, err := s.m.Execute(r.Context(), id, req, onOutput)
+		if err == nil && req.Links {
+			s.addLinks(r, id, res.Files)
+		}
+		return res, err
 	})
 }
 

@@ -26,6 +26,7 @@ import (
 	"github.com/cellbox/cellbox/internal/auth"
 	"github.com/cellbox/cellbox/internal/errdefs"
 	"github.com/cellbox/cellbox/internal/errdefs/errhttp"
+	"github.com/cellbox/cellbox/internal/links"
 	"github.com/cellbox/cellbox/internal/llm"
 	"github.com/cellbox/cellbox/internal/session"
 	"github.com/cellbox/cellbox/internal/tool"
@@ -70,6 +71,12 @@ type Options struct {
 	// session's node, new sessions to the node with the most room, and gathers the session
 	// list from every node (forward.go); nil: a single server.
 	Cluster Cluster
+	// LinkKeys is the folder of the tenants' keys that sign links (links.go); "": keys in
+	// memory, whose links end with the process.
+	LinkKeys string
+	// PublicURL is the scheme and host links point to ("https://cellbox.example.com"); "":
+	// the ones each request came to.
+	PublicURL string
 }
 
 // FrontDoor is another API on the same address: it claims its own requests (and says
@@ -82,15 +89,16 @@ type FrontDoor interface {
 }
 
 type server struct {
-	m    *session.Manager
-	opts Options
-	log  *slog.Logger
-	fwd  *http.Transport // to the other nodes of the cluster
+	m     *session.Manager
+	opts  Options
+	log   *slog.Logger
+	fwd   *http.Transport // to the other nodes of the cluster
+	links *links.Signer
 }
 
 // New returns the API's handler.
 func New(m *session.Manager, opts Options) http.Handler {
-	s := &server{m: m, opts: opts, log: opts.Logger}
+	s := &server{m: m, opts: opts, log: opts.Logger, links: links.New(opts.LinkKeys)}
 	if opts.Cluster != nil {
 		s.fwd = newForwarder()
 	}
@@ -116,6 +124,8 @@ func New(m *session.Manager, opts Options) http.Handler {
 	mux.HandleFunc("PUT /v1/sessions/{id}/files/{path...}", s.putFile)
 	mux.HandleFunc("GET /v1/sessions/{id}/files/{path...}", s.getFile)
 	mux.HandleFunc("DELETE /v1/sessions/{id}/files/{path...}", s.deleteFile)
+	mux.HandleFunc("POST /v1/sessions/{id}/links", s.createLink)
+	mux.HandleFunc("POST /v1/links/rotate", s.rotateLinks)
 	mux.HandleFunc("POST /v1/execute", s.oneShot)
 	mux.HandleFunc("GET /v1/tools", s.tools)
 	mux.HandleFunc("POST /v1/agent", s.agent)
@@ -196,6 +206,10 @@ func (s *server) wrap(mux *http.ServeMux) http.Handler {
 			}
 			writeJSON(rw, code, api.ErrorBody{Error: api.ErrorDetail{Code: errhttp.Code(code), Message: msg}})
 		} else if r, routed := s.routeInCluster(rw, r, pattern); !routed {
+			if r.Context().Value(linkPending{}) != nil { // a link to no session of the cluster's
+				s.writeError(rw, r, noLinkSession(idIn(r.URL.Path, "/v1/sessions/")))
+				return
+			}
 			mux.ServeHTTP(rw, r)
 		}
 	})
@@ -222,6 +236,9 @@ func (s *server) refuse(r *http.Request) error {
 // page (it asks for a key, and holds no data) and /metrics with MetricsPublic may come
 // without one.
 func (s *server) authenticate(r *http.Request, pattern string) (*http.Request, error) {
+	if isLink(r, pattern) {
+		return s.authenticateLink(r)
+	}
 	if s.opts.Keys.Len() == 0 || pattern == "GET /healthz" || (pattern == "GET /metrics" && s.opts.MetricsPublic) ||
 		pattern == "GET /{$}" || pattern == "GET /assets/" {
 		return r, nil

@@ -341,6 +341,8 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (_ *Server, err
 		Conversations:  convs,
 		Web:            webPage(cfg),
 		Cluster:        routes,
+		LinkKeys:       filepath.Join(cfg.StateDir, "links"),
+		PublicURL:      cfg.PublicURL,
 	})
 	if cfg.PythonToolAddr != "" {
 		pl, err := net.Listen("tcp", cfg.PythonToolAddr)
