@@ -350,6 +350,43 @@ func TestClusterOtherAPIs(t *testing.T) {
 
 	t.Run("OpenAI", func(t *testing.T) { clusterOpenAI(t, tc, call, s.ID, own, other) })
 	t.Run("SavedTools", func(t *testing.T) { clusterSavedTools(t, tc, call, s.ID, own, other) })
+	t.Run("Links", func(t *testing.T) { clusterLinks(t, tc, call, s.ID, own, other) })
+}
+
+// clusterLinks: a link to a file of a session on one node, signed through the other, works
+// without a key through either node (the one without the session forwards it), and a
+// rotation through either ends it on both.
+func clusterLinks(t *testing.T, tc *testCluster, call func(node, method, path string, body, out any) int, sid, own, other string) {
+	mustRun(t, tc.clients[own], sid, "open('linked.txt', 'w').write('across')", "")
+	var l api.Link
+	if st := call(other, "POST", "/v1/sessions/"+sid+"/links", api.LinkRequest{Path: "linked.txt"}, &l); st != http.StatusOK ||
+		!strings.HasPrefix(l.URL, tc.nodes[other].URL+"/v1/sessions/"+sid+"/files/linked.txt?") {
+		t.Fatalf("a link signed through %s to a file on %s: HTTP %d, %+v", other, own, st, l)
+	}
+	fetch := func(node string) (int, string) {
+		t.Helper()
+		u := strings.Replace(l.URL, tc.nodes[other].URL, tc.nodes[node].URL, 1)
+		res, err := http.Get(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	for _, n := range tc.names {
+		if st, body := fetch(n); st != http.StatusOK || body != "across" {
+			t.Errorf("the link through %s, without a key: HTTP %d, %q", n, st, body)
+		}
+	}
+	if st := call(other, "POST", "/v1/links/rotate", nil, nil); st != http.StatusNoContent {
+		t.Fatalf("rotate through %s: HTTP %d", other, st)
+	}
+	for _, n := range tc.names {
+		if st, body := fetch(n); st != http.StatusForbidden {
+			t.Errorf("the link through %s after a rotation: HTTP %d, %q", n, st, body)
+		}
+	}
 }
 
 // clusterSavedTools: the key's saved tools are one library across the nodes. A tool saved
