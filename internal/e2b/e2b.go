@@ -142,8 +142,24 @@ func (h *Handler) token(tenant, id string) string {
 
 // Claims says whether r is for this handler, and whether it must carry an API key (the
 // control plane does; sandbox traffic carries its sandbox's access token instead).
+//
+// Sandbox traffic that names its sandbox in its Host (E2B's "<port>-<id>.<domain>", as a
+// browser sends a file link) rather than in headers, or a file link that names none
+// (links.go), is given the headers here, so that routing and ServeHTTP see one shape.
 func (h *Handler) Claims(r *http.Request) (claimed, needsKey bool) {
 	if r.Header.Get("E2b-Sandbox-Id") != "" {
+		return true, false
+	}
+	if id, port, ok := sandboxOfHost(r); ok {
+		r.Header.Set("E2b-Sandbox-Id", id)
+		r.Header.Set("E2b-Sandbox-Port", port)
+		return true, false
+	}
+	if isFileLink(r) {
+		if id := h.sandboxOfLink(r); id != "" {
+			r.Header.Set("E2b-Sandbox-Id", id)
+			r.Header.Set("E2b-Sandbox-Port", portEnvd)
+		}
 		return true, false
 	}
 	p := r.URL.Path
@@ -188,6 +204,11 @@ func (h *Handler) sandboxTraffic(w http.ResponseWriter, r *http.Request) {
 	}
 	id := r.Header.Get("E2b-Sandbox-Id")
 	port := r.Header.Get("E2b-Sandbox-Port")
+	if id == "" { // a file link that matches no sandbox here (Claims)
+		writeProxyError(w, http.StatusNotFound, "", "no sandbox on this server has a file link with this signature: "+
+			"it was changed, its sandbox is gone, or, with several servers, it names no sandbox (set E2B_DOMAIN so that links carry the sandbox in their host)")
+		return
+	}
 	tenant, ok := h.m.Owner(id)
 	if !ok {
 		// E2B's proxy answers 502 for a sandbox that is not running; the SDK reads it as
@@ -196,7 +217,13 @@ func (h *Handler) sandboxTraffic(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	health := r.Method == http.MethodGet && r.URL.Path == "/health" && port == portEnvd
-	if !health {
+	tokenSent := r.Header.Get("X-Access-Token") != "" || r.Header.Get("E2B-Traffic-Access-Token") != ""
+	if !health && !tokenSent && port == portEnvd && isFileLink(r) {
+		if err := checkFileLink(r, h.token(tenant, id), time.Now()); err != nil {
+			writeProxyError(w, http.StatusForbidden, id, strings.TrimSuffix(err.Error(), ": "+errdefs.ErrPermissionDenied.Error()))
+			return
+		}
+	} else if !health {
 		tok := r.Header.Get("X-Access-Token")
 		if tok == "" {
 			tok = r.Header.Get("E2B-Traffic-Access-Token")

@@ -257,6 +257,33 @@ func TestSDK(t *testing.T) {
 		}
 	})
 
+	t.Run("links", func(t *testing.T) {
+		type got struct {
+			Status int
+			Body   string
+			CSP    string
+		}
+		var l struct {
+			Down                               string
+			Get, Expiring                      got
+			Put                                int
+			Uploaded                           string
+			OtherPath, OtherOperation, Expired int
+		}
+		r.get(t, "links", &l)
+		if l.Get.Status != 200 || l.Get.Body != "via a link" || l.Get.CSP != "sandbox" || l.Expiring.Body != "via a link" {
+			t.Errorf("downloadUrl, fetched without the token: %+v %+v", l.Get, l.Expiring)
+		}
+		if l.Put != 200 || l.Uploaded != "from a link" {
+			t.Errorf("uploadUrl, posted without the token: HTTP %d, then %q", l.Put, l.Uploaded)
+		}
+		// A changed path matches no sandbox's signature; a link used for the other
+		// operation, or expired, is refused by its sandbox.
+		if l.OtherPath != 404 || l.OtherOperation != 403 || l.Expired != 403 {
+			t.Errorf("other path %d, other operation %d, expired %d", l.OtherPath, l.OtherOperation, l.Expired)
+		}
+	})
+
 	t.Run("contexts", func(t *testing.T) {
 		var c struct {
 			ID, Cwd                                       string

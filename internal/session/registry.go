@@ -244,6 +244,17 @@ func (m *Manager) detach(s *Session) {
 	m.log.Debug("session detached; it lives on for the next server process", "session_id", s.id)
 }
 
+// Owners calls each with the id and tenant of every live session, until it returns false,
+// for a front door that must find a session by a secret of its own (an E2B download link,
+// which names no sandbox); not for answering a caller (see Owner).
+func (m *Manager) Owners(each func(id, tenant string) bool) {
+	for _, s := range m.live() {
+		if !each(s.id, s.tenant) {
+			return
+		}
+	}
+}
+
 // Owner returns the tenant of the live session id. It is only for a front door that
 // authenticates a request by a credential of the session itself (a per-session token, as
 // E2B's sandbox traffic carries) instead of by an API key: having checked that credential,

@@ -190,6 +190,33 @@ else:
     return summary(await cell);
   });
 
+  // Links: URLs the SDK signs with the sandbox's access token, used without it.
+  await step('links', async () => {
+    await sandbox.files.write('/home/user/linked.txt', 'via a link');
+    const get = async (u, init) => {
+      const r = await fetch(u, init);
+      return { status: r.status, body: await r.text(), csp: r.headers.get('content-security-policy') };
+    };
+    const upload = (text) => {
+      const form = new FormData();
+      form.append('file', new Blob([text]), 'uploaded.txt');
+      return { method: 'POST', body: form };
+    };
+    const down = await sandbox.downloadUrl('/home/user/linked.txt');
+    const up = await sandbox.uploadUrl('/home/user/uploaded.txt', { useSignatureExpiration: 60 });
+    const put = await get(up, upload('from a link'));
+    return {
+      down,
+      get: await get(down),
+      expiring: await get(await sandbox.downloadUrl('/home/user/linked.txt', { useSignatureExpiration: 60 })),
+      put: put.status,
+      uploaded: await sandbox.files.read('/home/user/uploaded.txt'),
+      otherPath: (await get(down.replace('linked.txt', 'uploaded.txt'))).status,
+      otherOperation: (await get(down, upload('not allowed'))).status,
+      expired: (await get(await sandbox.downloadUrl('/home/user/linked.txt', { useSignatureExpiration: -5 }))).status,
+    };
+  });
+
   // Files.
   await step('writeRead', async () => {
     const info = await sandbox.files.write('/home/user/dir/hello.txt', 'hello file');
