@@ -167,7 +167,7 @@ func TestLinks(t *testing.T) {
 	})
 	t.Run("bad requests", func(t *testing.T) {
 		for body, say := range map[string]string{
-			`{"path": "plot.txt", "method": "DELETE"}`:        "GET (to download) or PUT",
+			`{"path": "plot.txt", "method": "DELETE"}`:       "GET (to download) or PUT",
 			`{"path": "plot.txt", "expires_in_s": 99999999}`: "1 to 604800 seconds",
 			`{"path": "plot.txt", "expires_in_s": -5}`:       "1 to 604800 seconds",
 			`{"path": "/etc/passwd"}`:                        "give a file of the workspace",
