@@ -49,6 +49,9 @@ func (s *server) agent(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	if req.Links {
+		cfg.Runner = linkingRunner{s.m, s, r}
+	}
 	created := req.SessionID == ""
 	if err := s.startAgent(r.Context(), &req); err != nil {
 		s.writeError(w, r, err)
@@ -72,9 +75,6 @@ func (s *server) agent(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		res, err := runAgent(r.Context(), cfg, &req)
-		if err == nil && req.Links {
-			s.addLinks(r, res.SessionID, res.Files)
-		}
 		if err != nil && created {
 			// A session made for a request that fails is deleted: the caller never learns its id.
 			s.m.Delete(context.WithoutCancel(r.Context()), req.SessionID)

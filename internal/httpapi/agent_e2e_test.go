@@ -70,6 +70,7 @@ func TestAgentAnalysesAFileWithOpenAI(t *testing.T) {
 		Provider: "openai",
 		Model:    "gpt-test",
 		Files:    []api.InputFile{{Path: "traffic_accidents.csv", ContentBase64: base64.StdEncoding.EncodeToString(data)}},
+		Links:    true,
 	}, &res)
 	if st != 200 {
 		t.Fatalf("status %d: %+v", st, res)
@@ -97,7 +98,16 @@ func TestAgentAnalysesAFileWithOpenAI(t *testing.T) {
 		t.Fatalf("steps %+v", res.Steps)
 	}
 	if len(res.Files) != 1 || res.Files[0].Path != "/mnt/data/hist.png" {
-		t.Errorf("files %+v", res.Files)
+		t.Fatalf("files %+v", res.Files)
+	}
+	// Links asked: the model read the plot's link in the call's result, to hand it on, and
+	// the answer has it; it downloads the plot without a key.
+	if u := res.Files[0].URL; u == "" || !strings.Contains(got.Text, "link for the user: "+u) {
+		t.Errorf("the plot's link %q, in the model's result: %q", u, got.Text)
+	} else if resp, err := http.Get(u); err != nil || resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "image/png" {
+		t.Errorf("the plot's link: %v %v", err, resp)
+	} else {
+		resp.Body.Close()
 	}
 	if reqs := llmSrv.Requests(); len(reqs) != 2 || reqs[0].Model != "gpt-test" || reqs[0].Stream {
 		t.Errorf("requests: %d", len(reqs))

@@ -14,6 +14,7 @@ import (
 	"github.com/cellbox/cellbox/internal/errdefs"
 	"github.com/cellbox/cellbox/internal/links"
 	"github.com/cellbox/cellbox/internal/session"
+	"github.com/cellbox/cellbox/internal/tool"
 	"github.com/cellbox/cellbox/internal/workspace"
 )
 
@@ -207,4 +208,37 @@ func (s *server) rotateLinks(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// linkingRunner is the agent's runner when a request asks for links: each file a call
+// changes gets one as it happens, so the model reads it in the call's result and can hand
+// it on, and the answer's files carry them.
+type linkingRunner struct {
+	tool.ToolRunner
+	s *server
+	r *http.Request
+}
+
+func (l linkingRunner) Execute(ctx context.Context, id string, req api.ExecuteRequest, onOutput func(api.Output)) (*api.ExecuteResult, error) {
+	res, err := l.ToolRunner.Execute(ctx, id, req, onOutput)
+	if err == nil {
+		l.s.addLinks(l.r, id, res.Files)
+	}
+	return res, err
+}
+
+func (l linkingRunner) Command(ctx context.Context, id string, req api.CommandRequest) (*api.CommandResult, error) {
+	res, err := l.ToolRunner.Command(ctx, id, req)
+	if err == nil {
+		l.s.addLinks(l.r, id, res.Files)
+	}
+	return res, err
+}
+
+func (l linkingRunner) CallTool(ctx context.Context, id, name string, req api.ToolCallRequest, onOutput func(api.Output)) (*api.ToolCallResult, error) {
+	res, err := l.ToolRunner.CallTool(ctx, id, name, req, onOutput)
+	if err == nil {
+		l.s.addLinks(l.r, id, res.Files)
+	}
+	return res, err
 }

@@ -235,7 +235,11 @@ func writeFiles(b *strings.Builder, files []api.FileChange) {
 			fmt.Fprintf(b, "- %s (deleted)\n", f.Path)
 			continue
 		}
-		fmt.Fprintf(b, "- %s (%s, %s)\n", f.Path, f.Change, Size(f.Size))
+		fmt.Fprintf(b, "- %s (%s, %s)", f.Path, f.Change, Size(f.Size))
+		if f.URL != "" {
+			fmt.Fprintf(b, ", link for the user: %s", f.URL)
+		}
+		b.WriteString("\n")
 	}
 }
 

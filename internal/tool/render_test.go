@@ -75,3 +75,15 @@ func TestRenderToolCallLimits(t *testing.T) {
 		t.Errorf("repr: %d bytes:\n%s", len(repr), repr)
 	}
 }
+
+// A file's link, when the request asked for links, is in the model's result for it to hand on.
+func TestRenderFileLinks(t *testing.T) {
+	res := &api.ExecuteResult{Status: api.StatusOK, Files: []api.FileChange{
+		{Path: "/mnt/data/a.png", Size: 10, Change: api.ChangeCreated, URL: "https://cb.example/v1/sessions/s/files/a.png?expires=1&signature=x"},
+		{Path: "/mnt/data/b.txt", Size: 3, Change: api.ChangeModified},
+	}}
+	want := "Files changed:\n- /mnt/data/a.png (created, 10 B), link for the user: https://cb.example/v1/sessions/s/files/a.png?expires=1&signature=x\n- /mnt/data/b.txt (modified, 3 B)"
+	if got := RenderExecute(res, RenderLimits{}).Text; !strings.Contains(got, want) {
+		t.Errorf("got %q\nwant it to hold %q", got, want)
+	}
+}
