@@ -344,6 +344,9 @@ type OneShotRequest struct {
 	Image string `json:"image,omitempty"`
 	// Network is as in CreateSessionRequest.
 	Network *Network `json:"network,omitempty"`
+	// Links is refused (409): a one-shot's sandbox, and its files, are discarded when it
+	// ends, so no link could outlive them. Run the code in a session to have links.
+	Links bool `json:"links,omitempty"`
 }
 
 // Error codes of the service's error shape.

@@ -136,6 +136,11 @@ func (s *server) oneShot(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	if req.Links {
+		s.writeError(w, r, fmt.Errorf("links: a one-shot's sandbox, and its files, are gone when it ends, so its files can have no link on this server: "+
+			"run the code in a session (POST /v1/sessions, then its execute with links), whose files live as long as it does: %w", errdefs.ErrFailedPrecondition))
+		return
+	}
 	s.run(w, r, func(onOutput func(api.Output)) (*api.ExecuteResult, error) {
 		return s.m.OneShot(r.Context(), req, onOutput)
 	})

@@ -184,6 +184,10 @@ func TestLinks(t *testing.T) {
 		if a := k.do(t, "POST", "/v1/sessions/"+id+"/links", `{"path": "plot.txt"}`); a.status != 401 {
 			t.Errorf("a link without a key: %d %s", a.status, a.body)
 		}
+		// A one-shot's files go with its sandbox: no link can outlive them here.
+		if a := k.do(t, "POST", "/v1/execute", `{"code": "open('a.txt', 'w').write('x')", "links": true}`, alice); a.status != 409 || !strings.Contains(string(a.body), "run the code in a session") {
+			t.Errorf("a one-shot with links: %d %s", a.status, a.body)
+		}
 	})
 
 	// A rotation ends alice's links, not bob's; a new one works.
