@@ -144,8 +144,9 @@ func (h *Handler) token(tenant, id string) string {
 // control plane does; sandbox traffic carries its sandbox's access token instead).
 //
 // Sandbox traffic that names its sandbox in its Host (E2B's "<port>-<id>.<domain>", as a
-// browser sends a file link) rather than in headers, or a file link that names none
-// (links.go), is given the headers here, so that routing and ServeHTTP see one shape.
+// browser sends a file link) rather than in headers is given the headers here, so that
+// routing and ServeHTTP see one shape; a file link that names no sandbox (links.go) is
+// claimed, and its sandbox found when it is served, after the server's own refusals.
 func (h *Handler) Claims(r *http.Request) (claimed, needsKey bool) {
 	if r.Header.Get("E2b-Sandbox-Id") != "" {
 		return true, false
@@ -156,11 +157,7 @@ func (h *Handler) Claims(r *http.Request) (claimed, needsKey bool) {
 		return true, false
 	}
 	if isFileLink(r) {
-		if id := h.sandboxOfLink(r); id != "" {
-			r.Header.Set("E2b-Sandbox-Id", id)
-			r.Header.Set("E2b-Sandbox-Port", portEnvd)
-		}
-		return true, false
+		return true, false // the sandbox is found by its signature (ServeHTTP)
 	}
 	p := r.URL.Path
 	for _, prefix := range []string{"/sandboxes", "/v2/sandboxes"} {
@@ -174,6 +171,14 @@ func (h *Handler) Claims(r *http.Request) (claimed, needsKey bool) {
 // ServeHTTP serves a request Claims claimed. Control-plane requests arrive with their
 // API key's tenant in the context (session.WithTenant).
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get("E2b-Sandbox-Id") == "" && isFileLink(r) {
+		if id := h.sandboxOfLink(r); id != "" {
+			r.Header.Set("E2b-Sandbox-Id", id)
+			r.Header.Set("E2b-Sandbox-Port", portEnvd)
+		}
+		h.sandboxTraffic(w, r)
+		return
+	}
 	if r.Header.Get("E2b-Sandbox-Id") == "" {
 		h.control.ServeHTTP(w, r)
 		return

@@ -2,6 +2,7 @@ package e2b
 
 import (
 	"crypto/sha256"
+	"encoding"
 	"crypto/subtle"
 	"encoding/base64"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cellbox/cellbox/internal/errdefs"
+	"github.com/cellbox/cellbox/internal/workspace"
 )
 
 // E2B's file links (Sandbox.downloadUrl, uploadUrl): the SDK signs them itself, with the
@@ -45,16 +47,63 @@ func isFileLink(r *http.Request) bool {
 	return r.URL.Path == "/files" && (r.Method == http.MethodGet || r.Method == http.MethodPost) && r.URL.Query().Has("signature")
 }
 
-// linkSignature is the signature E2B's SDK makes of a file link of r's query for op
-// ("read" or "write") with token.
-func linkSignature(r *http.Request, op, token string) string {
+// fileLink is the signed part of a file link's query, parsed once.
+type fileLink struct {
+	path, user, exp, sig string
+}
+
+// maxLinkUser bounds a link's user name (the SDK sends "user", or the one a program asks).
+const maxLinkUser = 64
+
+// parseFileLink reads r's link, or says why it is not one cellbox takes. The user may hold
+// no colon: E2B joins the signed fields with colons, so "a.txt:write:x" read by "user"
+// would sign the same text as "a.txt" written by "x:read:user".
+func parseFileLink(r *http.Request) (fileLink, error) {
 	q := r.URL.Query()
-	raw := q.Get("path") + ":" + op + ":" + q.Get("username") + ":" + token
-	if exp := q.Get("signature_expiration"); exp != "" {
-		raw += ":" + exp
+	l := fileLink{path: q.Get("path"), user: q.Get("username"), exp: q.Get("signature_expiration"), sig: q.Get("signature")}
+	switch {
+	case len(l.path) > workspace.MaxPathLen || len(l.user) > maxLinkUser || len(l.sig) > 64 || len(l.exp) > 20:
+		return l, fmt.Errorf("this file link is longer than any the SDK makes: %w", errdefs.ErrInvalidArgument)
+	case strings.Contains(l.user, ":"):
+		return l, fmt.Errorf("a file link's username may hold no colon: %w", errdefs.ErrInvalidArgument)
 	}
-	sum := sha256.Sum256([]byte(raw))
-	return "v1_" + strings.TrimRight(base64.StdEncoding.EncodeToString(sum[:]), "=")
+	return l, nil
+}
+
+// signer hashes the fields of l before the token once, for signatures with many tokens.
+type signer struct {
+	l      fileLink
+	prefix [2][]byte // the SHA-256 state after "path:op:user:", for read and write
+}
+
+func newSigner(l fileLink) *signer {
+	s := &signer{l: l}
+	for i, op := range []string{"read", "write"} {
+		h := sha256.New()
+		h.Write([]byte(l.path + ":" + op + ":" + l.user + ":"))
+		s.prefix[i], _ = h.(encoding.BinaryMarshaler).MarshalBinary()
+	}
+	return s
+}
+
+// signature is the signature E2B's SDK makes of the link for op ("read" or "write") with
+// token.
+func (s *signer) signature(op, token string) string {
+	h := sha256.New()
+	i := 0
+	if op == "write" {
+		i = 1
+	}
+	h.(encoding.BinaryUnmarshaler).UnmarshalBinary(s.prefix[i])
+	h.Write([]byte(token))
+	if s.l.exp != "" {
+		h.Write([]byte(":" + s.l.exp))
+	}
+	return "v1_" + strings.TrimRight(base64.StdEncoding.EncodeToString(h.Sum(nil)), "=")
+}
+
+func (s *signer) signedWith(op, token string) bool {
+	return subtle.ConstantTimeCompare([]byte(s.l.sig), []byte(s.signature(op, token))) == 1
 }
 
 // linkOp is the operation r does: "read" (GET) or "write" (POST).
@@ -65,17 +114,17 @@ func linkOp(r *http.Request) string {
 	return "read"
 }
 
-func signedWith(r *http.Request, op, token string) bool {
-	return subtle.ConstantTimeCompare([]byte(r.URL.Query().Get("signature")), []byte(linkSignature(r, op, token))) == 1
-}
-
 // checkFileLink says whether r is a file link signed with token, and not expired.
 func checkFileLink(r *http.Request, token string, now time.Time) error {
-	if !signedWith(r, linkOp(r), token) {
+	l, err := parseFileLink(r)
+	if err != nil {
+		return err
+	}
+	if !newSigner(l).signedWith(linkOp(r), token) {
 		return fmt.Errorf("the signature of this file link does not match: it was changed, or is for another path, operation or user: %w", errdefs.ErrPermissionDenied)
 	}
-	if exp := r.URL.Query().Get("signature_expiration"); exp != "" {
-		at, err := strconv.ParseInt(exp, 10, 64)
+	if l.exp != "" {
+		at, err := strconv.ParseInt(l.exp, 10, 64)
 		if err != nil || !now.Before(time.Unix(at, 0)) {
 			return fmt.Errorf("this file link has expired: %w", errdefs.ErrPermissionDenied)
 		}
@@ -83,15 +132,30 @@ func checkFileLink(r *http.Request, token string, now time.Time) error {
 	return nil
 }
 
+// scans bounds the signature scans that run at once: each costs O(sessions), and anyone
+// may ask for one.
+var scans = make(chan struct{}, 2)
+
 // sandboxOfLink finds the live sandbox a file link that names none was signed for ("": none
 // here), for either operation and expired or not, so that its sandbox says what is wrong
-// with it: each session's token is tried, O(sessions) hashes, on a request that carries a
-// signature at all.
+// with it: each session's token is tried, two hashes of a few bytes each past the shared
+// prefix. At most two scans run at once; the others wait their turn.
 func (h *Handler) sandboxOfLink(r *http.Request) string {
+	l, err := parseFileLink(r)
+	if err != nil {
+		return ""
+	}
+	select {
+	case scans <- struct{}{}:
+		defer func() { <-scans }()
+	case <-r.Context().Done():
+		return ""
+	}
+	s := newSigner(l)
 	found := ""
 	h.m.Owners(func(id, tenant string) bool {
 		tok := h.token(tenant, id)
-		if signedWith(r, "read", tok) || signedWith(r, "write", tok) {
+		if s.signedWith("read", tok) || s.signedWith("write", tok) {
 			found = id
 			return false
 		}

@@ -2,7 +2,10 @@ package e2b
 
 import (
 	"net/http/httptest"
+	"net/url"
+	"strings"
 	"testing"
+	"time"
 )
 
 // A file link a browser sends names its sandbox in its host, when E2B_DOMAIN is set: only
@@ -33,8 +36,46 @@ func TestSandboxOfHost(t *testing.T) {
 // The signature is E2B's: the SDK's own for a known token, path, user and expiry.
 func TestLinkSignature(t *testing.T) {
 	// As Node computes it (the SDK uses WebCrypto): "v1_" + base64(sha256("/home/user/a.txt:read:user:tok:1800000000")), unpadded.
-	r := httptest.NewRequest("GET", "/files?path=%2Fhome%2Fuser%2Fa.txt&username=user&signature_expiration=1800000000", nil)
-	if got := linkSignature(r, "read", "tok"); got != "v1_Gml9VX4EmH7uKuRohmnsu1MXtbOyYcC+T3qCeV7vKaY" {
+	const want = "v1_Gml9VX4EmH7uKuRohmnsu1MXtbOyYcC+T3qCeV7vKaY"
+	r := httptest.NewRequest("GET", "/files?path=%2Fhome%2Fuser%2Fa.txt&username=user&signature_expiration=1800000000&signature="+url.QueryEscape(want), nil)
+	l, err := parseFileLink(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := newSigner(l).signature("read", "tok"); got != want {
 		t.Errorf("signature %s", got)
+	}
+	if err := checkFileLink(r, "tok", time.Unix(1_700_000_000, 0)); err != nil {
+		t.Errorf("the link: %v", err)
+	}
+	if err := checkFileLink(r, "tok", time.Unix(1_800_000_000, 0)); err == nil || !strings.Contains(err.Error(), "expired") {
+		t.Errorf("the link at its expiry: %v", err)
+	}
+}
+
+// E2B joins the signed fields with colons: a read link to a file whose name holds
+// ":write:..." must not pass as a write link to a file named by its start, with the rest
+// moved into the user.
+func TestLinkFieldsDoNotShift(t *testing.T) {
+	sign := func(path, op, user string) string {
+		r := httptest.NewRequest("GET", "/files?"+url.Values{"path": {path}, "username": {user}}.Encode(), nil)
+		l, _ := parseFileLink(r)
+		return newSigner(l).signature(op, "tok")
+	}
+	shared := sign("/home/user/app.py:write:x", "read", "user")
+	for _, forged := range []struct{ method, path, user string }{
+		{"POST", "/home/user/app.py", "x:read:user"},
+		{"GET", "/home/user/app.py", "x:read:user"},
+	} {
+		q := url.Values{"path": {forged.path}, "username": {forged.user}, "signature": {shared}}
+		r := httptest.NewRequest(forged.method, "/files?"+q.Encode(), nil)
+		if err := checkFileLink(r, "tok", time.Now()); err == nil {
+			t.Errorf("%s %s as %q passed with the signature of a read of app.py:write:x", forged.method, forged.path, forged.user)
+		}
+	}
+	// Too long for any link the SDK makes: refused before any hashing.
+	r := httptest.NewRequest("GET", "/files?path="+strings.Repeat("a", 1<<16)+"&signature=v1_x", nil)
+	if _, err := parseFileLink(r); err == nil {
+		t.Error("a 64 KiB path was taken")
 	}
 }

@@ -48,16 +48,24 @@ func isLink(r *http.Request, pattern string) bool {
 // authenticateLink checks a link's request; r comes back with the link's tenant in its
 // context, or, in a cluster, marked linkPending when the session is not on this node.
 func (s *server) authenticateLink(r *http.Request) (*http.Request, error) {
-	rest, _ := strings.CutPrefix(r.URL.Path, "/v1/sessions/")
-	id, file, ok := strings.Cut(rest, "/files/")
-	if !ok || id == "" || strings.Contains(id, "/") {
+	// The id and the file as the router splits them: by the escaped path, so that a %2F in
+	// the id cannot move the split.
+	rest, _ := strings.CutPrefix(r.URL.EscapedPath(), "/v1/sessions/")
+	escID, escFile, ok := strings.Cut(rest, "/files/")
+	id, err1 := url.PathUnescape(escID)
+	file, err2 := url.PathUnescape(escFile)
+	if !ok || err1 != nil || err2 != nil || id == "" || strings.Contains(id, "/") {
 		return r, fmt.Errorf("not a link: %w", errdefs.ErrNotFound)
+	}
+	q := r.URL.Query()
+	sig := q.Get("signature")
+	if !links.WellFormed(sig) {
+		return r, links.ErrSignature
 	}
 	rel, err := workspace.Clean(file)
 	if err != nil || rel == "." {
 		return r, fmt.Errorf("the link names no file of the workspace: %w", errdefs.ErrInvalidArgument)
 	}
-	q := r.URL.Query()
 	exp, err := strconv.ParseInt(q.Get("expires"), 10, 64)
 	if err != nil {
 		return r, fmt.Errorf("the link has no expiry (expires=, in Unix seconds): %w", errdefs.ErrPermissionDenied)
@@ -74,7 +82,7 @@ func (s *server) authenticateLink(r *http.Request) (*http.Request, error) {
 		method = links.Put
 	}
 	l := links.Link{Method: method, Session: id, Path: rel, Expires: time.Unix(exp, 0)}
-	if err := s.links.Check(tenant, l, q.Get("signature"), time.Now()); err != nil {
+	if err := s.links.Check(tenant, l, sig, time.Now()); err != nil {
 		return r, err
 	}
 	return r.WithContext(session.WithTenant(r.Context(), tenant)), nil
@@ -105,11 +113,12 @@ func (s *server) createLink(w http.ResponseWriter, r *http.Request) {
 	}
 	ttl := links.DefaultTTL
 	if req.ExpiresInS != 0 {
-		ttl = time.Duration(req.ExpiresInS * float64(time.Second))
-		if req.ExpiresInS < 1 || ttl > links.MaxTTL {
+		// Compared as given: a huge one would overflow a Duration.
+		if !(req.ExpiresInS >= 1 && req.ExpiresInS <= links.MaxTTL.Seconds()) {
 			s.writeError(w, r, fmt.Errorf("expires_in_s is %g: give 1 to %d seconds: %w", req.ExpiresInS, int(links.MaxTTL.Seconds()), errdefs.ErrInvalidArgument))
 			return
 		}
+		ttl = time.Duration(req.ExpiresInS * float64(time.Second))
 	}
 	rel, err := workspace.Clean(req.Path)
 	if err != nil || rel == "." {

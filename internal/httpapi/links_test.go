@@ -121,6 +121,12 @@ func TestLinks(t *testing.T) {
 		{"no expiry", "GET", with(func(_ *url.URL, q url.Values) { q.Del("expires") }), 403, "no expiry"},
 		{"another file", "GET", with(func(u *url.URL, _ url.Values) { u.Path = strings.Replace(u.Path, "plot.txt", "plain.txt", 1) }), 403, "does not match"},
 		{"another session", "GET", with(func(u *url.URL, _ url.Values) { u.Path = strings.Replace(u.Path, id, other, 1) }), 403, "does not match"},
+		// The split of id and file is the router's: a %2F cannot make the check see
+		// another session and file than the one served.
+		{"a %2F in the id", "GET", with(func(u *url.URL, _ url.Values) {
+			u.Path = strings.Replace(u.Path, id+"/files/plot.txt", id+"/files/x/files/plot.txt", 1)
+			u.RawPath = strings.Replace(u.Path, id+"/files/x/files/", id+"%2Ffiles%2Fx/files/", 1)
+		}), 404, "not a link"},
 	}
 	// Out of the workspace, however the path is written: the router cleans a path of dot
 	// segments before anything (a key is then wanted); what reaches the link check is
@@ -170,6 +176,7 @@ func TestLinks(t *testing.T) {
 			`{"path": "plot.txt", "method": "DELETE"}`:       "GET (to download) or PUT",
 			`{"path": "plot.txt", "expires_in_s": 99999999}`: "1 to 604800 seconds",
 			`{"path": "plot.txt", "expires_in_s": -5}`:       "1 to 604800 seconds",
+			`{"path": "plot.txt", "expires_in_s": 1e10}`:     "1 to 604800 seconds",
 			`{"path": "/etc/passwd"}`:                        "give a file of the workspace",
 			`{"path": "/mnt/data"}`:                          "give a file of the workspace",
 			`{}`:                                             "give a file of the workspace",

@@ -83,6 +83,13 @@ var (
 	ErrSignature = fmt.Errorf("the link's signature does not match: the link was changed, is for another file or method, or its key was rotated since: %w", errdefs.ErrPermissionDenied)
 )
 
+// WellFormed says whether sig has the shape of a signature, whoever made it: a check
+// before any lookup.
+func WellFormed(sig string) bool {
+	got, err := base64.RawURLEncoding.DecodeString(sig)
+	return err == nil && len(got) == sha256.Size
+}
+
 // Check says whether sig is tenant's signature of l, and l not expired at now.
 func (s *Signer) Check(tenant string, l Link, sig string, now time.Time) error {
 	got, err := base64.RawURLEncoding.DecodeString(sig)
