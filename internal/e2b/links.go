@@ -2,8 +2,8 @@ package e2b
 
 import (
 	"crypto/sha256"
-	"encoding"
 	"crypto/subtle"
+	"encoding"
 	"encoding/base64"
 	"fmt"
 	"net"
