@@ -25,6 +25,8 @@ E2BCLIENT := internal/e2b/testdata/e2bclient
 OPENAICLIENT := internal/openai/testdata/openaiclient
 # playwright-core, which drives Debian's chromium in the web page's tests.
 BROWSER := internal/web/testdata/browser
+# Azurite, Microsoft's Azure Storage emulator, for the artifacts store's tests.
+AZURITE := internal/artifacts/testdata/azurite
 
 .PHONY: help build build-linux deps run test test-built test-suites node-image fuzz bench bench-docker bench-e2b bench-web screenshots lint clean
 
@@ -54,7 +56,7 @@ STAGE := scripts/stage.sh
 
 test: ## install test needs, build the default image and a Kubernetes control plane, start dockerd, run every test with the race detector (as root)
 	$(STAGE) deps scripts/install-deps.sh --test
-	$(STAGE) npm $(MAKE) --no-print-directory $(TSCLIENT)/node_modules/.package-lock.json $(E2BCLIENT)/node_modules/.package-lock.json $(OPENAICLIENT)/node_modules/.package-lock.json $(BROWSER)/node_modules/.package-lock.json
+	$(STAGE) npm $(MAKE) --no-print-directory $(TSCLIENT)/node_modules/.package-lock.json $(E2BCLIENT)/node_modules/.package-lock.json $(OPENAICLIENT)/node_modules/.package-lock.json $(BROWSER)/node_modules/.package-lock.json $(AZURITE)/node_modules/.package-lock.json
 	$(STAGE) build $(MAKE) --no-print-directory build
 	scripts/with-dockerd.sh $(MAKE) --no-print-directory test-built
 
@@ -67,8 +69,9 @@ test-built:
 		$(STAGE) node-image env STATE=$(TEST_STATE) BINARY=$(CURDIR)/bin/cellbox scripts/node-image.sh $(TEST_NODE_IMAGE) >/dev/null; } & images=$$!; \
 	ok=1; $(STAGE) lint $(MAKE) --no-print-directory lint || ok=0; \
 	tools=$$($(STAGE) kube-tools scripts/kube-tools.sh) || ok=0; \
+	s3tools=$$($(STAGE) s3-tools scripts/s3-tools.sh) || ok=0; \
 	wait $$images || ok=0; \
-	((ok)) && CELLBOX_KUBE_TOOLS=$$tools CELLBOX_TEST_IMAGES=$(TEST_STATE)/images CELLBOX_TEST_NODE_IMAGE=$(TEST_NODE_IMAGE) \
+	((ok)) && CELLBOX_KUBE_TOOLS=$$tools CELLBOX_S3_TOOLS=$$s3tools CELLBOX_TEST_IMAGES=$(TEST_STATE)/images CELLBOX_TEST_NODE_IMAGE=$(TEST_NODE_IMAGE) \
 		$(MAKE) --no-print-directory test-suites
 
 # The image TestNodeImage runs: the node image as make test builds it (once per package list
@@ -148,6 +151,9 @@ $(OPENAICLIENT)/node_modules/.package-lock.json: $(OPENAICLIENT)/package-lock.js
 
 $(BROWSER)/node_modules/.package-lock.json: $(BROWSER)/package-lock.json
 	npm ci --prefix $(BROWSER) --no-audit --no-fund --prefer-offline --loglevel=error
+
+$(AZURITE)/node_modules/.package-lock.json: $(AZURITE)/package-lock.json
+	npm ci --prefix $(AZURITE) --no-audit --no-fund --prefer-offline --loglevel=error
 
 # staticcheck, pinned, built once from the Go module proxy into bin/tools (the version is in
 # the file's name, so a new one is built when it changes). v0.8.x reads Go 1.26's code.
