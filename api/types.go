@@ -292,6 +292,7 @@ type CommandRequest struct {
 	Env      map[string]string `json:"env,omitempty"`
 	Cwd      string            `json:"cwd,omitempty"` // relative to /mnt/data
 	TimeoutS float64           `json:"timeout_s,omitempty"`
+	Links    bool              `json:"links,omitempty"` // a URL to each file it created or changed (FileChange.URL)
 }
 
 // CommandResult is the result of running a program in a session.
@@ -592,6 +593,7 @@ type ToolCallRequest struct {
 	// kernel sees it; null or absent means {}.
 	Arguments json.RawMessage `json:"arguments,omitempty"`
 	TimeoutS  float64         `json:"timeout_s,omitempty"`
+	Links     bool            `json:"links,omitempty"` // a URL to each file the call created or changed (FileChange.URL)
 }
 
 // ToolCallResult is the result of calling a session's tool: a cell's result, with the

@@ -241,6 +241,9 @@ func (s *server) command(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	if req.Links {
+		s.addLinks(r, r.PathValue("id"), res.Files)
+	}
 	writeJSON(w, http.StatusOK, res)
 }
 

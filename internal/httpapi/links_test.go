@@ -75,6 +75,15 @@ func TestLinks(t *testing.T) {
 	if got := raw("HEAD", res.Files[0].URL, ""); got.status != 200 {
 		t.Errorf("HEAD on a GET link: %d", got.status)
 	}
+	// A command and a tool call ask for links the same way.
+	if a := k.do(t, "POST", "/v1/sessions/"+id+"/commands", `{"cmd": ["sh", "-c", "echo cmd > by-command.txt"], "links": true}`, alice); !strings.Contains(string(a.body), `"url":"`+k.url) {
+		t.Errorf("a command with links: %d %s", a.status, a.body)
+	}
+	body, _ = json.Marshal(api.ExecuteRequest{Code: "from cellbox import tool\n@tool\ndef note(text: str) -> int:\n    return open('note.txt', 'w').write(text)\n"})
+	k.do(t, "POST", "/v1/sessions/"+id+"/execute", string(body), alice)
+	if a := k.do(t, "POST", "/v1/sessions/"+id+"/tools/note/call", `{"arguments": {"text": "hi"}, "links": true}`, alice); !strings.Contains(string(a.body), `"url":"`+k.url) {
+		t.Errorf("a tool call with links: %d %s", a.status, a.body)
+	}
 	// Without links asked, none.
 	body, _ = json.Marshal(api.ExecuteRequest{Code: "open('plain.txt', 'w').write('x')"})
 	if a := k.do(t, "POST", "/v1/sessions/"+id+"/execute", string(body), alice); strings.Contains(string(a.body), `"url"`) {

@@ -57,6 +57,10 @@ func (s *server) callTool(w http.ResponseWriter, r *http.Request) {
 		if send != nil {
 			onOutput = func(o api.Output) { send("output", o) }
 		}
-		return s.m.CallTool(r.Context(), id, name, req, onOutput)
+		res, err := s.m.CallTool(r.Context(), id, name, req, onOutput)
+		if err == nil && req.Links {
+			s.addLinks(r, id, res.Files)
+		}
+		return res, err
 	})
 }
