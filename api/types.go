@@ -247,9 +247,14 @@ type FileChange struct {
 	Path   string `json:"path"` // absolute, under /mnt/data
 	Size   int64  `json:"size"`
 	Change string `json:"change"`
-	// URL, when the request asked for links, downloads the file without an API key until
-	// it expires (an hour): see LinkRequest.
+	// URL downloads the file without an API key: when the server keeps files in an
+	// artifacts store, the stored object's URL (presigned, or plain where the store is
+	// public); else, when the request asked for links, a link to the session's file for an
+	// hour (see LinkRequest).
 	URL string `json:"url,omitempty"`
+	// Object names the stored copy ("s3://bucket/key"), when the server has an artifacts
+	// store.
+	Object string `json:"object,omitempty"`
 }
 
 // LinkRequest is the body of POST /v1/sessions/{id}/links: a URL for one file of the
@@ -345,8 +350,9 @@ type OneShotRequest struct {
 	Image string `json:"image,omitempty"`
 	// Network is as in CreateSessionRequest.
 	Network *Network `json:"network,omitempty"`
-	// Links is refused (409): a one-shot's sandbox, and its files, are discarded when it
-	// ends, so no link could outlive them. Run the code in a session to have links.
+	// Links asks for a URL to each file the code created or changed (FileChange.URL). A
+	// one-shot's sandbox, and its files, are discarded when it ends: the URLs are an
+	// artifacts store's, and without one the request is refused (409).
 	Links bool `json:"links,omitempty"`
 }
 

@@ -29,6 +29,9 @@ type Store interface {
 	URL(ctx context.Context, key string, ttl time.Duration) (string, time.Time, error)
 	// Name names an object for people: "s3://bucket/key".
 	Name(key string) string
+	// Key names the object of a file of a tenant's session (the package's Key, under the
+	// store's prefix).
+	Key(tenant, session, rel string) string
 }
 
 // Options configure a store beyond its spec.

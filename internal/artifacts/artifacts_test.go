@@ -15,14 +15,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cellbox/cellbox/internal/artifacts/artifactstest"
 	"github.com/cellbox/cellbox/internal/testbin"
 )
 
 // Test credentials of the servers the tests start; Azurite's account and key are its
 // published, well-known development ones.
 const (
-	s3Access    = "cellboxtest"
-	s3Secret    = "cellboxtestsecret"
 	azAccount   = "devstoreaccount1"
 	azKey       = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 	bucket      = "artifacts"
@@ -61,25 +60,7 @@ func serve(t *testing.T, cmd *exec.Cmd, addr string) {
 	}
 }
 
-// startS3 starts versitygw (scripts/s3-tools.sh) on a folder holding the bucket, and points
-// the AWS variables at it.
-func startS3(t *testing.T) {
-	t.Helper()
-	dir := os.Getenv("CELLBOX_S3_TOOLS")
-	if dir == "" {
-		testbin.Missing(t, "no S3 server: run scripts/s3-tools.sh and set CELLBOX_S3_TOOLS to the folder it prints (make test does)")
-	}
-	data := t.TempDir()
-	os.Mkdir(filepath.Join(data, bucket), 0o755)
-	addr := "127.0.0.1:" + freePort(t)
-	serve(t, exec.Command(filepath.Join(dir, "versitygw"), "--access", s3Access, "--secret", s3Secret, "--port", addr, "posix", data), addr)
-	t.Setenv("AWS_ACCESS_KEY_ID", s3Access)
-	t.Setenv("AWS_SECRET_ACCESS_KEY", s3Secret)
-	t.Setenv("AWS_REGION", "us-east-1")
-	t.Setenv("AWS_ENDPOINT_URL_S3", "http://"+addr)
-	t.Setenv("AWS_CONFIG_FILE", filepath.Join(data, "none"))
-	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(data, "none"))
-}
+func startS3(t *testing.T) { artifactstest.StartS3(t, bucket) }
 
 // startAzurite starts Azurite's blob service (testdata/azurite) with a container, and
 // points AZURE_STORAGE_CONNECTION_STRING at it.

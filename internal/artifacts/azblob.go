@@ -53,6 +53,8 @@ func openAzblob(name, prefix string, opts Options) (*azStore, error) {
 	return &azStore{container: name, prefix: prefix, client: svc.ServiceClient().NewContainerClient(name), public: opts.PublicURL}, nil
 }
 
+func (s *azStore) Key(tenant, session, rel string) string { return Key(s.prefix, tenant, session, rel) }
+
 func (s *azStore) Name(key string) string { return "azblob://" + s.container + "/" + key }
 
 // Put streams body in blocks of 4 MiB, two at a time: the server's memory stays flat.

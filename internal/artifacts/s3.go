@@ -36,6 +36,8 @@ func openS3(ctx context.Context, bucket, prefix string, opts Options) (*s3Store,
 	return &s3Store{bucket: bucket, prefix: prefix, client: client, presign: s3.NewPresignClient(client), public: opts.PublicURL}, nil
 }
 
+func (s *s3Store) Key(tenant, session, rel string) string { return Key(s.prefix, tenant, session, rel) }
+
 func (s *s3Store) Name(key string) string { return "s3://" + s.bucket + "/" + key }
 
 // Put spools body to a temporary file first: the SDK signs a payload it can read twice,

@@ -65,9 +65,15 @@ type Config struct {
 	InsecureNoAuth bool   // --insecure-no-auth: allow listening beyond loopback without keys
 	MetricsPublic  bool   // --metrics-public: /metrics without a key even when keys are configured
 	PublicURL      string // --public-url: the scheme and host of the links the server signs; "": each request's
-	NoE2B          bool   // --no-e2b: do not serve the E2B-compatible API
-	NoOpenAI       bool   // --no-openai: do not serve OpenAI's Containers and Files APIs
-	NoWeb          bool   // --no-web: do not serve the web page at /
+	// Artifacts: --artifacts-store (s3://BUCKET/PREFIX or azblob://CONTAINER/PREFIX; "":
+	// none), --artifacts-public-url (plain URLs, for a public bucket) and --artifacts-ttl
+	// (how long a presigned URL lives).
+	ArtifactsStore     string
+	ArtifactsPublicURL string
+	ArtifactsTTL       time.Duration
+	NoE2B              bool // --no-e2b: do not serve the E2B-compatible API
+	NoOpenAI           bool // --no-openai: do not serve OpenAI's Containers and Files APIs
+	NoWeb              bool // --no-web: do not serve the web page at /
 	// The python tool server (gpt-oss's built-in python tool for vLLM's --tool-server):
 	// MCP over HTTP+SSE at /sse on a listener of its own, without keys (vLLM sends none).
 	PythonToolAddr      string // --python-tool-addr: "" (none) or host:port
@@ -138,6 +144,7 @@ func Default() Config {
 		Backend:        "runc",
 		Runtime:        "runc",
 		StateDir:       defaultStateDir(),
+		ArtifactsTTL:   24 * time.Hour,
 		Python:         "/usr/bin/python3",
 		Preimport:      "import numpy, pandas, matplotlib, matplotlib.pyplot",
 		PoolSize:       2,
@@ -208,6 +215,9 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.APIKeysFile, "api-keys", c.APIKeysFile, "file of API keys, one a line, each optionally followed by a tenant name (keys also come from $CELLBOX_API_KEYS, comma-separated); with keys, every call but /healthz needs one")
 	fs.BoolVar(&c.InsecureNoAuth, "insecure-no-auth", c.InsecureNoAuth, "allow listening on an address beyond loopback without API keys (only behind something that authenticates)")
 	fs.BoolVar(&c.MetricsPublic, "metrics-public", c.MetricsPublic, "serve /metrics without an API key even when keys are configured")
+	fs.StringVar(&c.ArtifactsStore, "artifacts-store", c.ArtifactsStore, "keep every file code creates or changes in object storage, and give its URL in results: s3://BUCKET/PREFIX (endpoint, region and credentials from the AWS variables and files) or azblob://CONTAINER/PREFIX (AZURE_STORAGE_CONNECTION_STRING, or AZURE_STORAGE_ACCOUNT and AZURE_STORAGE_KEY)")
+	fs.StringVar(&c.ArtifactsPublicURL, "artifacts-public-url", c.ArtifactsPublicURL, "the URL the artifacts bucket's objects can be read at by anyone (e.g. https://artifacts.example.com/); results then give plain URLs, not presigned ones")
+	fs.DurationVar(&c.ArtifactsTTL, "artifacts-ttl", c.ArtifactsTTL, "how long an artifact's presigned URL works (at most 168h)")
 	fs.StringVar(&c.PublicURL, "public-url", c.PublicURL, "scheme and host that signed links to files point to, as clients reach this server (e.g. https://cellbox.example.com); default: the one each request came to")
 	fs.BoolVar(&c.NoE2B, "no-e2b", c.NoE2B, "do not serve the E2B-compatible API (/sandboxes, and requests with an E2b-Sandbox-Id header)")
 	fs.BoolVar(&c.NoOpenAI, "no-openai", c.NoOpenAI, "do not serve OpenAI's Containers and Files APIs (/v1/containers, /v1/files)")
@@ -336,6 +346,9 @@ func (c *Config) Validate() error {
 		if u, err := url.Parse(c.PublicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
 			bad("--public-url %q: give a scheme and a host, as https://cellbox.example.com", c.PublicURL)
 		}
+	}
+	if c.ArtifactsTTL <= 0 || c.ArtifactsTTL > 7*24*time.Hour {
+		bad("--artifacts-ttl %s: give a duration up to 168h (S3's longest presigned URL)", c.ArtifactsTTL)
 	}
 	switch c.Quota {
 	case "auto", "loop", "none":

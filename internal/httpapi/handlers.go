@@ -136,8 +136,8 @@ func (s *server) oneShot(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	if req.Links {
-		s.writeError(w, r, fmt.Errorf("links: a one-shot's sandbox, and its files, are gone when it ends, so its files can have no link on this server: "+
+	if req.Links && !s.m.HasArtifacts() {
+		s.writeError(w, r, fmt.Errorf("links: a one-shot's sandbox, and its files, are gone when it ends, and this server keeps no artifacts store (--artifacts-store) to keep them: "+
 			"run the code in a session (POST /v1/sessions, then its execute with links), whose files live as long as it does: %w", errdefs.ErrFailedPrecondition))
 		return
 	}

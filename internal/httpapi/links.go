@@ -174,7 +174,7 @@ func (s *server) baseURL(r *http.Request) string {
 // download it; a file that cannot be signed keeps none (logged).
 func (s *server) addLinks(r *http.Request, id string, files []api.FileChange) {
 	for i, f := range files {
-		if f.Change == api.ChangeDeleted {
+		if f.Change == api.ChangeDeleted || f.URL != "" { // an artifacts store's URL outlives the session
 			continue
 		}
 		rel, err := workspace.Clean(f.Path)
@@ -229,6 +229,7 @@ type linkingRunner struct {
 }
 
 func (l linkingRunner) Execute(ctx context.Context, id string, req api.ExecuteRequest, onOutput func(api.Output)) (*api.ExecuteResult, error) {
+	req.Links = true // an artifacts store's uploads are awaited too
 	res, err := l.ToolRunner.Execute(ctx, id, req, onOutput)
 	if err == nil {
 		l.s.addLinks(l.r, id, res.Files)
@@ -237,6 +238,7 @@ func (l linkingRunner) Execute(ctx context.Context, id string, req api.ExecuteRe
 }
 
 func (l linkingRunner) Command(ctx context.Context, id string, req api.CommandRequest) (*api.CommandResult, error) {
+	req.Links = true
 	res, err := l.ToolRunner.Command(ctx, id, req)
 	if err == nil {
 		l.s.addLinks(l.r, id, res.Files)
@@ -245,6 +247,7 @@ func (l linkingRunner) Command(ctx context.Context, id string, req api.CommandRe
 }
 
 func (l linkingRunner) CallTool(ctx context.Context, id, name string, req api.ToolCallRequest, onOutput func(api.Output)) (*api.ToolCallResult, error) {
+	req.Links = true
 	res, err := l.ToolRunner.CallTool(ctx, id, name, req, onOutput)
 	if err == nil {
 		l.s.addLinks(l.r, id, res.Files)

@@ -26,6 +26,7 @@ import (
 
 	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/internal/agent"
+	"github.com/cellbox/cellbox/internal/artifacts"
 	"github.com/cellbox/cellbox/internal/auth"
 	"github.com/cellbox/cellbox/internal/cluster"
 	"github.com/cellbox/cellbox/internal/config"
@@ -303,6 +304,16 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (_ *Server, err
 			return nil, err
 		}
 		oai = o
+	}
+	if cfg.ArtifactsStore != "" {
+		store, err := artifacts.Open(ctx, cfg.ArtifactsStore, artifacts.Options{PublicURL: cfg.ArtifactsPublicURL})
+		if err != nil {
+			ln.Close()
+			m.Shutdown(ctx)
+			return nil, err
+		}
+		m.UseArtifacts(store, cfg.ArtifactsTTL)
+		log.Info("artifacts store", "store", cfg.ArtifactsStore, "public_url", cfg.ArtifactsPublicURL)
 	}
 	convs, err := conversation.New(conversation.Options{Sessions: m, NewProvider: providers(cfg), Logger: log,
 		Tools: tool.Options{TimeoutS: cfg.ExecTimeout.Seconds(), MemoryMB: cfg.MemoryMB}, Dir: filepath.Join(cfg.StateDir, "conversations"),

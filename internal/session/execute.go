@@ -33,6 +33,7 @@ func (m *Manager) Execute(ctx context.Context, id string, req api.ExecuteRequest
 		b = m.current(s)
 	}
 	m.afterRun(ctx, s, b, res, set)
+	res.Message = withNote(res.Message, m.sessionArtifacts(s, res.Files, req.Links))
 	s.mu.Lock()
 	s.execCount = res.ExecutionCount
 	notice := s.notice
@@ -131,6 +132,7 @@ func (m *Manager) Command(ctx context.Context, id string, req api.CommandRequest
 		return &api.CommandResult{Status: api.StatusCrashed, ExitCode: -1, Files: []api.FileChange{},
 			Message: "the sandbox stopped unexpectedly and was restarted: files in /mnt/data are kept"}, nil
 	}
+	res.Message = withNote(res.Message, m.sessionArtifacts(s, res.Files, req.Links))
 	m.metrics.observe("command", res.Status, time.Duration(res.DurationMS)*time.Millisecond)
 	return res, nil
 }

@@ -28,6 +28,7 @@ import (
 
 // Manager owns every session and the warm pools.
 type Manager struct {
+	uploads      *uploader // the artifacts store's; nil: none (artifacts.go)
 	cfg          config.Config
 	defaultImage string // of sessions that name none (config.DefaultImage)
 	backend      sandbox.Backend

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/internal/errdefs"
+	"github.com/cellbox/cellbox/internal/guestproto"
 	"github.com/cellbox/cellbox/internal/workspace"
 )
 
@@ -120,6 +121,8 @@ func (m *Manager) OneShot(ctx context.Context, req api.OneShotRequest, onOutput 
 		res = &api.ExecuteResult{Status: api.StatusCrashed, Outputs: []api.Output{}, Files: []api.FileChange{},
 			DurationMS: time.Since(start).Milliseconds(), Message: "the sandbox stopped unexpectedly"}
 	}
+	// The sandbox goes when this returns: its files are uploaded first, whatever was asked.
+	res.Message = withNote(res.Message, m.artifacts(Tenant(ctx), b.id, func() *guestproto.Client { return b.guest }, res.Files, true, nil))
 	m.metrics.observe("execute", res.Status, time.Duration(res.DurationMS)*time.Millisecond)
 	return res, nil
 }

@@ -87,6 +87,7 @@ func (m *Manager) CallTool(ctx context.Context, id, name string, req api.ToolCal
 		b = m.current(s)
 	}
 	m.afterRun(ctx, s, b, res, set)
+	res.Message = withNote(res.Message, m.sessionArtifacts(s, res.Files, req.Links))
 	m.metrics.observe("execute", res.Status, time.Duration(res.DurationMS)*time.Millisecond)
 	return toolResult(res), nil
 }

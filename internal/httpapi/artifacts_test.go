@@ -1,0 +1,121 @@
+package httpapi_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cellbox/cellbox/api"
+	"github.com/cellbox/cellbox/internal/artifacts/artifactstest"
+	"github.com/cellbox/cellbox/internal/config"
+	"github.com/cellbox/cellbox/internal/testbin"
+)
+
+// TestArtifacts: with --artifacts-store on a real S3 server (versitygw), what a cell, a
+// command or a one-shot changes is uploaded: the result names each object and gives its
+// presigned URL at once, which works without credentials once the upload is done (awaited
+// when links were asked), and outlives the session; a bucket that refuses is reported in
+// the result (links asked) or in the next one, and the cell itself is fine.
+func TestArtifacts(t *testing.T) {
+	s3URL := artifactstest.StartS3(t, "artifacts")
+	k := startKeyed(t, func(c *config.Config) { c.ArtifactsStore = "s3://artifacts/runs" })
+	alice := "Authorization: Bearer " + aliceKey
+	a := k.do(t, "POST", "/v1/sessions", "{}", alice)
+	var sess api.Session
+	json.Unmarshal(a.body, &sess)
+	get := func(u string) (int, string) {
+		res, err := http.Get(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	exec := func(id string, req api.ExecuteRequest) api.ExecuteResult {
+		t.Helper()
+		body, _ := json.Marshal(req)
+		a := k.do(t, "POST", "/v1/sessions/"+id+"/execute", string(body), alice)
+		var res api.ExecuteResult
+		if a.status != 200 || json.Unmarshal(a.body, &res) != nil {
+			t.Fatalf("execute: %d %s", a.status, a.body)
+		}
+		return res
+	}
+
+	// Links asked: the upload is done when the result comes.
+	res := exec(sess.ID, api.ExecuteRequest{Code: "open('chart.png', 'wb').write(b'PNG!')", Links: true})
+	if len(res.Files) != 1 || !strings.HasPrefix(res.Files[0].URL, s3URL+"/artifacts/runs/") || !strings.HasPrefix(res.Files[0].Object, "s3://artifacts/runs/t-") ||
+		!strings.HasSuffix(res.Files[0].Object, "/"+sess.ID+"/chart.png") || res.Message != "" {
+		t.Fatalf("result %+v", res)
+	}
+	if st, body := get(res.Files[0].URL); st != 200 || body != "PNG!" {
+		t.Errorf("the object's URL: %d %q", st, body)
+	}
+	// Not asked: the URL comes at once, the object when its upload (beside the next cell) ends.
+	res = exec(sess.ID, api.ExecuteRequest{Code: "open('later.txt', 'w').write('later')"})
+	if len(res.Files) != 1 || res.Files[0].URL == "" {
+		t.Fatalf("result %+v", res)
+	}
+	testbin.WaitFor(t, 30*time.Second, "the upload of later.txt", func() error {
+		if st, body := get(res.Files[0].URL); st != 200 || body != "later" {
+			return fmt.Errorf("%d %q", st, body)
+		}
+		return nil
+	})
+	// A command's files too.
+	a = k.do(t, "POST", "/v1/sessions/"+sess.ID+"/commands", `{"cmd": ["sh", "-c", "echo cmd > cmd.txt"], "links": true}`, alice)
+	var cr api.CommandResult
+	if json.Unmarshal(a.body, &cr) != nil || len(cr.Files) != 1 {
+		t.Fatalf("command: %d %s", a.status, a.body)
+	}
+	if st, body := get(cr.Files[0].URL); st != 200 || body != "cmd\n" {
+		t.Errorf("a command's file: %d %q", st, body)
+	}
+	// The objects outlive the session.
+	k.do(t, "DELETE", "/v1/sessions/"+sess.ID, "", alice)
+	if st, _ := get(res.Files[0].URL); st != 200 {
+		t.Errorf("an object after its session ended: %d", st)
+	}
+	// A one-shot's files, uploaded before its sandbox goes.
+	a = k.do(t, "POST", "/v1/execute", `{"code": "open('once.txt', 'w').write('once')", "links": true}`, alice)
+	var once api.ExecuteResult
+	if json.Unmarshal(a.body, &once) != nil || len(once.Files) != 1 {
+		t.Fatalf("one-shot: %d %s", a.status, a.body)
+	}
+	if st, body := get(once.Files[0].URL); st != 200 || body != "once" {
+		t.Errorf("a one-shot's file: %d %q", st, body)
+	}
+
+	t.Run("a bucket that refuses", func(t *testing.T) {
+		k := startKeyed(t, func(c *config.Config) { c.ArtifactsStore = "s3://no-such-bucket/runs" })
+		a := k.do(t, "POST", "/v1/sessions", "{}", alice)
+		var sess api.Session
+		json.Unmarshal(a.body, &sess)
+		body, _ := json.Marshal(api.ExecuteRequest{Code: "open('x.txt', 'w').write('x'); print('fine')", Links: true})
+		a = k.do(t, "POST", "/v1/sessions/"+sess.ID+"/execute", string(body), alice)
+		var res api.ExecuteResult
+		json.Unmarshal(a.body, &res)
+		if res.Status != api.StatusOK || !strings.Contains(res.Message, "not kept in the artifacts store: /mnt/data/x.txt") || !strings.Contains(res.Message, "NoSuchBucket") {
+			t.Errorf("links asked, the bucket refusing: %d %s", a.status, a.body)
+		}
+		// Not asked: the next execution says so.
+		body, _ = json.Marshal(api.ExecuteRequest{Code: "open('y.txt', 'w').write('y')"})
+		k.do(t, "POST", "/v1/sessions/"+sess.ID+"/execute", string(body), alice)
+		testbin.WaitFor(t, 30*time.Second, "the failed upload told", func() error {
+			body, _ := json.Marshal(api.ExecuteRequest{Code: "1"})
+			a := k.do(t, "POST", "/v1/sessions/"+sess.ID+"/execute", string(body), alice)
+			if !strings.Contains(string(a.body), "not kept in the artifacts store: /mnt/data/y.txt") {
+				return fmt.Errorf("%s", a.body)
+			}
+			return nil
+		})
+		if !strings.Contains(k.log.String(), "artifacts upload failed") {
+			t.Error("no log line of the failed upload")
+		}
+	})
+}
