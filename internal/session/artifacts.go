@@ -25,6 +25,7 @@ import (
 // Bounds of the uploads.
 const (
 	maxUploadsPerRun = 100              // files of one run; more are listed, not uploaded
+	maxArtifactBytes = 1 << 30          // one file; a larger one is not uploaded
 	uploadsAtOnce    = 4                // on the server, all sessions together
 	uploadTimeout    = 10 * time.Minute // one file
 	maxUploadWait    = time.Minute      // a run that asked for links waits no longer
@@ -68,6 +69,10 @@ func (m *Manager) artifacts(tenant, id string, guest func() *guestproto.Client, 
 		}
 		if len(jobs) == maxUploadsPerRun {
 			skipped++
+			continue
+		}
+		if f.Size > maxArtifactBytes {
+			failed = append(failed, fmt.Sprintf("%s (larger than the %d MiB a file may be)", f.Path, maxArtifactBytes>>20))
 			continue
 		}
 		rel, err := workspace.Clean(f.Path)
