@@ -67,6 +67,10 @@ type CreateSessionRequest struct {
 	Image string `json:"image,omitempty"`
 	// Network is what the session's code may reach (see Network); nil: the server's default.
 	Network *Network `json:"network,omitempty"`
+	// Artifacts, on a server with an artifacts store, are the patterns of the files kept
+	// there (path.Match, against the path under /mnt/data or the file's name: "*.png",
+	// "out/*"); none: every file a run creates or changes. At most 32, 256 bytes each.
+	Artifacts []string `json:"artifacts,omitempty"`
 }
 
 // UpdateSessionRequest is the body of PATCH /v1/sessions/{id}: at least one field.
@@ -177,6 +181,8 @@ type Session struct {
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 	// Metadata is what the session was created with.
 	Metadata map[string]string `json:"metadata,omitempty"`
+	// Artifacts is what the session was created with.
+	Artifacts []string `json:"artifacts,omitempty"`
 	// Image is the image the session runs on; "" on a server that runs sandboxes on the
 	// host's root filesystem.
 	Image string `json:"image,omitempty"`

@@ -91,6 +91,28 @@ func TestArtifacts(t *testing.T) {
 		t.Errorf("a one-shot's file: %d %q", st, body)
 	}
 
+	t.Run("a session's patterns", func(t *testing.T) {
+		a := k.do(t, "POST", "/v1/sessions", `{"artifacts": ["*.png", "out/*"]}`, alice)
+		var sess api.Session
+		json.Unmarshal(a.body, &sess)
+		if len(sess.Artifacts) != 2 {
+			t.Fatalf("session %d %s", a.status, a.body)
+		}
+		res := exec(sess.ID, api.ExecuteRequest{Code: "import os\nos.makedirs('out', exist_ok=True)\nfor p in ['a.png', 'deep/b.png', 'notes.txt', 'out/c.csv']:\n    os.makedirs(os.path.dirname(p) or '.', exist_ok=True)\n    open(p, 'w').write(p)", Links: true})
+		kept := map[string]bool{}
+		for _, f := range res.Files {
+			kept[f.Path] = f.Object != ""
+		}
+		if want := map[string]bool{"/mnt/data/a.png": true, "/mnt/data/deep/b.png": true, "/mnt/data/notes.txt": false, "/mnt/data/out/c.csv": true}; fmt.Sprint(kept) != fmt.Sprint(want) {
+			t.Errorf("kept %v, want %v", kept, want)
+		}
+		for _, bad := range []string{`{"artifacts": ["[a-"]}`, `{"artifacts": [""]}`, `{"artifacts": ["` + strings.Repeat("x", 300) + `"]}`} {
+			if a := k.do(t, "POST", "/v1/sessions", bad, alice); a.status != 400 || !strings.Contains(string(a.body), "artifacts pattern") {
+				t.Errorf("%s: %d %s", bad, a.status, a.body)
+			}
+		}
+	})
+
 	t.Run("a bucket that refuses", func(t *testing.T) {
 		k := startKeyed(t, func(c *config.Config) { c.ArtifactsStore = "s3://no-such-bucket/runs" })
 		a := k.do(t, "POST", "/v1/sessions", "{}", alice)

@@ -149,9 +149,60 @@ func (m *Manager) upload(u *uploader, guest func() *guestproto.Client, rel, key 
 	return nil
 }
 
-// sessionArtifacts is artifacts for a run of session s.
+// Bounds of a session's patterns.
+const (
+	maxArtifactPatterns = 32
+	maxArtifactPattern  = 256
+)
+
+// checkArtifacts checks a session's patterns of the files kept in the artifacts store.
+func checkArtifacts(patterns []string) error {
+	if len(patterns) > maxArtifactPatterns {
+		return fmt.Errorf("artifacts has %d patterns; at most %d: %w", len(patterns), maxArtifactPatterns, errdefs.ErrInvalidArgument)
+	}
+	for _, p := range patterns {
+		if _, err := path.Match(p, ""); err != nil || p == "" || len(p) > maxArtifactPattern {
+			return fmt.Errorf("artifacts pattern %.80q is not a pattern of path.Match of at most %d bytes (\"*.png\", \"out/*\"): %w", p, maxArtifactPattern, errdefs.ErrInvalidArgument)
+		}
+	}
+	return nil
+}
+
+// kept says whether the file rel is one of patterns (none: every file is).
+func kept(patterns []string, rel string) bool {
+	if len(patterns) == 0 {
+		return true
+	}
+	for _, p := range patterns {
+		if ok, _ := path.Match(p, rel); ok {
+			return true
+		}
+		if ok, _ := path.Match(p, path.Base(rel)); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// sessionArtifacts is artifacts for a run of session s, of the files its patterns keep.
 func (m *Manager) sessionArtifacts(s *Session, files []api.FileChange, wait bool) string {
-	return m.artifacts(s.tenant, s.id, func() *guestproto.Client { return m.current(s).guest }, files, wait, func(msg string) {
+	if m.uploads == nil {
+		return ""
+	}
+	var keep []api.FileChange
+	var at []int
+	for i, f := range files {
+		if rel, err := workspace.Clean(f.Path); err == nil && kept(s.keep, rel) {
+			keep = append(keep, f)
+			at = append(at, i)
+		}
+	}
+	defer func() {
+		for j, i := range at {
+			files[i] = keep[j]
+		}
+	}()
+	return m.artifacts(s.tenant, s.id, func() *guestproto.Client { return m.current(s).guest }, keep, wait, func(msg string) {
 		s.mu.Lock()
 		s.notice += "[cellbox: " + msg + "]\n"
 		s.mu.Unlock()

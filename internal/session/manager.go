@@ -62,6 +62,7 @@ type Session struct {
 	idle     time.Duration
 	created  time.Time
 	metadata map[string]string // the creator's labels; never changed
+	keep     []string          // patterns of the files kept in the artifacts store; none: all
 	turn     *turn             // one execution, command, ... at a time, and spawns beside it
 	slot     func()            // gives back the session's slot (admission) when it ends
 

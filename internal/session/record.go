@@ -29,6 +29,7 @@ type record struct {
 	Limits         api.Limits        `json:"limits"`
 	Env            map[string]string `json:"env,omitempty"`
 	Metadata       map[string]string `json:"metadata,omitempty"`
+	Artifacts      []string          `json:"artifacts,omitempty"` // Session.keep
 	// Image is what the session's sandbox runs on; "" (and records from before images):
 	// the backend's own root.
 	Image string `json:"image,omitempty"`
@@ -151,6 +152,7 @@ func (s *Session) recordLocked() record {
 		Env:            s.box.env,
 		Image:          s.box.image,
 		Metadata:       s.metadata,
+		Artifacts:      s.keep,
 		ExpiresAt:      expires,
 		Busy:           s.busy,
 		Notice:         s.notice,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"sort"
 	"time"
 
@@ -35,6 +36,9 @@ func (m *Manager) Create(ctx context.Context, req api.CreateSessionRequest) (*ap
 	if err != nil {
 		return nil, err
 	}
+	if err := checkArtifacts(req.Artifacts); err != nil {
+		return nil, err
+	}
 	if err := checkMetadata(req.Metadata); err != nil {
 		return nil, err
 	}
@@ -54,7 +58,7 @@ func (m *Manager) Create(ctx context.Context, req api.CreateSessionRequest) (*ap
 	}
 	now := time.Now()
 	s := &Session{id: b.id, tenant: tenant, language: lang, idle: idle, created: now, lastActive: now, box: b, turn: newTurn(),
-		slot: slot, metadata: maps.Clone(req.Metadata), network: req.Network}
+		slot: slot, metadata: maps.Clone(req.Metadata), network: req.Network, keep: slices.Clone(req.Artifacts)}
 	if lifetime > 0 {
 		s.expires = now.Add(lifetime)
 	}
@@ -103,6 +107,7 @@ func (s *Session) view() api.Session {
 		LastActiveAt:   s.lastActive.UTC(),
 		ExpiresAt:      expires,
 		Metadata:       maps.Clone(s.metadata),
+		Artifacts:      slices.Clone(s.keep),
 		Image:          s.box.image,
 		Network:        s.policy.View(),
 	}

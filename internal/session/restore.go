@@ -112,7 +112,7 @@ func (m *Manager) restoreOne(ctx context.Context, r record) string {
 	s := &Session{id: r.ID, tenant: r.Tenant, language: r.Language,
 		idle: time.Duration(r.IdleTimeoutS * float64(time.Second)), created: r.CreatedAt,
 		lastActive: r.LastActiveAt, execCount: r.ExecutionCount, notice: r.Notice, turn: newTurn(),
-		metadata: r.Metadata}
+		metadata: r.Metadata, keep: r.Artifacts}
 	if r.ExpiresAt != nil {
 		s.expires = *r.ExpiresAt // the reaper's first round ends it if it passes meanwhile
 	}
