@@ -10,6 +10,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net/url"
@@ -76,6 +77,22 @@ func Key(prefix, tenant, session, rel string) string {
 		k = prefix + "/" + k
 	}
 	return k
+}
+
+// clean is err's message without the query of a URL in it: a request's URL can carry a
+// signature or a SAS token.
+func clean(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		u, perr := url.Parse(ue.URL)
+		where := "the store"
+		if perr == nil {
+			u.RawQuery, u.Fragment, u.User = "", "", nil
+			where = u.String()
+		}
+		return fmt.Sprintf("%s %s: %v", ue.Op, where, ue.Err)
+	}
+	return err.Error()
 }
 
 // publicURL joins a public base URL and a key, each segment escaped.

@@ -242,3 +242,20 @@ func TestKey(t *testing.T) {
 		t.Errorf("keys %q %q", a, b)
 	}
 }
+
+// Errors never carry a request's query: a SAS token or a signature. A SAS connection
+// string, which cannot sign download URLs, is refused at once unless the store is public.
+func TestSecretsStayOut(t *testing.T) {
+	t.Setenv("AZURE_STORAGE_CONNECTION_STRING", "BlobEndpoint=http://127.0.0.1:1/acct;SharedAccessSignature=sv=2022&sig=TOPSECRETSIG")
+	if _, err := Open(context.Background(), "azblob://c/p", Options{}); err == nil || !strings.Contains(err.Error(), "cannot sign") || strings.Contains(err.Error(), "TOPSECRET") {
+		t.Errorf("a SAS connection string without a public URL: %v", err)
+	}
+	s, err := Open(context.Background(), "azblob://c/p", Options{PublicURL: "https://public.example/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.Put(context.Background(), "k/x.txt", strings.NewReader("x"), 1, "text/plain")
+	if err == nil || strings.Contains(err.Error(), "TOPSECRET") || strings.Contains(err.Error(), "sig=") {
+		t.Errorf("a failed put's error: %v", err)
+	}
+}

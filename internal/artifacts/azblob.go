@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
@@ -32,6 +33,9 @@ func openAzblob(name, prefix string, opts Options) (*azStore, error) {
 		err error
 	)
 	if cs := os.Getenv("AZURE_STORAGE_CONNECTION_STRING"); cs != "" {
+		if strings.Contains(cs, "SharedAccessSignature=") && opts.PublicURL == "" {
+			return nil, fmt.Errorf("artifacts store azblob://%s: a connection string with a SAS cannot sign the URLs that download blobs: give the account key, or --artifacts-public-url for a public container", name)
+		}
 		svc, err = azblob.NewClientFromConnectionString(cs, nil)
 	} else {
 		account, key := os.Getenv("AZURE_STORAGE_ACCOUNT"), os.Getenv("AZURE_STORAGE_KEY")
@@ -89,7 +93,7 @@ func azMessage(err error) string {
 	if errors.As(err, &re) {
 		return fmt.Sprintf("%s (HTTP %d)", re.ErrorCode, re.StatusCode)
 	}
-	return err.Error()
+	return clean(err)
 }
 
 type countReader struct {

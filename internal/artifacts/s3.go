@@ -87,7 +87,7 @@ func s3Message(err error) string {
 	}
 	var op *smithy.OperationError
 	if errors.As(err, &op) {
-		return op.Err.Error()
+		return clean(op.Err)
 	}
-	return err.Error()
+	return clean(err)
 }

@@ -49,8 +49,9 @@ func TestArtifacts(t *testing.T) {
 
 	// Links asked: the upload is done when the result comes.
 	res := exec(sess.ID, api.ExecuteRequest{Code: "open('chart.png', 'wb').write(b'PNG!')", Links: true})
+	// Named by tenant (hashed), session and run: a later run's chart.png is another object.
 	if len(res.Files) != 1 || !strings.HasPrefix(res.Files[0].URL, s3URL+"/artifacts/runs/") || !strings.HasPrefix(res.Files[0].Object, "s3://artifacts/runs/t-") ||
-		!strings.HasSuffix(res.Files[0].Object, "/"+sess.ID+"/chart.png") || res.Message != "" {
+		!strings.Contains(res.Files[0].Object, "/"+sess.ID+"/r-") || !strings.HasSuffix(res.Files[0].Object, "/chart.png") || res.Message != "" {
 		t.Fatalf("result %+v", res)
 	}
 	if st, body := get(res.Files[0].URL); st != 200 || body != "PNG!" {
@@ -105,6 +106,15 @@ func TestArtifacts(t *testing.T) {
 		}
 		if want := map[string]bool{"/mnt/data/a.png": true, "/mnt/data/deep/b.png": true, "/mnt/data/notes.txt": false, "/mnt/data/out/c.csv": true}; fmt.Sprint(kept) != fmt.Sprint(want) {
 			t.Errorf("kept %v, want %v", kept, want)
+		}
+		for _, f := range res.Files {
+			st, body := get(f.URL)
+			switch {
+			case f.Object != "" && (st != 200 || body != strings.TrimPrefix(f.Path, "/mnt/data/")):
+				t.Errorf("%s in the bucket: %d %q", f.Path, st, body)
+			case f.Object == "" && !strings.HasPrefix(f.URL, k.url+"/v1/sessions/"):
+				t.Errorf("%s, not kept, has no link to the session's file: %q", f.Path, f.URL)
+			}
 		}
 		for _, bad := range []string{`{"artifacts": ["[a-"]}`, `{"artifacts": [""]}`, `{"artifacts": ["` + strings.Repeat("x", 300) + `"]}`} {
 			if a := k.do(t, "POST", "/v1/sessions", bad, alice); a.status != 400 || !strings.Contains(string(a.body), "artifacts pattern") {

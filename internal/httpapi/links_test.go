@@ -200,6 +200,10 @@ func TestLinks(t *testing.T) {
 		if a := k.do(t, "POST", "/v1/sessions/"+id+"/links", `{"path": "plot.txt"}`); a.status != 401 {
 			t.Errorf("a link without a key: %d %s", a.status, a.body)
 		}
+		// Without an artifacts store, patterns of files to keep there are refused.
+		if a := k.do(t, "POST", "/v1/sessions", `{"artifacts": ["*.png"]}`, alice); a.status != 409 || !strings.Contains(string(a.body), "keeps no artifacts store") {
+			t.Errorf("artifacts patterns without a store: %d %s", a.status, a.body)
+		}
 		// A one-shot's files go with its sandbox: no link can outlive them here.
 		if a := k.do(t, "POST", "/v1/execute", `{"code": "open('a.txt', 'w').write('x')", "links": true}`, alice); a.status != 409 || !strings.Contains(string(a.body), "run the code in a session") {
 			t.Errorf("a one-shot with links: %d %s", a.status, a.body)

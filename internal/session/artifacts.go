@@ -2,10 +2,14 @@ package session
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"mime"
 	"path"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cellbox/cellbox/api"
@@ -24,126 +28,189 @@ import (
 
 // Bounds of the uploads.
 const (
-	maxUploadsPerRun = 100              // files of one run; more are listed, not uploaded
-	maxArtifactBytes = 1 << 30          // one file; a larger one is not uploaded
-	uploadsAtOnce    = 4                // on the server, all sessions together
-	uploadTimeout    = 10 * time.Minute // one file
-	maxUploadWait    = time.Minute      // a run that asked for links waits no longer
+	maxUploadsPerRun = 100     // files of one run; more are listed, not uploaded
+	maxArtifactBytes = 1 << 30 // one file, when the run ended and when it is read
+	uploadsAtOnce    = 4       // on the server, all sessions together
+	maxQueued        = 200     // uploads waiting or running for one session
+	maxNotice        = 16 << 10
+)
+
+// Waits, variables for the tests.
+var (
+	uploadTimeout = 10 * time.Minute // one file, from when its run ended
+	maxUploadWait = time.Minute      // a run that asked for links waits no longer
 )
 
 type uploader struct {
 	store artifacts.Store
 	ttl   time.Duration
 	sem   chan struct{}
+
+	mu     sync.Mutex
+	queued map[string]int // uploads waiting or running, by session
 }
 
 // UseArtifacts makes the manager upload what runs change to store, with URLs that live ttl
 // (a public store's live for good).
 func (m *Manager) UseArtifacts(store artifacts.Store, ttl time.Duration) {
-	m.uploads = &uploader{store: store, ttl: ttl, sem: make(chan struct{}, uploadsAtOnce)}
+	m.uploads = &uploader{store: store, ttl: ttl, sem: make(chan struct{}, uploadsAtOnce), queued: map[string]int{}}
 }
 
 // HasArtifacts says whether runs' files are uploaded to an artifacts store.
 func (m *Manager) HasArtifacts() bool { return m.uploads != nil }
 
+// take counts n more uploads of session id, as many as its queue has room for.
+func (u *uploader) take(id string, n int) int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	n = min(n, maxQueued-u.queued[id])
+	if n > 0 {
+		u.queued[id] += n
+	}
+	return max(n, 0)
+}
+
+func (u *uploader) done(id string) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.queued[id]--; u.queued[id] <= 0 {
+		delete(u.queued, id)
+	}
+}
+
 // artifacts gives the created and modified files of a run in session id of tenant their
-// object and URL, and uploads them from guest; with wait, before it returns, when what it
-// returns says what failed ("" when nothing did); else beside what runs next, a failure
-// told by notify (may be nil) and the log.
+// object and URL, and uploads them from guest, under a folder of the run's own (a later
+// run's file of the same name is another object). With wait, it returns when they are
+// uploaded, or maxUploadWait has passed, which cancels the rest: a file not uploaded then
+// loses its URL, and what it returns says which ("" when all went); else the uploads run
+// beside what comes next, each within uploadTimeout, a failure told by notify (may be nil)
+// and the log.
 func (m *Manager) artifacts(tenant, id string, guest func() *guestproto.Client, files []api.FileChange, wait bool, notify func(string)) string {
 	u := m.uploads
 	if u == nil {
 		return ""
 	}
-	type pending struct {
-		path string
+	type job struct {
+		i    int
 		done chan error
 	}
-	var jobs []pending
-	var failed []string
-	skipped := 0
-	for i := range files {
-		f := &files[i]
+	var (
+		jobs   []job
+		failed []string
+		want   []int
+	)
+	for i, f := range files {
 		if f.Change == api.ChangeDeleted {
-			continue
-		}
-		if len(jobs) == maxUploadsPerRun {
-			skipped++
 			continue
 		}
 		if f.Size > maxArtifactBytes {
 			failed = append(failed, fmt.Sprintf("%s (larger than the %d MiB a file may be)", f.Path, maxArtifactBytes>>20))
 			continue
 		}
+		want = append(want, i)
+	}
+	n := u.take(id, min(len(want), maxUploadsPerRun))
+	if n < len(want) {
+		failed = append(failed, fmt.Sprintf("%d files (at most %d are uploaded a run, %d wait at once a session)", len(want)-n, maxUploadsPerRun, maxQueued))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), uploadTimeout)
+	if wait {
+		cancel()
+		ctx, cancel = context.WithTimeout(context.Background(), maxUploadWait)
+	}
+	run := make([]byte, 4)
+	rand.Read(run)
+	folder := "r-" + hex.EncodeToString(run)
+	for k, i := range want {
+		f := &files[i]
+		if k >= n {
+			break
+		}
 		rel, err := workspace.Clean(f.Path)
 		if err != nil || rel == "." {
+			u.done(id)
 			continue
 		}
-		key := u.store.Key(tenant, id, rel)
-		url, _, err := u.store.URL(context.Background(), key, u.ttl)
+		key := u.store.Key(tenant, id, folder+"/"+rel)
+		url, _, err := u.store.URL(ctx, key, u.ttl)
 		if err != nil {
-			failed = append(failed, fmt.Sprintf("%s (%v)", f.Path, err))
+			u.done(id)
+			failed = append(failed, fmt.Sprintf("%s (%s)", f.Path, errdefs.Public(m.log, err, "session_id", id)))
 			continue
 		}
 		f.URL, f.Object = url, u.store.Name(key)
 		done := make(chan error, 1)
-		jobs = append(jobs, pending{f.Path, done})
-		go func() { done <- m.upload(u, guest, rel, key) }()
+		jobs = append(jobs, job{i, done})
+		go func() {
+			defer u.done(id)
+			done <- m.upload(ctx, u, guest, rel, key)
+		}()
 	}
-	if skipped > 0 {
-		failed = append(failed, fmt.Sprintf("%d more files (at most %d are uploaded a run)", skipped, maxUploadsPerRun))
-	}
-	report := func(failed []string) string {
-		if len(failed) == 0 {
-			return ""
+	collect := func() []string {
+		for _, j := range jobs {
+			err := <-j.done
+			if err == nil {
+				continue
+			}
+			f := &files[j.i]
+			why := errdefs.Public(m.log, err, "session_id", id)
+			if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+				why = fmt.Sprintf("not uploaded within %s", maxUploadWait)
+				if !wait {
+					why = fmt.Sprintf("not uploaded within %s", uploadTimeout)
+				}
+			}
+			failed = append(failed, fmt.Sprintf("%s (%s)", f.Path, why))
+			if wait {
+				f.URL, f.Object = "", "" // no object behind them
+			}
 		}
-		msg := "not kept in the artifacts store: " + strings.Join(failed, "; ")
-		m.log.Warn("artifacts upload failed", "session_id", id, "failed", msg)
-		return msg
+		cancel()
+		if len(failed) == 0 {
+			return nil
+		}
+		m.log.Warn("artifacts upload failed", "session_id", id, "files", strings.Join(failed, "; "))
+		return failed
 	}
 	if wait {
-		deadline := time.After(maxUploadWait)
-		for _, j := range jobs {
-			select {
-			case err := <-j.done:
-				if err != nil {
-					failed = append(failed, fmt.Sprintf("%s (%s)", j.path, errdefs.Public(m.log, err, "session_id", id)))
-				}
-			case <-deadline:
-				failed = append(failed, fmt.Sprintf("%s (still uploading after %s)", j.path, maxUploadWait))
-			}
+		if failed := collect(); failed != nil {
+			return "not kept in the artifacts store: " + strings.Join(failed, "; ")
 		}
-		return report(failed)
+		return ""
 	}
 	go func() {
-		for _, j := range jobs {
-			if err := <-j.done; err != nil {
-				failed = append(failed, fmt.Sprintf("%s (%s)", j.path, errdefs.Public(m.log, err, "session_id", id)))
-			}
-		}
-		if msg := report(failed); msg != "" && notify != nil {
-			notify(msg)
+		if failed := collect(); failed != nil && notify != nil {
+			notify("files not kept in the artifacts store: " + strings.Join(failed, "; "))
 		}
 	}()
 	return ""
 }
 
-// upload sends the workspace file rel to the store as key, one of uploadsAtOnce.
-func (m *Manager) upload(u *uploader, guest func() *guestproto.Client, rel, key string) error {
-	u.sem <- struct{}{}
-	defer func() { <-u.sem }()
-	ctx, cancel := context.WithTimeout(context.Background(), uploadTimeout)
-	defer cancel()
+// upload sends the workspace file rel to the store as key, one of uploadsAtOnce, before ctx
+// ends (waiting for a turn too).
+func (m *Manager) upload(ctx context.Context, u *uploader, guest func() *guestproto.Client, rel, key string) error {
+	select {
+	case u.sem <- struct{}{}:
+		defer func() { <-u.sem }()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 	info, rc, err := guest().GetFile(ctx, rel)
 	if err != nil {
 		return err
 	}
 	defer rc.Close()
+	if info.Size > maxArtifactBytes { // it grew since its run ended
+		return fmt.Errorf("it is now larger than the %d MiB a file may be: %w", maxArtifactBytes>>20, errdefs.ErrTooLarge)
+	}
 	ctype := mime.TypeByExtension(path.Ext(rel))
 	if ctype == "" {
 		ctype = "application/octet-stream"
 	}
 	if err := u.store.Put(ctx, key, rc, info.Size, ctype); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
 		return fmt.Errorf("%s: %w", err.Error(), errdefs.ErrUnavailable)
 	}
 	return nil
@@ -202,10 +269,22 @@ func (m *Manager) sessionArtifacts(s *Session, files []api.FileChange, wait bool
 			files[i] = keep[j]
 		}
 	}()
-	return m.artifacts(s.tenant, s.id, func() *guestproto.Client { return m.current(s).guest }, keep, wait, func(msg string) {
+	// The session's box as it is, not m.current: an upload is not the session's activity.
+	guest := func() *guestproto.Client {
 		s.mu.Lock()
-		s.notice += "[cellbox: " + msg + "]\n"
+		defer s.mu.Unlock()
+		return s.box.guest
+	}
+	return m.artifacts(s.tenant, s.id, guest, keep, wait, func(msg string) {
+		s.mu.Lock()
+		if len(s.notice) < maxNotice {
+			if room := maxNotice - len(s.notice); len(msg) > room {
+				msg = strings.ToValidUTF8(msg[:room], "") + "... (the log has the rest)"
+			}
+			s.notice += "[cellbox: " + msg + "]\n"
+		}
 		s.mu.Unlock()
+		m.saveSoon(s)
 	})
 }
 

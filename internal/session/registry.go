@@ -39,6 +39,9 @@ func (m *Manager) Create(ctx context.Context, req api.CreateSessionRequest) (*ap
 	if err := checkArtifacts(req.Artifacts); err != nil {
 		return nil, err
 	}
+	if len(req.Artifacts) > 0 && m.uploads == nil {
+		return nil, fmt.Errorf("artifacts: this server keeps no artifacts store (--artifacts-store), so no file would be kept: leave artifacts out: %w", errdefs.ErrFailedPrecondition)
+	}
 	if err := checkMetadata(req.Metadata); err != nil {
 		return nil, err
 	}
