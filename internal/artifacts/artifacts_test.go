@@ -39,27 +39,6 @@ func freePort(t *testing.T) string {
 	return port
 }
 
-// serve starts cmd, stopped when the test ends, and waits until addr takes connections.
-func serve(t *testing.T, cmd *exec.Cmd, addr string) {
-	t.Helper()
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			c.Close()
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s did not listen on %s:\n%s", cmd.Path, addr, out.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 func startS3(t *testing.T) { artifactstest.StartS3(t, bucket) }
 
 // startAzurite starts Azurite's blob service (testdata/azurite) with a container, and
@@ -71,7 +50,7 @@ func startAzurite(t *testing.T) {
 		testbin.Missing(t, "no Azurite: npm ci --prefix internal/artifacts/testdata/azurite (make test does)")
 	}
 	port := freePort(t)
-	serve(t, exec.Command(bin, "--blobHost", "127.0.0.1", "--blobPort", port, "--location", t.TempDir(), "--skipApiVersionCheck", "--loose", "--silent"), "127.0.0.1:"+port)
+	artifactstest.Serve(t, exec.Command(bin, "--blobHost", "127.0.0.1", "--blobPort", port, "--location", t.TempDir(), "--skipApiVersionCheck", "--loose", "--silent"), "127.0.0.1:"+port)
 	t.Setenv("AZURE_STORAGE_CONNECTION_STRING", "DefaultEndpointsProtocol=http;AccountName="+azAccount+";AccountKey="+azKey+
 		";BlobEndpoint=http://127.0.0.1:"+port+"/"+azAccount+";")
 	s, err := openAzblob(azContainer, "", Options{})

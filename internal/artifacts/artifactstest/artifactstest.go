@@ -38,7 +38,20 @@ func StartS3(t testing.TB, buckets ...string) string {
 	}
 	addr := l.Addr().String()
 	l.Close()
-	cmd := exec.Command(filepath.Join(dir, "versitygw"), "--access", Access, "--secret", Secret, "--port", addr, "posix", data)
+	Serve(t, exec.Command(filepath.Join(dir, "versitygw"), "--access", Access, "--secret", Secret, "--port", addr, "posix", data), addr)
+	t.Setenv("AWS_ACCESS_KEY_ID", Access)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", Secret)
+	t.Setenv("AWS_REGION", "us-east-1")
+	t.Setenv("AWS_ENDPOINT_URL_S3", "http://"+addr)
+	t.Setenv("AWS_CONFIG_FILE", filepath.Join(data, "none"))
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(data, "none"))
+	return "http://" + addr
+}
+
+// Serve starts cmd, a server, stopped when the test ends, and waits until addr takes
+// connections.
+func Serve(t testing.TB, cmd *exec.Cmd, addr string) {
+	t.Helper()
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
@@ -48,18 +61,11 @@ func StartS3(t testing.TB, buckets ...string) string {
 	for deadline := time.Now().Add(30 * time.Second); ; {
 		if c, err := net.Dial("tcp", addr); err == nil {
 			c.Close()
-			break
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("versitygw did not listen on %s:\n%s", addr, out.String())
+			t.Fatalf("%s did not listen on %s:\n%s", filepath.Base(cmd.Path), addr, out.String())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	t.Setenv("AWS_ACCESS_KEY_ID", Access)
-	t.Setenv("AWS_SECRET_ACCESS_KEY", Secret)
-	t.Setenv("AWS_REGION", "us-east-1")
-	t.Setenv("AWS_ENDPOINT_URL_S3", "http://"+addr)
-	t.Setenv("AWS_CONFIG_FILE", filepath.Join(data, "none"))
-	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(data, "none"))
-	return "http://" + addr
 }
