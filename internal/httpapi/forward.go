@@ -430,37 +430,53 @@ func (s *server) listConversationsInCluster(w http.ResponseWriter, r *http.Reque
 // node, with r's key, and returns their lists and, sorted, the nodes down or failing to
 // answer.
 func gather[L any](s *server, r *http.Request, path string) (lists []L, unavailable []string) {
+	var mu sync.Mutex
+	s.eachOther(r, func(_ context.Context, m cluster.Member) error {
+		l, err := listOn[L](s, r, m, path)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		lists = append(lists, l)
+		return nil
+	}, &unavailable)
+	return lists, unavailable
+}
+
+// eachOther runs do for every other node of the cluster, at once, each within 10 s; the
+// nodes that are down or whose do failed (logged) are added to unavailable, in name order.
+func (s *server) eachOther(r *http.Request, do func(context.Context, cluster.Member) error, unavailable *[]string) {
 	var (
 		mu sync.Mutex
 		wg sync.WaitGroup
 	)
+	fail := func(name string) {
+		mu.Lock()
+		defer mu.Unlock()
+		*unavailable = append(*unavailable, name)
+	}
 	for _, m := range s.opts.Cluster.Members() {
-		if m.Here {
+		switch {
+		case m.Here:
 			continue
-		}
-		if !m.Live {
-			mu.Lock() // the goroutines of earlier members append too
-			unavailable = append(unavailable, m.Name)
-			mu.Unlock()
+		case !m.Live:
+			fail(m.Name)
 			continue
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			l, err := listOn[L](s, r, m, path)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				s.log.Warn("list on another cluster node", "node", m.Name, "path", r.URL.Path, "err", err)
-				unavailable = append(unavailable, m.Name)
-				return
+			ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+			defer cancel()
+			if err := do(ctx, m); err != nil {
+				s.log.Warn("a call to another cluster node", "node", m.Name, "path", r.URL.Path, "err", err)
+				fail(m.Name)
 			}
-			lists = append(lists, l)
 		}()
 	}
 	wg.Wait()
-	sort.Strings(unavailable)
-	return lists, unavailable
+	sort.Strings(*unavailable)
 }
 
 // listOn sends a GET of path (a list; r's query when it is r's path) to node m, with r's key.

@@ -96,24 +96,12 @@ func (s *server) savedOn(r *http.Request, name string) (*api.SavedTool, []string
 		unavailable []string
 	)
 	s.eachOther(r, func(ctx context.Context, m cluster.Member) error {
-		res, err := s.getOn(ctx, r, m, "/v1/saved-tools/"+url.PathEscape(name))
-		if err != nil {
+		t, err := s.savedToolOn(ctx, r, m, name)
+		if err != nil || t == nil {
 			return err
 		}
-		defer res.Body.Close()
-		switch res.StatusCode {
-		case http.StatusNotFound:
-			return nil
-		case http.StatusOK:
-		default:
-			return fmt.Errorf("HTTP %d", res.StatusCode)
-		}
-		var t api.SavedTool
-		if err := json.NewDecoder(io.LimitReader(res.Body, 4<<20)).Decode(&t); err != nil || t.Name != name {
-			return fmt.Errorf("its saved tool %q does not decode", name)
-		}
 		mu.Lock()
-		found = append(found, t)
+		found = append(found, *t)
 		mu.Unlock()
 		return nil
 	}, &unavailable)
@@ -121,41 +109,6 @@ func (s *server) savedOn(r *http.Request, name string) (*api.SavedTool, []string
 		return &l[0], unavailable
 	}
 	return nil, unavailable
-}
-
-// eachOther runs do for every other node of the cluster, at once, each within 10 s; the
-// nodes that are down or whose do failed are added to unavailable, in name order.
-func (s *server) eachOther(r *http.Request, do func(context.Context, cluster.Member) error, unavailable *[]string) {
-	var (
-		mu sync.Mutex
-		wg sync.WaitGroup
-	)
-	fail := func(name string) {
-		mu.Lock()
-		defer mu.Unlock()
-		*unavailable = append(*unavailable, name)
-	}
-	for _, m := range s.opts.Cluster.Members() {
-		switch {
-		case m.Here:
-			continue
-		case !m.Live:
-			fail(m.Name)
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
-			defer cancel()
-			if err := do(ctx, m); err != nil {
-				s.log.Warn("saved tools on another cluster node", "node", m.Name, "path", r.URL.Path, "err", err)
-				fail(m.Name)
-			}
-		}()
-	}
-	wg.Wait()
-	sort.Strings(*unavailable)
 }
 
 func (s *server) getSavedTool(w http.ResponseWriter, r *http.Request) {
@@ -328,18 +281,37 @@ func (s *server) fetchSaved(r *http.Request, names []string) error {
 	return nil
 }
 
+// savedToolOn asks node m for the key's saved tool name: nil when m has none.
+func (s *server) savedToolOn(ctx context.Context, r *http.Request, m cluster.Member, name string) (*api.SavedTool, error) {
+	res, err := s.getOn(ctx, r, m, "/v1/saved-tools/"+url.PathEscape(name))
+	if err != nil {
+		return nil, err
+	}
+	defer res.Body.Close()
+	switch res.StatusCode {
+	case http.StatusNotFound:
+		return nil, nil
+	case http.StatusOK:
+	default:
+		return nil, fmt.Errorf("HTTP %d", res.StatusCode)
+	}
+	var t api.SavedTool
+	if err := json.NewDecoder(io.LimitReader(res.Body, 4<<20)).Decode(&t); err != nil || t.Name != name {
+		return nil, fmt.Errorf("its saved tool %q does not decode", name)
+	}
+	return &t, nil
+}
+
 // copySaved copies the key's saved tool name from node m to this node's library.
 func (s *server) copySaved(r *http.Request, m cluster.Member, name string) error {
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
-	res, err := s.getOn(ctx, r, m, "/v1/saved-tools/"+url.PathEscape(name))
+	t, err := s.savedToolOn(ctx, r, m, name)
+	if err == nil && t == nil {
+		err = errors.New("it has none now")
+	}
 	if err != nil {
-		return err
+		return fmt.Errorf("the saved tool %s could not be fetched from cluster node %s (%v): %w", name, m.Name, err, errdefs.ErrUnavailable)
 	}
-	defer res.Body.Close()
-	var t api.SavedTool
-	if res.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(res.Body, 4<<20)).Decode(&t) != nil || t.Name != name {
-		return fmt.Errorf("the saved tool %s could not be fetched from cluster node %s (HTTP %d): %w", name, m.Name, res.StatusCode, errdefs.ErrUnavailable)
-	}
-	return s.m.KeepSavedTool(r.Context(), t)
+	return s.m.KeepSavedTool(r.Context(), *t)
 }
