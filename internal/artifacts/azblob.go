@@ -84,7 +84,11 @@ func (s *azStore) URL(ctx context.Context, key string, ttl time.Duration) (strin
 	if err != nil {
 		return "", time.Time{}, fmt.Errorf("sign a URL to %s: %s", s.Name(key), azMessage(err))
 	}
-	return u, exp, nil
+	// The SDK escapes the name's slashes (%2F); the service takes them as they are, and
+	// the signature is over the name, not its spelling: a link with folders in it reads as
+	// one.
+	_, query, _ := strings.Cut(u, "?")
+	return publicURL(s.client.URL(), key) + "?" + query, exp, nil
 }
 
 // azMessage is what the service said, without the SDK's request dump.

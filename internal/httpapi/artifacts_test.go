@@ -15,18 +15,14 @@ import (
 	"github.com/cellbox/cellbox/internal/testbin"
 )
 
-// TestArtifacts: with --artifacts-store on a real S3 server (versitygw), what a cell, a
-// command or a one-shot changes is uploaded: the result names each object and gives its
-// presigned URL at once, which works without credentials once the upload is done (awaited
-// when links were asked), and outlives the session; a bucket that refuses is reported in
-// the result (links asked) or in the next one, and the cell itself is fine.
+// TestArtifacts: with --artifacts-store on a real S3 server (versitygw) and on Azure's
+// emulator (Azurite), what a cell, a command or a one-shot changes is uploaded: the result
+// names each object and gives its presigned URL at once, which works without credentials
+// once the upload is done (awaited when links were asked), and outlives the session; a
+// session's patterns choose the files; a bucket that refuses is reported in the result
+// (links asked) or in the next one, and the cell itself is fine.
 func TestArtifacts(t *testing.T) {
-	s3URL := artifactstest.StartS3(t, "artifacts")
-	k := startKeyed(t, func(c *config.Config) { c.ArtifactsStore = "s3://artifacts/runs" })
 	alice := "Authorization: Bearer " + aliceKey
-	a := k.do(t, "POST", "/v1/sessions", "{}", alice)
-	var sess api.Session
-	json.Unmarshal(a.body, &sess)
 	get := func(u string) (int, string) {
 		res, err := http.Get(u)
 		if err != nil {
@@ -36,7 +32,7 @@ func TestArtifacts(t *testing.T) {
 		b, _ := io.ReadAll(res.Body)
 		return res.StatusCode, string(b)
 	}
-	exec := func(id string, req api.ExecuteRequest) api.ExecuteResult {
+	exec := func(t *testing.T, k *keyed, id string, req api.ExecuteRequest) api.ExecuteResult {
 		t.Helper()
 		body, _ := json.Marshal(req)
 		a := k.do(t, "POST", "/v1/sessions/"+id+"/execute", string(body), alice)
@@ -46,52 +42,70 @@ func TestArtifacts(t *testing.T) {
 		}
 		return res
 	}
+	for _, kind := range []string{"s3", "azblob"} {
+		t.Run(kind, func(t *testing.T) {
+			// Where the objects are: the URL they are downloaded from, the name the result gives.
+			var urls string
+			if kind == "s3" {
+				urls = artifactstest.StartS3(t, "artifacts") + "/artifacts/runs/"
+			} else {
+				urls = artifactstest.StartAzurite(t, "artifacts") + "/artifacts/runs/"
+			}
+			k := startKeyed(t, func(c *config.Config) { c.ArtifactsStore = kind + "://artifacts/runs" })
+			a := k.do(t, "POST", "/v1/sessions", "{}", alice)
+			var sess api.Session
+			json.Unmarshal(a.body, &sess)
 
-	// Links asked: the upload is done when the result comes.
-	res := exec(sess.ID, api.ExecuteRequest{Code: "open('chart.png', 'wb').write(b'PNG!')", Links: true})
-	// Named by tenant (hashed), session and run: a later run's chart.png is another object.
-	if len(res.Files) != 1 || !strings.HasPrefix(res.Files[0].URL, s3URL+"/artifacts/runs/") || !strings.HasPrefix(res.Files[0].Object, "s3://artifacts/runs/t-") ||
-		!strings.Contains(res.Files[0].Object, "/"+sess.ID+"/r-") || !strings.HasSuffix(res.Files[0].Object, "/chart.png") || res.Message != "" {
-		t.Fatalf("result %+v", res)
-	}
-	if st, body := get(res.Files[0].URL); st != 200 || body != "PNG!" {
-		t.Errorf("the object's URL: %d %q", st, body)
-	}
-	// Not asked: the URL comes at once, the object when its upload (beside the next cell) ends.
-	res = exec(sess.ID, api.ExecuteRequest{Code: "open('later.txt', 'w').write('later')"})
-	if len(res.Files) != 1 || res.Files[0].URL == "" {
-		t.Fatalf("result %+v", res)
-	}
-	testbin.WaitFor(t, 30*time.Second, "the upload of later.txt", func() error {
-		if st, body := get(res.Files[0].URL); st != 200 || body != "later" {
-			return fmt.Errorf("%d %q", st, body)
-		}
-		return nil
-	})
-	// A command's files too.
-	a = k.do(t, "POST", "/v1/sessions/"+sess.ID+"/commands", `{"cmd": ["sh", "-c", "echo cmd > cmd.txt"], "links": true}`, alice)
-	var cr api.CommandResult
-	if json.Unmarshal(a.body, &cr) != nil || len(cr.Files) != 1 {
-		t.Fatalf("command: %d %s", a.status, a.body)
-	}
-	if st, body := get(cr.Files[0].URL); st != 200 || body != "cmd\n" {
-		t.Errorf("a command's file: %d %q", st, body)
-	}
-	// The objects outlive the session.
-	k.do(t, "DELETE", "/v1/sessions/"+sess.ID, "", alice)
-	if st, _ := get(res.Files[0].URL); st != 200 {
-		t.Errorf("an object after its session ended: %d", st)
-	}
-	// A one-shot's files, uploaded before its sandbox goes.
-	a = k.do(t, "POST", "/v1/execute", `{"code": "open('once.txt', 'w').write('once')", "links": true}`, alice)
-	var once api.ExecuteResult
-	if json.Unmarshal(a.body, &once) != nil || len(once.Files) != 1 {
-		t.Fatalf("one-shot: %d %s", a.status, a.body)
-	}
-	if st, body := get(once.Files[0].URL); st != 200 || body != "once" {
-		t.Errorf("a one-shot's file: %d %q", st, body)
+			// Links asked: the upload is done when the result comes.
+			res := exec(t, k, sess.ID, api.ExecuteRequest{Code: "open('chart.png', 'wb').write(b'PNG!')", Links: true})
+			// Named by tenant (hashed), session and run: a later run's chart.png is another object.
+			if len(res.Files) != 1 || !strings.HasPrefix(res.Files[0].URL, urls) || !strings.HasPrefix(res.Files[0].Object, kind+"://artifacts/runs/t-") ||
+				!strings.Contains(res.Files[0].Object, "/"+sess.ID+"/r-") || !strings.HasSuffix(res.Files[0].Object, "/chart.png") || res.Message != "" {
+				t.Fatalf("result %+v", res)
+			}
+			if st, body := get(res.Files[0].URL); st != 200 || body != "PNG!" {
+				t.Errorf("the object's URL: %d %q", st, body)
+			}
+			// Not asked: the URL comes at once, the object when its upload (beside the next cell) ends.
+			res = exec(t, k, sess.ID, api.ExecuteRequest{Code: "open('later.txt', 'w').write('later')"})
+			if len(res.Files) != 1 || res.Files[0].URL == "" {
+				t.Fatalf("result %+v", res)
+			}
+			testbin.WaitFor(t, 30*time.Second, "the upload of later.txt", func() error {
+				if st, body := get(res.Files[0].URL); st != 200 || body != "later" {
+					return fmt.Errorf("%d %q", st, body)
+				}
+				return nil
+			})
+			// A command's files too.
+			a = k.do(t, "POST", "/v1/sessions/"+sess.ID+"/commands", `{"cmd": ["sh", "-c", "echo cmd > cmd.txt"], "links": true}`, alice)
+			var cr api.CommandResult
+			if json.Unmarshal(a.body, &cr) != nil || len(cr.Files) != 1 {
+				t.Fatalf("command: %d %s", a.status, a.body)
+			}
+			if st, body := get(cr.Files[0].URL); st != 200 || body != "cmd\n" {
+				t.Errorf("a command's file: %d %q", st, body)
+			}
+			// The objects outlive the session.
+			k.do(t, "DELETE", "/v1/sessions/"+sess.ID, "", alice)
+			if st, _ := get(res.Files[0].URL); st != 200 {
+				t.Errorf("an object after its session ended: %d", st)
+			}
+			// A one-shot's files, uploaded before its sandbox goes.
+			a = k.do(t, "POST", "/v1/execute", `{"code": "open('once.txt', 'w').write('once')", "links": true}`, alice)
+			var once api.ExecuteResult
+			if json.Unmarshal(a.body, &once) != nil || len(once.Files) != 1 {
+				t.Fatalf("one-shot: %d %s", a.status, a.body)
+			}
+			if st, body := get(once.Files[0].URL); st != 200 || body != "once" {
+				t.Errorf("a one-shot's file: %d %q", st, body)
+			}
+		})
 	}
 
+	// The rest on S3.
+	artifactstest.StartS3(t, "artifacts")
+	k := startKeyed(t, func(c *config.Config) { c.ArtifactsStore = "s3://artifacts/runs" })
 	t.Run("a session's patterns", func(t *testing.T) {
 		a := k.do(t, "POST", "/v1/sessions", `{"artifacts": ["*.png", "out/*"]}`, alice)
 		var sess api.Session
@@ -99,7 +113,7 @@ func TestArtifacts(t *testing.T) {
 		if len(sess.Artifacts) != 2 {
 			t.Fatalf("session %d %s", a.status, a.body)
 		}
-		res := exec(sess.ID, api.ExecuteRequest{Code: "import os\nos.makedirs('out', exist_ok=True)\nfor p in ['a.png', 'deep/b.png', 'notes.txt', 'out/c.csv']:\n    os.makedirs(os.path.dirname(p) or '.', exist_ok=True)\n    open(p, 'w').write(p)", Links: true})
+		res := exec(t, k, sess.ID, api.ExecuteRequest{Code: "import os\nos.makedirs('out', exist_ok=True)\nfor p in ['a.png', 'deep/b.png', 'notes.txt', 'out/c.csv']:\n    os.makedirs(os.path.dirname(p) or '.', exist_ok=True)\n    open(p, 'w').write(p)", Links: true})
 		kept := map[string]bool{}
 		for _, f := range res.Files {
 			kept[f.Path] = f.Object != ""

@@ -1,15 +1,20 @@
-// Package artifactstest starts a real S3 server for tests: versitygw, built by
-// scripts/s3-tools.sh (the folder in CELLBOX_S3_TOOLS), on a temporary folder.
+// Package artifactstest starts real object stores for tests, on temporary folders: an S3
+// server, versitygw, built by scripts/s3-tools.sh (the folder in CELLBOX_S3_TOOLS), and
+// Azure's emulator, Azurite, from npm (internal/artifacts/testdata/azurite).
 package artifactstest
 
 import (
 	"bytes"
+	"context"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob"
 
 	"github.com/cellbox/cellbox/internal/testbin"
 )
@@ -19,6 +24,52 @@ const (
 	Access = "cellboxtest"
 	Secret = "cellboxtestsecret"
 )
+
+// The account of the Azurite StartAzurite starts: its published, well-known development
+// account and key.
+const (
+	AzureAccount = "devstoreaccount1"
+	AzureKey     = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+)
+
+// freeAddr is a loopback address with a port nothing listens on.
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// StartAzurite starts Azurite's blob service with the containers named, stopped when the
+// test ends, and points AZURE_STORAGE_CONNECTION_STRING at it (t.Setenv). It returns the
+// account's URL (http://ADDR/devstoreaccount1).
+func StartAzurite(t testing.TB, containers ...string) string {
+	t.Helper()
+	_, self, _, _ := runtime.Caller(0)
+	bin := filepath.Join(filepath.Dir(self), "..", "testdata", "azurite", "node_modules", ".bin", "azurite-blob")
+	if _, err := os.Stat(bin); err != nil {
+		testbin.Missing(t, "no Azurite: npm ci --prefix internal/artifacts/testdata/azurite (make test does)")
+	}
+	addr := freeAddr(t)
+	host, port, _ := net.SplitHostPort(addr)
+	Serve(t, exec.Command(bin, "--blobHost", host, "--blobPort", port, "--location", t.TempDir(), "--skipApiVersionCheck", "--loose", "--silent"), addr)
+	account := "http://" + addr + "/" + AzureAccount
+	cs := "DefaultEndpointsProtocol=http;AccountName=" + AzureAccount + ";AccountKey=" + AzureKey + ";BlobEndpoint=" + account + ";"
+	t.Setenv("AZURE_STORAGE_CONNECTION_STRING", cs)
+	c, err := azblob.NewClientFromConnectionString(cs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range containers {
+		if _, err := c.CreateContainer(context.Background(), name, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return account
+}
 
 // StartS3 starts versitygw with the buckets named, stopped when the test ends, and points
 // the AWS variables at it (for this test: t.Setenv). It returns the server's URL.
@@ -32,12 +83,7 @@ func StartS3(t testing.TB, buckets ...string) string {
 	for _, b := range buckets {
 		os.Mkdir(filepath.Join(data, b), 0o755)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
+	addr := freeAddr(t)
 	Serve(t, exec.Command(filepath.Join(dir, "versitygw"), "--access", Access, "--secret", Secret, "--port", addr, "posix", data), addr)
 	t.Setenv("AWS_ACCESS_KEY_ID", Access)
 	t.Setenv("AWS_SECRET_ACCESS_KEY", Secret)
