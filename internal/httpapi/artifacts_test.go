@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/internal/artifacts/artifactstest"
 	"github.com/cellbox/cellbox/internal/config"
@@ -86,6 +88,24 @@ func TestArtifacts(t *testing.T) {
 			if st, body := get(cr.Files[0].URL); st != 200 || body != "cmd\n" {
 				t.Errorf("a command's file: %d %q", st, body)
 			}
+			// MCP's python results name the object's URL, for the model to hand on.
+			cs := k.mcpClient(t, "Authorization", "Bearer "+aliceKey)
+			mres, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "python", Arguments: map[string]any{"code": "open('mcp.txt', 'w').write('mcp')"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			text := callText(mres)
+			_, link, ok := strings.Cut(text, "/mnt/data/mcp.txt (created, 3 B), link for the user: ")
+			link, _, _ = strings.Cut(link, "\n")
+			if !ok || !strings.HasPrefix(link, urls) {
+				t.Fatalf("MCP's result: %s", text)
+			}
+			testbin.WaitFor(t, 30*time.Second, "the upload of mcp.txt", func() error {
+				if st, body := get(link); st != 200 || body != "mcp" {
+					return fmt.Errorf("%d %q", st, body)
+				}
+				return nil
+			})
 			// The objects outlive the session.
 			k.do(t, "DELETE", "/v1/sessions/"+sess.ID, "", alice)
 			if st, _ := get(res.Files[0].URL); st != 200 {
