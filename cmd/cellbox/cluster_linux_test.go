@@ -31,6 +31,7 @@ import (
 
 	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/client"
+	"github.com/cellbox/cellbox/internal/artifacts/artifactstest"
 	"github.com/cellbox/cellbox/internal/cluster/clustertest"
 	"github.com/cellbox/cellbox/internal/config"
 	"github.com/cellbox/cellbox/internal/llm/llmtest"
@@ -237,6 +238,9 @@ func TestClusterOtherAPIs(t *testing.T) {
 	})
 	t.Setenv("OPENAI_BASE_URL", llm.URL)
 	t.Setenv("OPENAI_API_KEY", llm.Key)
+	// The nodes keep what runs make in one bucket (the Artifacts subtest).
+	s3 := artifactstest.StartS3(t, "artifacts")
+	t.Setenv("CELLBOX_ARTIFACTS_STORE", "s3://artifacts/cluster")
 	tc := newTestCluster(t, "node-a", "node-b")
 	ctx := t.Context()
 	s, err := tc.clients["node-a"].CreateSession(ctx, api.CreateSessionRequest{})
@@ -351,6 +355,27 @@ func TestClusterOtherAPIs(t *testing.T) {
 	t.Run("OpenAI", func(t *testing.T) { clusterOpenAI(t, tc, call, s.ID, own, other) })
 	t.Run("SavedTools", func(t *testing.T) { clusterSavedTools(t, tc, call, s.ID, own, other) })
 	t.Run("Links", func(t *testing.T) { clusterLinks(t, tc, call, s.ID, own, other) })
+	t.Run("Artifacts", func(t *testing.T) { clusterArtifacts(t, call, s3, s.ID, own, other) })
+}
+
+// clusterArtifacts: a cell run through the node without its session has its files kept by
+// the session's node, and the result that comes back through the other names the objects,
+// their URLs working (links asked: uploaded before the answer).
+func clusterArtifacts(t *testing.T, call func(node, method, path string, body, out any) int, s3, sid, own, other string) {
+	var res api.ExecuteResult
+	if st := call(other, "POST", "/v1/sessions/"+sid+"/execute", api.ExecuteRequest{Code: "open('kept.txt', 'w').write('in the bucket')", Links: true}, &res); st != http.StatusOK ||
+		len(res.Files) != 1 || !strings.HasPrefix(res.Files[0].Object, "s3://artifacts/cluster/t-") || !strings.Contains(res.Files[0].Object, "/"+sid+"/") ||
+		!strings.HasPrefix(res.Files[0].URL, s3+"/artifacts/cluster/") || res.Message != "" {
+		t.Fatalf("a cell through %s in %s's session: HTTP %d, %+v", other, own, st, res)
+	}
+	got, err := http.Get(res.Files[0].URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer got.Body.Close()
+	if b, _ := io.ReadAll(got.Body); got.StatusCode != http.StatusOK || string(b) != "in the bucket" {
+		t.Errorf("the object's URL: HTTP %d, %q", got.StatusCode, b)
+	}
 }
 
 // clusterLinks: a link to a file of a session on one node, signed through the other, works
