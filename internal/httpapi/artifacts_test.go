@@ -111,6 +111,21 @@ func TestArtifacts(t *testing.T) {
 			if st, _ := get(res.Files[0].URL); st != 200 {
 				t.Errorf("an object after its session ended: %d", st)
 			}
+			// A session ended at once, its uploads still going: it waits for them (the
+			// URLs were given).
+			a = k.do(t, "POST", "/v1/sessions", "{}", alice)
+			var quick api.Session
+			json.Unmarshal(a.body, &quick)
+			res = exec(t, k, quick.ID, api.ExecuteRequest{Code: "open('big.bin', 'wb').write(b'x' * (48 << 20))"})
+			if len(res.Files) != 1 || res.Files[0].URL == "" {
+				t.Fatalf("result %+v", res)
+			}
+			if a := k.do(t, "DELETE", "/v1/sessions/"+quick.ID, "", alice); a.status != 204 {
+				t.Fatalf("DELETE: %d %s", a.status, a.body)
+			}
+			if st, body := get(res.Files[0].URL); st != 200 || len(body) != 48<<20 {
+				t.Errorf("the object of a session ended at once: %d, %d bytes", st, len(body))
+			}
 			// A one-shot's files, uploaded before its sandbox goes.
 			a = k.do(t, "POST", "/v1/execute", `{"code": "open('once.txt', 'w').write('once')", "links": true}`, alice)
 			var once api.ExecuteResult

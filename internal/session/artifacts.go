@@ -47,13 +47,14 @@ type uploader struct {
 	sem   chan struct{}
 
 	mu     sync.Mutex
-	queued map[string]int // uploads waiting or running, by session
+	queued map[string]int           // uploads waiting or running, by session
+	idle   map[string]chan struct{} // closed when that session's last upload ends
 }
 
 // UseArtifacts makes the manager upload what runs change to store, with URLs that live ttl
 // (a public store's live for good).
 func (m *Manager) UseArtifacts(store artifacts.Store, ttl time.Duration) {
-	m.uploads = &uploader{store: store, ttl: ttl, sem: make(chan struct{}, uploadsAtOnce), queued: map[string]int{}}
+	m.uploads = &uploader{store: store, ttl: ttl, sem: make(chan struct{}, uploadsAtOnce), queued: map[string]int{}, idle: map[string]chan struct{}{}}
 }
 
 // HasArtifacts says whether runs' files are uploaded to an artifacts store.
@@ -64,10 +65,14 @@ func (u *uploader) take(id string, n int) int {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	n = min(n, maxQueued-u.queued[id])
-	if n > 0 {
-		u.queued[id] += n
+	if n <= 0 {
+		return 0
 	}
-	return max(n, 0)
+	if u.queued[id] == 0 {
+		u.idle[id] = make(chan struct{})
+	}
+	u.queued[id] += n
+	return n
 }
 
 func (u *uploader) done(id string) {
@@ -75,6 +80,31 @@ func (u *uploader) done(id string) {
 	defer u.mu.Unlock()
 	if u.queued[id]--; u.queued[id] <= 0 {
 		delete(u.queued, id)
+		close(u.idle[id])
+		delete(u.idle, id)
+	}
+}
+
+// drainUploads waits until the uploads of session id have ended, or maxUploadWait has passed, or
+// ctx ends: a session that ends (or a server that exits) keeps its sandbox until then, so
+// that the objects whose URLs its results gave are there.
+func (m *Manager) drainUploads(ctx context.Context, id string) {
+	u := m.uploads
+	if u == nil {
+		return
+	}
+	u.mu.Lock()
+	idle, n := u.idle[id], u.queued[id]
+	u.mu.Unlock()
+	if idle == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, maxUploadWait)
+	defer cancel()
+	select {
+	case <-idle:
+	case <-ctx.Done():
+		m.log.Warn("artifacts uploads still going when their session's sandbox went; those files are not kept", "session_id", id, "uploads", n)
 	}
 }
 

@@ -232,11 +232,13 @@ func (m *Manager) end(ctx context.Context, id string, why EndReason) error {
 	}
 	s.saveMu.Unlock()
 	m.log.Info("session ended", "session_id", id, "tenant", s.tenant)
+	m.drainUploads(ctx, id)
 	return m.discard(ctx, b, true)
 }
 
-// detach saves the session's record and lets go of its sandbox, which runs on.
-func (m *Manager) detach(s *Session) {
+// detach saves the session's record and lets go of its sandbox, which runs on, once its
+// uploads have ended (within ctx).
+func (m *Manager) detach(ctx context.Context, s *Session) {
 	m.save(s)
 	if m.unregister(s.id, EndServerExit, true) == nil {
 		return
@@ -245,6 +247,7 @@ func (m *Manager) detach(s *Session) {
 	s.closed = true
 	b := s.box
 	s.mu.Unlock()
+	m.drainUploads(ctx, s.id)
 	b.guest.Close()
 	if err := b.sb.Detach(); err != nil {
 		m.log.Warn("detach sandbox", "session_id", s.id, "err", err)

@@ -34,7 +34,7 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 		go func() {
 			defer wg.Done()
 			if m.keep {
-				m.detach(s)
+				m.detach(ctx, s)
 				return
 			}
 			if err := m.end(ctx, s.id, EndServerExit); err != nil {
