@@ -40,6 +40,10 @@ type Options struct {
 	// PublicURL, when the bucket or container can be read by anyone, is the URL its keys
 	// follow ("https://artifacts.example.com/"): URLs are PublicURL + key, with no expiry.
 	PublicURL string
+	// SpoolDir is where the S3 store writes a file before its upload (the SDK signs a
+	// payload it reads twice): a folder of the store's own, emptied when it opens, so that
+	// what a crash left goes. Empty: the system's temporary folder.
+	SpoolDir string
 }
 
 // MaxTTL is the longest a presigned URL lives (S3's limit for SigV4).

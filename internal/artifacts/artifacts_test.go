@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -84,6 +85,25 @@ func TestStores(t *testing.T) {
 			other := strings.Replace(u, "chart%20one.png", "chart%20two.png", 1)
 			if res, err := http.Get(other); err != nil || res.StatusCode < 400 {
 				t.Errorf("another object by the URL's signature: %v %v", err, res.StatusCode)
+			}
+
+			if kind == "s3" {
+				t.Run("spool", func(t *testing.T) {
+					// What a crash left in the spool goes when the store opens; a put leaves nothing.
+					dir := filepath.Join(t.TempDir(), "spool")
+					os.MkdirAll(dir, 0o700)
+					os.WriteFile(filepath.Join(dir, "cellbox-artifact-left"), []byte("old"), 0o600)
+					s, err := Open(ctx, spec, Options{SpoolDir: dir})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := s.Put(ctx, key, bytes.NewReader(body), int64(len(body)), "image/png"); err != nil {
+						t.Fatal(err)
+					}
+					if left, err := os.ReadDir(dir); err != nil || len(left) != 0 {
+						t.Errorf("the spool after a put: %v, %v", left, err)
+					}
+				})
 			}
 
 			t.Run("large file streams", func(t *testing.T) {

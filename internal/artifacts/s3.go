@@ -24,6 +24,7 @@ type s3Store struct {
 	client         *s3.Client
 	presign        *s3.PresignClient
 	public         string
+	spool          string // Options.SpoolDir
 }
 
 func openS3(ctx context.Context, bucket, prefix string, opts Options) (*s3Store, error) {
@@ -31,9 +32,17 @@ func openS3(ctx context.Context, bucket, prefix string, opts Options) (*s3Store,
 	if err != nil {
 		return nil, fmt.Errorf("artifacts store s3://%s: the AWS configuration: %w", bucket, err)
 	}
+	if opts.SpoolDir != "" {
+		if err := os.RemoveAll(opts.SpoolDir); err != nil {
+			return nil, fmt.Errorf("artifacts store s3://%s: empty the spool: %w", bucket, err)
+		}
+		if err := os.MkdirAll(opts.SpoolDir, 0o700); err != nil {
+			return nil, fmt.Errorf("artifacts store s3://%s: the spool: %w", bucket, err)
+		}
+	}
 	custom := os.Getenv("AWS_ENDPOINT_URL_S3") != "" || os.Getenv("AWS_ENDPOINT_URL") != ""
 	client := s3.NewFromConfig(cfg, func(o *s3.Options) { o.UsePathStyle = custom })
-	return &s3Store{bucket: bucket, prefix: prefix, client: client, presign: s3.NewPresignClient(client), public: opts.PublicURL}, nil
+	return &s3Store{bucket: bucket, prefix: prefix, client: client, presign: s3.NewPresignClient(client), public: opts.PublicURL, spool: opts.SpoolDir}, nil
 }
 
 func (s *s3Store) Key(tenant, session, rel string) string { return Key(s.prefix, tenant, session, rel) }
@@ -43,7 +52,7 @@ func (s *s3Store) Name(key string) string { return "s3://" + s.bucket + "/" + ke
 // Put spools body to a temporary file first: the SDK signs a payload it can read twice,
 // and a file keeps the server's memory flat whatever the size.
 func (s *s3Store) Put(ctx context.Context, key string, body io.Reader, size int64, contentType string) error {
-	f, err := os.CreateTemp("", "cellbox-artifact-*")
+	f, err := os.CreateTemp(s.spool, "cellbox-artifact-*")
 	if err != nil {
 		return fmt.Errorf("spool %s: %w", s.Name(key), err)
 	}

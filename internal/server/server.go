@@ -306,7 +306,8 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (_ *Server, err
 		oai = o
 	}
 	if cfg.ArtifactsStore != "" {
-		store, err := artifacts.Open(ctx, cfg.ArtifactsStore, artifacts.Options{PublicURL: cfg.ArtifactsPublicURL})
+		store, err := artifacts.Open(ctx, cfg.ArtifactsStore, artifacts.Options{PublicURL: cfg.ArtifactsPublicURL,
+			SpoolDir: filepath.Join(cfg.StateDir, "artifacts-spool")})
 		if err != nil {
 			ln.Close()
 			m.Shutdown(ctx)
