@@ -72,6 +72,10 @@ func Open(ctx context.Context, spec string, opts Options) (Store, error) {
 	return nil, fmt.Errorf("artifacts store %q: the scheme is s3 or azblob: %w", spec, errdefs.ErrInvalidArgument)
 }
 
+// MaxKey is the longest object name, in bytes, both services take (S3's 1,024 bytes;
+// Azure's 1,024 characters).
+const MaxKey = 1024
+
 // Key names the object of a file: the store's prefix, a hash of the tenant (a tenant's
 // name stays out of URLs), the session and the file's clean path in the workspace.
 func Key(prefix, tenant, session, rel string) string {

@@ -172,6 +172,21 @@ func TestArtifacts(t *testing.T) {
 		}
 	})
 
+	t.Run("a name too long for the store", func(t *testing.T) {
+		a := k.do(t, "POST", "/v1/sessions", "{}", alice)
+		var sess api.Session
+		json.Unmarshal(a.body, &sess)
+		res := exec(t, k, sess.ID, api.ExecuteRequest{Code: "import os\nd = '/'.join(['d' * 200] * 5)\nos.makedirs(d)\nopen(d + '/deep.txt', 'w').write('x')\nopen('short.txt', 'w').write('y')", Links: true})
+		if res.Status != api.StatusOK || len(res.Files) != 2 || !strings.Contains(res.Message, "deep.txt (its path is too long for an object's name") {
+			t.Fatalf("result %+v", res)
+		}
+		for _, f := range res.Files {
+			if long := strings.HasSuffix(f.Path, "deep.txt"); long != (f.Object == "") {
+				t.Errorf("%.40s...: object %q", f.Path, f.Object)
+			}
+		}
+	})
+
 	t.Run("a bucket that refuses", func(t *testing.T) {
 		k := startKeyed(t, func(c *config.Config) { c.ArtifactsStore = "s3://no-such-bucket/runs" })
 		a := k.do(t, "POST", "/v1/sessions", "{}", alice)

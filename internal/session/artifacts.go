@@ -162,6 +162,11 @@ func (m *Manager) artifacts(tenant, id string, guest func() *guestproto.Client, 
 			continue
 		}
 		key := u.store.Key(tenant, id, folder+"/"+rel)
+		if len(key) > artifacts.MaxKey {
+			u.done(id)
+			failed = append(failed, fmt.Sprintf("%s (its path is too long for an object's name: %d bytes, at most %d with the store's prefix)", f.Path, len(key), artifacts.MaxKey))
+			continue
+		}
 		url, _, err := u.store.URL(ctx, key, u.ttl)
 		if err != nil {
 			u.done(id)
