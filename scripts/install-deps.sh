@@ -57,29 +57,41 @@ if ((with_test)); then
 	command -v node >/dev/null || missing+=(nodejs)
 	command -v npm >/dev/null || missing+=(npm)
 fi
-((${#missing[@]} == 0)) && exit 0
-
 sudo=()
-if ((EUID != 0)); then
-	if command -v sudo >/dev/null; then
-		sudo=(sudo)
-	else
+((EUID == 0)) || ! command -v sudo >/dev/null || sudo=(sudo)
+
+if ((${#missing[@]} > 0)); then
+	if ((EUID != 0)) && ((${#sudo[@]} == 0)); then
 		say "missing: ${missing[*]}"
 		say "run this script as root, or install sudo, to install them"
 		exit 1
 	fi
+
+	log=$(mktemp "${TMPDIR:-/tmp}/install-deps.XXXXXX")
+	trap 'rm -f "$log"' EXIT
+	apt() {
+		if ! "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -q -y "$@" >"$log" 2>&1 </dev/null; then
+			say "apt-get $1 failed:"
+			tail -n 30 "$log" >&2
+			exit 1
+		fi
+	}
+	say "updating the package lists"
+	apt update
+	say "installing: ${missing[*]}"
+	apt install --no-install-recommends "${missing[@]}"
 fi
 
-log=$(mktemp "${TMPDIR:-/tmp}/install-deps.XXXXXX")
-trap 'rm -f "$log"' EXIT
-apt() {
-	if ! "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -q -y "$@" >"$log" 2>&1 </dev/null; then
-		say "apt-get $1 failed:"
-		tail -n 30 "$log" >&2
-		exit 1
+# gVisor, current: Debian's runsc is of 2022 (docs/security.md lists its bugs). runsc is
+# built at the version tools/runsc pins (scripts/runsc.sh; Go needed, as for cellbox) and
+# installed as /usr/local/bin/runsc, ahead of Debian's /usr/bin/runsc in PATH. Without Go,
+# Debian's stays, and this says so.
+runsc_dst=/usr/local/bin/runsc
+if built=$("${sudo[@]}" "$(dirname "$0")/runsc.sh"); then
+	if ! cmp -s "$built" "$runsc_dst"; then
+		say "installing $runsc_dst ($("$built" --version | head -n 1))"
+		"${sudo[@]}" install -m 0755 "$built" "$runsc_dst"
 	fi
-}
-say "updating the package lists"
-apt update
-say "installing: ${missing[*]}"
-apt install --no-install-recommends "${missing[@]}"
+else
+	say "could not build gVisor's runsc (above); Debian's $(command -v runsc || echo runsc) stays: it is of 2022"
+fi

@@ -172,3 +172,11 @@ func dialUnixIn(ctx context.Context, dir, name string) (net.Conn, error) {
 	var dialer net.Dialer
 	return dialer.DialContext(ctx, "unix", fmt.Sprintf("/proc/self/fd/%d", fd))
 }
+
+// unpinNullNetns unmounts what runsc bind-mounts at ROOT/null-netns: the empty network
+// namespace its gofers share, pinned there for good (a folder with a mount in it cannot be
+// removed). runsc pins it again at its next sandbox; the sandboxes running keep theirs.
+func unpinNullNetns(root string) {
+	for unix.Unmount(filepath.Join(root, "null-netns"), unix.MNT_DETACH) == nil {
+	}
+}

@@ -317,6 +317,9 @@ func (b *Backend) Close() error {
 	if b.templates != nil {
 		b.templates.close()
 	}
+	if b.gvisor {
+		unpinNullNetns(b.root)
+	}
 	return nil
 }
 
