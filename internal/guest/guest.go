@@ -42,6 +42,9 @@ type Options struct {
 	// Cgroup is the folder where the sandbox's own cgroup files are visible, e.g.
 	// /sys/fs/cgroup; "" turns OOM accounting off (an OOM kill is then reported as a crash).
 	Cgroup string
+	// MemoryMB, when not 0, is user code's memory limit, kept by the guest itself (see
+	// memWatch): for a sandbox whose kernel has no OOM killer that acts inside it (gVisor).
+	MemoryMB int
 	// MplCache is an optional folder holding a prebuilt matplotlib font cache; the kernel's
 	// private MPLCONFIGDIR is seeded from it.
 	MplCache string
@@ -83,6 +86,7 @@ func Main(args []string) int {
 	}
 	workspace := fs.String("workspace", api.WorkspaceDir, "the workspace folder, seen by users as "+api.WorkspaceDir)
 	cgroup := fs.String("cgroup", "", "folder with the sandbox's own cgroup files, e.g. /sys/fs/cgroup (empty: no OOM accounting)")
+	memoryMB := fs.Int("memory-mb", 0, "keep user code's memory under this many MiB: past it, kill the process that holds the most (for gVisor, whose host OOM kill would end the whole sandbox; 0: the sandbox's kernel does)")
 	mplCache := fs.String("mpl-cache", "", "optional read-only folder with a prebuilt matplotlib font cache")
 	userUID := fs.Int("user-uid", 0, "run user code (kernel, commands) as this uid; 0: as the guest's own")
 	userGID := fs.Int("user-gid", 0, "with --user-uid: the gid of user code")
@@ -127,7 +131,7 @@ func Main(args []string) int {
 	log := slog.New(slog.NewTextHandler(&cappedWriter{w: os.Stderr, left: maxLog}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	protect(log)
 	ctx := context.Background()
-	opts := Options{Workspace: *workspace, Cgroup: *cgroup, MplCache: *mplCache,
+	opts := Options{Workspace: *workspace, Cgroup: *cgroup, MemoryMB: *memoryMB, MplCache: *mplCache,
 		UserUID: *userUID, UserGID: *userGID, OrphanExit: *orphanExit, Template: *template, Egress: *egress, Init: true, Logger: log}
 	var err error
 	if *listen != "" {

@@ -1,8 +1,6 @@
 package guest
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -101,20 +99,6 @@ func TestBudgetToolResult(t *testing.T) {
 	again := result("again")
 	if b.rich(&again) {
 		t.Error("a second return value went through outside the budget")
-	}
-}
-
-func TestOOMCounter(t *testing.T) {
-	dir := t.TempDir()
-	if c := newOOMCounter(dir); c.known() || c.read() != 0 {
-		t.Errorf("counter without files: %+v", c)
-	}
-	if c := newOOMCounter(""); c.known() {
-		t.Error("counter without a cgroup")
-	}
-	os.WriteFile(filepath.Join(dir, "memory.events"), []byte("low 0\nhigh 0\nmax 0\noom 0\noom_kill 7\noom_group_kill 0\n"), 0o644)
-	if c := newOOMCounter(dir); !c.known() || c.read() != 7 {
-		t.Errorf("v2 counter: %+v %d", c, c.read())
 	}
 }
 

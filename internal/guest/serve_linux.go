@@ -44,7 +44,8 @@ type server struct {
 	tmp    string              // private folder for IPYTHONDIR and MPLCONFIGDIR
 	user   *syscall.Credential // what user code runs as; nil: the guest's own uid
 	oom    oomCounter
-	procFD bool // /proc/self/fd works: a command's cwd is passed as its open descriptor
+	watch  context.CancelFunc // stops the memory watch (nil: none)
+	procFD bool               // /proc/self/fd works: a command's cwd is passed as its open descriptor
 
 	calls sync.WaitGroup                     // handlers of calls, on every connection
 	busy  atomic.Bool                        // a cell is running: a second Execute is refused
@@ -118,6 +119,11 @@ func newServer(opts Options) (*server, error) {
 	_, procErr := os.Stat("/proc/self/fd")
 	s := &server{opts: opts, log: log, root: r, tmp: tmp, user: user, oom: newOOMCounter(opts.Cgroup),
 		procFD: procErr == nil, cmds: map[int]bool{}, runs: newRuns()}
+	if w := newMemWatch(opts.MemoryMB, log); w != nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		s.oom.watch, s.watch = w, cancel
+		go w.run(ctx)
+	}
 	if opts.Egress != "" {
 		if err := s.startEgress(opts.Egress); err != nil {
 			r.close()
@@ -175,6 +181,9 @@ func (s *server) serveConn(ctx context.Context, conn io.ReadWriteCloser) <-chan 
 // close kills the kernel and every command, and releases the workspace once the calls
 // have returned.
 func (s *server) close() {
+	if s.watch != nil {
+		s.watch()
+	}
 	if s.egressLn != nil {
 		s.egressLn.Close()
 	}

@@ -50,8 +50,11 @@ func (l Limits) TmpSize() int {
 
 // GuestCommand is how a backend starts a guest that listens on GuestRunDir's socket.
 type GuestCommand struct {
-	Binary     string // the guest binary, inside
-	Cgroup     string // the sandbox's own cgroup folder, inside; "": none (gVisor)
+	Binary string // the guest binary, inside
+	Cgroup string // the sandbox's own cgroup folder, inside; "": none (gVisor)
+	// MemoryMB, not 0 under gVisor only: the guest keeps user code under this limit itself
+	// (the host's OOM kill would end the whole sandbox; see GVisorHostMemoryMB).
+	MemoryMB   int
 	MPLCache   string // matplotlib's font cache, inside; "": none
 	UID, GID   int    // user code's
 	OrphanExit time.Duration
@@ -70,6 +73,9 @@ func (g GuestCommand) Args() []string {
 	args := []string{g.Binary, "guest", "--workspace", api.WorkspaceDir}
 	if g.Cgroup != "" {
 		args = append(args, "--cgroup", g.Cgroup)
+	}
+	if g.MemoryMB > 0 {
+		args = append(args, "--memory-mb", strconv.Itoa(g.MemoryMB))
 	}
 	args = append(args, "--user-uid", strconv.Itoa(g.UID), "--user-gid", strconv.Itoa(g.GID), "--listen", GuestRunDir+"/"+GuestSocket)
 	if g.TokenEnv != "" {

@@ -150,6 +150,16 @@ func EtcFiles(uid, gid int) map[string]string {
 	}
 }
 
+// GVisorHostMemoryMB is the host's memory limit (the cgroup's) of a gVisor sandbox whose
+// own limit is mb. gVisor's sentry has no OOM killer of its own, and the host's kills the
+// sentry, ending the sandbox: the guest keeps user code under mb itself
+// (GuestCommand.MemoryMB), and the host's limit sits above it, with room for the sentry's
+// own memory (its heap, page tables: some 40 MiB idle) and for what a fast allocation
+// takes past mb before the guest's next look. It stays a backstop.
+func GVisorHostMemoryMB(mb int) int {
+	return mb + max(mb/4, 256)
+}
+
 // GVisorHostTasks is the host's pids limit (the cgroup's) of a gVisor sandbox whose own
 // limit is pids. The host's count holds gVisor's sentry, its gofer and, on the ptrace
 // platform, a stub process per address space with a stub thread for every sentry thread

@@ -237,9 +237,9 @@ func (b *Backend) Name() string { return "docker" }
 // Capabilities: everything is enforced; under gVisor (Runtime runsc) as runc's backend
 // says for it.
 func (b *Backend) Capabilities() sandbox.Capabilities {
-	c := sandbox.Capabilities{Isolated: true, Limits: true, NoNetwork: true, GuestProtected: true, Reattach: true}
+	c := sandbox.Capabilities{Isolated: true, Limits: true, NoNetwork: true, GuestProtected: true, Reattach: true, OOMReported: true}
 	if !b.gvisor {
-		c.GuestProcPrivate, c.OOMReported, c.CPUClock, c.HostProcesses, c.LimitsChange = true, true, true, true, true
+		c.GuestProcPrivate, c.CPUClock, c.HostProcesses, c.LimitsChange = true, true, true, true
 	}
 	return c
 }

@@ -49,6 +49,7 @@ func containerSpec(in specInput) (*container.Config, *container.HostConfig, erro
 	guest := sandbox.GuestCommand{Binary: image.GuestPath, Cgroup: cgroupMount, UID: in.uid, GID: in.gid, OrphanExit: s.OrphanExit, TokenEnv: tokenEnv, Egress: guestproto.EgressListen}
 	if in.gvisor {
 		guest.Cgroup = "" // gVisor's cgroupfs is the sentry's own, without the host's limits
+		guest.MemoryMB = s.Limits.MemoryMB
 	}
 	if in.mplCache {
 		guest.MPLCache = image.MPLCachePath
@@ -121,6 +122,9 @@ func resources(l sandbox.Limits, gvisor bool) container.Resources {
 	}
 	if l.MemoryMB > 0 {
 		r.Memory = int64(l.MemoryMB) << 20
+		if gvisor {
+			r.Memory = int64(sandbox.GVisorHostMemoryMB(l.MemoryMB)) << 20
+		}
 		r.MemorySwap = r.Memory // memory+swap = memory: no swap
 	}
 	if l.Pids > 0 {

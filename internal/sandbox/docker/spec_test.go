@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -127,6 +128,11 @@ func TestContainerSpecGVisorAndFontCache(t *testing.T) {
 		t.Errorf("runtime %q", host.Runtime)
 	}
 	r := host.Resources
+	// The memory limit is the guest's; the engine's is above it, a backstop.
+	mb := in.spec.Limits.MemoryMB
+	if !strings.Contains(args, fmt.Sprintf("--memory-mb %d", mb)) || r.Memory != int64(sandbox.GVisorHostMemoryMB(mb))<<20 || r.Memory <= int64(mb)<<20 || r.MemorySwap != r.Memory {
+		t.Errorf("command %q, engine memory %d swap %d: want the guest to keep %d MiB, the engine more", args, r.Memory, r.MemorySwap, mb)
+	}
 	if *r.PidsLimit != sandbox.GVisorHostTasks(100) {
 		t.Errorf("host pids %d", *r.PidsLimit)
 	}

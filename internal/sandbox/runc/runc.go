@@ -242,12 +242,13 @@ func (b *Backend) Name() string { return "runc" }
 
 // Capabilities: everything is enforced. Under gVisor user code runs on the sentry, not
 // on the host kernel: its processes are not the host's, its CPU clocks count throttled
-// time, the host's OOM killer ends the whole sandbox, and the sentry lets user code list
-// the guest's descriptors and read its environment and memory map (though not open them).
+// time, and the sentry lets user code list the guest's descriptors and read its
+// environment and memory map (though not open them). The memory limit is the guest's own
+// there (sandbox.GVisorHostMemoryMB): an OOM is reported as under runc.
 func (b *Backend) Capabilities() sandbox.Capabilities {
-	c := sandbox.Capabilities{Isolated: true, Limits: true, NoNetwork: true, GuestProtected: true, Reattach: true}
+	c := sandbox.Capabilities{Isolated: true, Limits: true, NoNetwork: true, GuestProtected: true, Reattach: true, OOMReported: true}
 	if !b.gvisor {
-		c.GuestProcPrivate, c.OOMReported, c.CPUClock, c.HostProcesses, c.LimitsChange = true, true, true, true, true
+		c.GuestProcPrivate, c.CPUClock, c.HostProcesses, c.LimitsChange = true, true, true, true
 	}
 	return c
 }

@@ -336,6 +336,7 @@ func TestImageHidesHost(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			t.Cleanup(func() { b.Close() })
 			sh := startShellOn(t, b, image.DefaultName, sandbox.Limits{Pids: 50})
 			for _, c := range []struct{ cmd, want string }{
 				{"test -e " + hostOnly + " || echo absent", "absent"},

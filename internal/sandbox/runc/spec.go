@@ -84,6 +84,7 @@ func buildSpec(in specInput) *specs.Spec {
 	guest := sandbox.GuestCommand{Binary: guestPath, Cgroup: cgroupMount, UID: int(in.uid), GID: int(in.gid), OrphanExit: s.OrphanExit, Egress: guestproto.EgressListen}
 	if in.gvisor {
 		guest.Cgroup = "" // gVisor's cgroupfs is the sentry's own, without the host's limits
+		guest.MemoryMB = s.Limits.MemoryMB
 	}
 	if in.template != "" {
 		guest.Template = templateDir + "/" + template.Socket
@@ -207,6 +208,9 @@ func resources(l sandbox.Limits, limitSwap, gvisor bool) *specs.LinuxResources {
 	)
 	if l.MemoryMB > 0 {
 		limit := int64(l.MemoryMB) << 20
+		if gvisor {
+			limit = int64(sandbox.GVisorHostMemoryMB(l.MemoryMB)) << 20
+		}
 		r.Memory = &specs.LinuxMemory{Limit: &limit}
 		if limitSwap {
 			r.Memory.Swap = ptr(limit) // memory+swap = memory: no swap (cgroup v2: memory.swap.max 0)

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -293,6 +294,13 @@ func TestSpecGVisor(t *testing.T) {
 			t.Errorf("mount at %s under gVisor: %+v", dst, m)
 		}
 	}
+	// The memory limit is the guest's; the host's is above it, a backstop.
+	if i := slices.Index(s.Process.Args, "--memory-mb"); i < 0 || s.Process.Args[i+1] != strconv.Itoa(in.spec.Limits.MemoryMB) {
+		t.Errorf("args %q do not give the guest the memory limit", s.Process.Args)
+	}
+	if m := s.Linux.Resources.Memory; m == nil || *m.Limit != int64(sandbox.GVisorHostMemoryMB(in.spec.Limits.MemoryMB))<<20 || *m.Limit <= int64(in.spec.Limits.MemoryMB)<<20 {
+		t.Errorf("host memory limit %+v, want the sentry's room above %d MiB", m, in.spec.Limits.MemoryMB)
+	}
 	if r := s.Linux.Resources.Pids; r == nil || *r.Limit != 128*64+256 {
 		t.Errorf("host pids limit %+v, want the sentry's room for 128 processes", r)
 	}
@@ -322,8 +330,8 @@ func TestSpecGVisor(t *testing.T) {
 	}
 	if len(s.Mounts) != len(runc.Mounts)-2 || !slices.Equal(s.Linux.Namespaces, runc.Linux.Namespaces) ||
 		!slices.Equal(s.Process.Capabilities.Bounding, runc.Process.Capabilities.Bounding) || !s.Process.NoNewPrivileges ||
-		!slices.Equal(s.Linux.MaskedPaths, runc.Linux.MaskedPaths) || *s.Linux.Resources.Memory.Limit != *runc.Linux.Resources.Memory.Limit {
-		t.Error("the gVisor spec differs from runc's in more than cgroup, mqueue, pids, NPROC and clone3")
+		!slices.Equal(s.Linux.MaskedPaths, runc.Linux.MaskedPaths) || slices.Contains(runc.Process.Args, "--memory-mb") {
+		t.Error("the gVisor spec differs from runc's in more than cgroup, mqueue, memory, pids, NPROC and clone3")
 	}
 }
 

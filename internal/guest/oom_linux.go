@@ -8,8 +8,12 @@ import (
 )
 
 // oomCounter reads the sandbox cgroup's count of OOM kills: `oom_kill` in memory.events
-// (cgroup v2) or in memory.oom_control (v1). The zero value counts nothing.
-type oomCounter struct{ path string }
+// (cgroup v2) or in memory.oom_control (v1), plus the kills of the guest's own memory watch
+// (gVisor). The zero value counts nothing.
+type oomCounter struct {
+	path  string
+	watch *memWatch
+}
 
 func newOOMCounter(cgroup string) oomCounter {
 	if cgroup == "" {
@@ -28,14 +32,17 @@ func newOOMCounter(cgroup string) oomCounter {
 }
 
 // known says whether the counter can be read at all.
-func (c oomCounter) known() bool { return c.path != "" }
+func (c oomCounter) known() bool { return c.path != "" || c.watch != nil }
 
 // read returns the counter, or 0 when unknown.
 func (c oomCounter) read() int64 {
-	if c.path == "" {
-		return 0
+	var n int64
+	if c.path != "" {
+		n, _ = readOOMKills(c.path)
 	}
-	n, _ := readOOMKills(c.path)
+	if c.watch != nil {
+		n += c.watch.kills.Load()
+	}
 	return n
 }
 
