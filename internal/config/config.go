@@ -36,6 +36,8 @@ type Config struct {
 	// server's cgroup; absolute: from the root, outside it (sandboxes outlive a container).
 	// Empty: the backend's default (runc.DefaultCgroupParent).
 	CgroupParent string // --cgroup-parent
+	// GVisorPlatform: runc with runsc: gVisor's platform, auto | systrap | kvm | ptrace.
+	GVisorPlatform string // --gvisor-platform
 	// NoKernelTemplates: runc starts every kernel afresh instead of forking it from a
 	// kernel template per root filesystem (package template).
 	NoKernelTemplates bool // --no-kernel-templates
@@ -143,6 +145,7 @@ func Default() Config {
 		Addr:           "127.0.0.1:8080",
 		Backend:        "runc",
 		Runtime:        "runc",
+		GVisorPlatform: "auto",
 		StateDir:       defaultStateDir(),
 		ArtifactsTTL:   24 * time.Hour,
 		Python:         "/usr/bin/python3",
@@ -203,6 +206,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Preimport, "preimport", c.Preimport, "Python run when a kernel starts (warm imports)")
 	fs.BoolVar(&c.NoKernelTemplates, "no-kernel-templates", c.NoKernelTemplates, "runc: start every kernel afresh (~1 s, ~80 MiB each) instead of forking it from a prepared template process (milliseconds, a few MiB)")
 	fs.IntVar(&c.PoolSize, "pool-size", c.PoolSize, "sandboxes of the default image kept warm, ready for new sessions")
+	fs.StringVar(&c.GVisorPlatform, "gvisor-platform", c.GVisorPlatform, "runc with --runtime runsc: gVisor's platform: auto (kvm where /dev/kvm works, else systrap), systrap, kvm or ptrace; with docker, the engine's runtimeArgs choose it")
 	fs.StringVar(&c.CgroupParent, "cgroup-parent", c.CgroupParent, "runc: the cgroup sandboxes' cgroups are made in (default cellbox): a relative one is under the server's own cgroup; an absolute one (/cellbox) is from the cgroup root, so that sandboxes outlive a container the server runs in")
 	fs.StringVar(&c.Image, "image", c.Image, "the image of sessions that name none, built by cellbox image build NAME (runc runs on images with --rootfs image only)")
 	fs.StringVar(&c.RootFS, "rootfs", c.RootFS, "what runc sandboxes run on: host (this machine's system folders) | image (built images; see --image)")
@@ -341,6 +345,14 @@ func (c *Config) Validate() error {
 	case "runc", "docker", "local-unsafe":
 	default:
 		bad("--backend %q: choose runc, docker or local-unsafe", c.Backend)
+	}
+	switch c.GVisorPlatform {
+	case "auto", "systrap", "kvm", "ptrace":
+		if c.GVisorPlatform != "auto" && c.Backend != "runc" {
+			bad("--gvisor-platform %s: runc's (with --runtime runsc); the docker engine's runtimeArgs choose its runsc's platform (docs/security.md)", c.GVisorPlatform)
+		}
+	default:
+		bad("--gvisor-platform %q: choose auto, systrap, kvm or ptrace", c.GVisorPlatform)
 	}
 	if c.PublicURL != "" {
 		if u, err := url.Parse(c.PublicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {

@@ -115,11 +115,12 @@ func NewBackend(cfg config.Config, opts Options) (sandbox.Backend, error) {
 	switch cfg.Backend {
 	case "runc":
 		rc := runc.Config{
-			Runtime:      cfg.Runtime,
-			StateDir:     filepath.Join(cfg.StateDir, "runc"),
-			GuestBinary:  exe,
-			CgroupParent: cfg.CgroupParent,
-			Logger:       log,
+			Runtime:        cfg.Runtime,
+			StateDir:       filepath.Join(cfg.StateDir, "runc"),
+			GuestBinary:    exe,
+			CgroupParent:   cfg.CgroupParent,
+			GVisorPlatform: cfg.GVisorPlatform,
+			Logger:         log,
 		}
 		if cfg.RootFS == "image" {
 			rc.Images = images

@@ -88,7 +88,10 @@ type Config struct {
 	// Absolute: from the cgroup root, outside the server's: in a container, the sandboxes
 	// then outlive it (a container runtime kills everything in a stopped container's cgroup).
 	CgroupParent string
-	Logger       *slog.Logger
+	// GVisorPlatform is the platform runsc runs sandboxes on (PlatformAuto, the default:
+	// kvm where it works, else systrap); only under gVisor.
+	GVisorPlatform string
+	Logger         *slog.Logger
 }
 
 // Kernels configures kernel templates.
@@ -113,7 +116,8 @@ type Backend struct {
 	images    Images
 	uid, gid  uint32
 	limitSwap bool
-	gvisor    bool // the runtime is gVisor's runsc
+	gvisor    bool   // the runtime is gVisor's runsc
+	platform  string // gVisor's platform (choosePlatform)
 	log       *slog.Logger
 	templates *templates // nil: no kernel templates
 	cgroups   string     // the parent of the sandboxes' cgroups (Config.CgroupParent)
@@ -209,6 +213,14 @@ func New(cfg Config) (*Backend, error) {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("create state folder: %w", err)
 		}
+	}
+	if err := CheckPlatform(cfg.GVisorPlatform); err != nil {
+		return nil, err
+	}
+	if b.gvisor {
+		var why string
+		b.platform, why = choosePlatform(context.Background(), runtimePath, cfg.GVisorPlatform)
+		b.log.Info("gVisor platform", "platform", b.platform, "why", why)
 	}
 	if err := adoptOrphans(); err != nil {
 		return nil, fmt.Errorf("become a child subreaper: %w", err)
@@ -462,7 +474,8 @@ func (b *Backend) argv(args ...string) []string {
 			"--oci-seccomp",
 			// The guest's socket is made inside the sandbox on a bind of a host folder, for
 			// the server to connect to from the host.
-			"--host-uds=create")
+			"--host-uds=create",
+			"--platform="+b.platform)
 	}
 	return append(global, args...)
 }

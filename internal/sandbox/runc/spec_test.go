@@ -501,9 +501,9 @@ func TestArgv(t *testing.T) {
 	if got, want := b.argv("run", "x"), []string{"--root", "/state/runtime", "run", "x"}; !slices.Equal(got, want) {
 		t.Errorf("runc argv %q, want %q", got, want)
 	}
-	b.gvisor = true
+	b.gvisor, b.platform = true, PlatformSystrap
 	// Global flags go before the subcommand.
-	want := []string{"--root", "/state/runtime", "--network=none", "--oci-seccomp", "--host-uds=create", "kill", "x", "KILL"}
+	want := []string{"--root", "/state/runtime", "--network=none", "--oci-seccomp", "--host-uds=create", "--platform=systrap", "kill", "x", "KILL"}
 	if got := b.argv("kill", "x", "KILL"); !slices.Equal(got, want) {
 		t.Errorf("runsc argv %q, want %q", got, want)
 	}
