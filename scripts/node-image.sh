@@ -5,8 +5,8 @@
 # cellbox binary scripts/build.sh built, to use instead of building one.
 #
 # The image is Debian with the sandbox image's packages (internal/image/default.list: a
-# node's sandboxes see its /usr, --rootfs host), runc and runsc, and cellbox, built static, at
-# /usr/local/bin/cellbox. Its root filesystem is built by `cellbox image build` as image
+# node's sandboxes see its /usr, --rootfs host) and runc, with cellbox and gVisor's runsc,
+# both built static, at /usr/local/bin. Its root filesystem is built by `cellbox image build` as image
 # "cellbox-node" in STATE (default /var/lib/cellbox; downloads are shared with the other
 # images there), so a second run with the same packages and binary imports nothing.
 #
@@ -36,17 +36,21 @@ else
 fi
 cellbox=$work/extra/usr/local/bin/cellbox
 
-# The sandbox image's list, and the OCI runtimes.
+# gVisor's runsc, at the version tools/runsc pins (Debian's is of 2022).
+runsc=$(scripts/runsc.sh)
+cp "$runsc" "$work/extra/usr/local/bin/runsc"
+
+# The sandbox image's list, and runc.
 {
 	cat internal/image/default.list
-	printf '\n# the node: the OCI runtimes its sandboxes run on\ndebian runc runsc\n'
+	printf '\n# the node: the OCI runtime its sandboxes run on (runsc: /usr/local/bin, above)\ndebian runc\n'
 } >"$work/node.list"
 "$cellbox" image build cellbox-node --file "$work/node.list" --state-dir "$state" >&2
 root=$state/images/cellbox-node/$(cat "$state/images/cellbox-node/current")/rootfs
 [[ -x $root/usr/sbin/runc ]] || { say "the built root filesystem has no runc: $root"; exit 1; }
 
 # An image built from this root, this binary and this script is imported once.
-source=$({ cat "$state/images/cellbox-node/current" && sha256sum <"$cellbox" && sha256sum <"$self"; } | sha256sum | cut -c1-16)
+source=$({ cat "$state/images/cellbox-node/current" && sha256sum <"$cellbox" && sha256sum <"$runsc" && sha256sum <"$self"; } | sha256sum | cut -c1-16)
 if [[ $(docker image inspect --format '{{index .Config.Labels "dev.cellbox.node-source"}}' "$ref" 2>/dev/null) == "$source" ]]; then
 	say "$ref is up to date ($source)"
 	echo "$ref"
@@ -64,7 +68,7 @@ previous=$(docker image inspect --format '{{.Id}}' "$ref" 2>/dev/null || true)
 
 say "importing $ref"
 tar --numeric-owner -cf - -C "$root" --exclude=./etc/passwd --exclude=./etc/group . \
-	-C "$work/extra" --transform 's,^\./node-etc/,./etc/,' ./node-etc/passwd ./node-etc/group ./usr/local/bin/cellbox |
+	-C "$work/extra" --transform 's,^\./node-etc/,./etc/,' ./node-etc/passwd ./node-etc/group ./usr/local/bin/cellbox ./usr/local/bin/runsc |
 	docker import \
 		--change 'ENTRYPOINT ["/usr/local/bin/cellbox"]' \
 		--change 'CMD ["serve"]' \

@@ -94,6 +94,17 @@ func TestNodeImage(t *testing.T) {
 		})
 	}
 	healthy("the node container answers")
+	// gVisor's runsc is the pinned one (tools/runsc), not Debian's.
+	mod, err := os.ReadFile("../../tools/runsc/go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, pinned, _ := strings.Cut(string(mod), "gvisor.dev/gvisor v0.0.0-")
+	pinned, _, _ = strings.Cut(pinned, "\n")
+	pinned, _, _ = strings.Cut(pinned, " ") // "// indirect"
+	if out, err := docker("exec", name, "runsc", "--version"); err != nil || pinned == "" || !strings.Contains(out, "runsc version "+pinned) {
+		t.Errorf("runsc --version in the node: %v\n%s\nwant %s", err, out, pinned)
+	}
 
 	s, err := c.CreateSession(ctx, api.CreateSessionRequest{})
 	if err != nil {
