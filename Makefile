@@ -84,7 +84,8 @@ TEST_NODE_IMAGE := cellbox/node:test
 # Every package runs once, on runc on the host's root. What a backend changes is the
 # conformance suite's (internal/sandbox/sandboxtest), which ./... runs on runc, crun, runsc,
 # runc and runsc on the default image, docker and local-unsafe; the REST, E2B and MCP suites
-# don't run again per backend (docs/ARCHITECTURE.md, Testing). Two targeted runs remain for
+# don't run again per backend (docs/ARCHITECTURE.md, Testing), but for the REST contract,
+# again on gVisor (REST_CONTRACT, below), where limits take another path. Two targeted runs remain for
 # what the setup changes above the backend: a template that is no image's through the E2B
 # API (refused on the host's root, not found on images), and cellbox serve and cellbox mcp
 # wired to runc on images and to docker by their flags (TestMCPTypeScriptClient).
@@ -93,8 +94,14 @@ test-suites:
 	$(STAGE) 'go test ./...' env CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 25m ./...
 	for setup in runc-image docker; do \
 		CELLBOX_TEST_SETUP=$$setup $(STAGE) "go test on $$setup: MCP clients, E2B templates" env CGO_ENABLED=1 \
-			$(GO) test -race -count=1 -timeout 10m -run '^(TestMCPTypeScriptClient|TestControlPlaneErrors)$$' ./cmd/cellbox/ ./internal/e2b/; \
+			$(GO) test -race -count=1 -timeout 10m -run '^(TestMCPTypeScriptClient|TestControlPlaneErrors)$$' ./cmd/cellbox/ ./internal/e2b/ || exit 1; \
 	done
+	CELLBOX_TEST_RUNTIME=runsc $(STAGE) 'go test on runsc: the REST contract' env CGO_ENABLED=1 \
+		$(GO) test -race -count=1 -timeout 10m -run "^($(REST_CONTRACT))$$" ./internal/httpapi/
+
+# The REST contract: the tests of internal/httpapi's e2e_test.go and limits_test.go, which
+# make test runs again on gVisor (the suite runs on runc; the conformance suite on both).
+REST_CONTRACT = $(shell sed -n 's/^func \(Test[A-Za-z0-9_]*\)(t \*testing.T).*/\1/p' internal/httpapi/e2e_test.go internal/httpapi/limits_test.go | paste -sd'|')
 
 # The reference node-image builds (make node-image NODE_IMAGE=REGISTRY/cellbox:TAG).
 NODE_IMAGE ?= cellbox/node:latest
