@@ -214,7 +214,7 @@ func (s *server) restart() guestproto.Message {
 	k, gen := s.kernel, s.gen
 	s.mu.Unlock()
 	if k != nil {
-		k.stopRun(stopRestart) // a running cell ends now; its Execute restarts the kernel
+		k.stopRun(nil, stopRestart) // a running cell ends now; its Execute restarts the kernel
 	}
 	s.kmu.Lock()
 	defer s.kmu.Unlock()
@@ -312,7 +312,7 @@ func (s *server) execute(ctx context.Context, w io.Writer, runID string, req *ap
 	oom0 := s.oom.read()
 	start := time.Now()
 	k.begin(r)
-	stopOnEnd := context.AfterFunc(ctx, func() { k.stopRun(stopInterrupt) })
+	stopOnEnd := context.AfterFunc(ctx, func() { k.stopRun(r, stopInterrupt) })
 	defer stopOnEnd()
 	failed := false
 	send := func() {
@@ -322,7 +322,7 @@ func (s *server) execute(ctx context.Context, w io.Writer, runID string, req *ap
 			}
 			if err := writeMsg(w, guestproto.Message{Output: &o}); err != nil {
 				failed = true
-				k.stopRun(stopInterrupt) // nobody is listening any more
+				k.stopRun(r, stopInterrupt) // nobody is listening any more
 			}
 		}
 	}

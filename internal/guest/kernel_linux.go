@@ -328,12 +328,14 @@ func (k *kernel) ack() {
 	k.wmu.Unlock()
 }
 
-// stopRun asks the pump to stop the running cell for reason. It reports whether a cell was
-// running; a preimport is not stopped by an interrupt.
-func (k *kernel) stopRun(reason stopReason) bool {
+// stopRun asks the pump to stop the running cell for reason: target, or (nil) whichever
+// runs. It reports whether it was running; a preimport is not stopped by an interrupt. A
+// target ends the race of a caller whose cell has ended with the next cell: a late stop of
+// the one must never land on the other.
+func (k *kernel) stopRun(target *cellRun, reason stopReason) bool {
 	k.mu.Lock()
 	r := k.run
-	if r == nil || (r.silent && reason == stopInterrupt) {
+	if r == nil || (target != nil && r != target) || (r.silent && reason == stopInterrupt) {
 		k.mu.Unlock()
 		return false
 	}

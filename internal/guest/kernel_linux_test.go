@@ -1,0 +1,23 @@
+package guest
+
+import "testing"
+
+// TestStopRunTargets: the stop of a cell that has ended (its caller's context ended just as
+// the cell did: context.AfterFunc runs late) never lands on the next cell; a stop of whichever
+// runs (a restart) does.
+func TestStopRunTargets(t *testing.T) {
+	k := &kernel{efd: -1}
+	ended, next := &cellRun{}, &cellRun{}
+	k.run = next
+	if k.stopRun(ended, stopInterrupt) || next.stop != stopNone {
+		t.Fatalf("a late stop of the cell before stopped the next one: %v", next.stop)
+	}
+	if !k.stopRun(next, stopInterrupt) || next.stop != stopInterrupt {
+		t.Fatalf("the cell's own stop: %v", next.stop)
+	}
+	other := &cellRun{}
+	k.run = other
+	if !k.stopRun(nil, stopRestart) || other.stop != stopRestart {
+		t.Fatalf("a restart's stop: %v", other.stop)
+	}
+}
