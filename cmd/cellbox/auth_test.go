@@ -8,7 +8,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -131,21 +130,12 @@ func servedLog(t *testing.T, env []string, want string, args ...string) string {
 	return out.String()
 }
 
-func freeAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // TestServeWithKeys: keys from CELLBOX_API_KEYS and from --api-keys work together, and the
 // log says keys are required without showing one.
 func TestServeWithKeys(t *testing.T) {
 	keys := filepath.Join(t.TempDir(), "keys")
 	os.WriteFile(keys, []byte("# ops\n"+fileKey+" alice\n"), 0o600)
-	addr := freeAddr(t)
+	addr := testbin.FreeAddr(t)
 	log := servedLog(t, []string{"CELLBOX_API_KEYS=" + envKey}, "cellbox serving", "--addr", addr, "--api-keys", keys, "--log-level", "info")
 	if !strings.Contains(log, "API keys required\" keys=2") || strings.Contains(log, envKey) || strings.Contains(log, fileKey) {
 		t.Errorf("log:\n%s", log)

@@ -308,3 +308,15 @@ func Eventually(d time.Duration, cond func() bool) bool {
 }
 
 var errNotYet = errors.New("the condition is still false")
+
+// FreeAddr is a loopback address (127.0.0.1:PORT) with a port nothing listens on now, for
+// a server the test starts as another process.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}

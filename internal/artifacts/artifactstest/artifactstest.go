@@ -32,17 +32,6 @@ const (
 	AzureKey     = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 )
 
-// freeAddr is a loopback address with a port nothing listens on.
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // StartAzurite starts Azurite's blob service with the containers named, stopped when the
 // test ends, and points AZURE_STORAGE_CONNECTION_STRING at it (t.Setenv). It returns the
 // account's URL (http://ADDR/devstoreaccount1).
@@ -53,7 +42,7 @@ func StartAzurite(t testing.TB, containers ...string) string {
 	if _, err := os.Stat(bin); err != nil {
 		testbin.Missing(t, "no Azurite: npm ci --prefix internal/artifacts/testdata/azurite (make test does)")
 	}
-	addr := freeAddr(t)
+	addr := testbin.FreeAddr(t)
 	host, port, _ := net.SplitHostPort(addr)
 	Serve(t, exec.Command(bin, "--blobHost", host, "--blobPort", port, "--location", t.TempDir(), "--skipApiVersionCheck", "--loose", "--silent"), addr)
 	account := "http://" + addr + "/" + AzureAccount
@@ -83,7 +72,7 @@ func StartS3(t testing.TB, buckets ...string) string {
 	for _, b := range buckets {
 		os.Mkdir(filepath.Join(data, b), 0o755)
 	}
-	addr := freeAddr(t)
+	addr := testbin.FreeAddr(t)
 	Serve(t, exec.Command(filepath.Join(dir, "versitygw"), "--access", Access, "--secret", Secret, "--port", addr, "posix", data), addr)
 	t.Setenv("AWS_ACCESS_KEY_ID", Access)
 	t.Setenv("AWS_SECRET_ACCESS_KEY", Secret)

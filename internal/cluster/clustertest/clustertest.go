@@ -23,7 +23,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -306,14 +305,10 @@ func (cp *ControlPlane) writePKI(t testing.TB) map[string]string {
 	return paths
 }
 
+// freePort is a loopback port nothing listens on now.
 func freePort(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	_, port, _ := net.SplitHostPort(testbin.FreeAddr(t))
+	return port
 }
 
 func randHex(t testing.TB, n int) string {
