@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -56,11 +57,19 @@ func used() (uint64, bool) {
 	return (uint64(si.Totalram) - uint64(si.Freeram)) * unit, true
 }
 
+// settle is how long, after a kill, the watch waits for the memory in use to fall below the
+// limit before it picks again: the sentry gives a dead process's pages back some time after
+// it is gone, and a second kill then would be a process that did nothing wrong.
+var settle = 500 * time.Millisecond
+
 // run watches until ctx ends.
 func (w *memWatch) run(ctx context.Context) {
 	t := time.NewTimer(idleEvery)
 	defer t.Stop()
-	var victim int // the last one killed, while it is still there
+	var (
+		victim int       // the last one killed, while it is still there
+		killed time.Time // when
+	)
 	for {
 		select {
 		case <-ctx.Done():
@@ -76,16 +85,17 @@ func (w *memWatch) run(ctx context.Context) {
 		if n > w.limit/2 {
 			next = busyEvery
 		}
-		if n > w.limit {
-			if victim != 0 && alive(victim) {
-				t.Reset(next) // its memory is being freed
-				continue
-			}
-			victim = w.pick("/proc")
-			if victim != 0 {
-				unix.Kill(victim, unix.SIGKILL)
+		switch {
+		case n <= w.limit:
+			victim = 0 // its pid may name another process one day
+		case victim != 0 && (alive(victim) || time.Since(killed) < settle):
+			// Its memory is being freed.
+		default:
+			victim = 0
+			if pid := w.pick("/proc"); pid != 0 && unix.Kill(pid, unix.SIGKILL) == nil {
+				victim, killed = pid, time.Now()
 				w.kills.Add(1)
-				w.log.Warn("out of memory: killed the process that held the most", "pid", victim, "used_mb", n>>20, "limit_mb", w.limit>>20)
+				w.log.Warn("out of memory: killed the process that held the most", "pid", pid, "used_mb", n>>20, "limit_mb", w.limit>>20)
 			}
 		}
 		t.Reset(next)
@@ -105,40 +115,81 @@ func alive(pid int) bool {
 }
 
 // pick is the process in proc (/proc) with the most points: resident pages, plus
-// oom_score_adj thousandths of the limit; not the guest, nor process 1, nor a process whose
-// adj is -1000. 0: none.
+// oom_score_adj thousandths of the limit, as Linux counts them; not the guest, nor process
+// 1. An adj below 0 counts as 0: the guest never sets one, and gVisor lets a process lower
+// its own, so user code could otherwise hide from the watch. 0: none.
 func (w *memWatch) pick(proc string) int {
 	entries, err := os.ReadDir(proc)
 	if err != nil {
 		return 0
 	}
 	limitPages := int64(w.limit) / int64(os.Getpagesize())
-	best, bestPoints := 0, int64(-1)
+	best, bestPoints := 0, int64(math.MinInt64)
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil || pid == w.self || pid == 1 {
 			continue
 		}
 		dir := filepath.Join(proc, e.Name())
-		statm, err := os.ReadFile(filepath.Join(dir, "statm"))
-		if err != nil {
+		rss, ok := residentPages(dir)
+		if !ok {
 			continue
 		}
-		f := bytes.Fields(statm)
-		if len(f) < 2 {
-			continue
-		}
-		rss, _ := strconv.ParseInt(string(f[1]), 10, 64)
 		adj := int64(0)
-		if b, err := os.ReadFile(filepath.Join(dir, "oom_score_adj")); err == nil {
+		if b, err := readSmall(filepath.Join(dir, "oom_score_adj")); err == nil {
 			adj, _ = strconv.ParseInt(string(bytes.TrimSpace(b)), 10, 64)
 		}
-		if adj <= -1000 {
-			continue
-		}
+		adj = min(max(adj, 0), 1000)
 		if p := rss + adj*limitPages/1000; p > bestPoints {
 			best, bestPoints = pid, p
 		}
 	}
 	return best
+}
+
+// residentPages is a process's resident pages: its statm's, or, when its first thread has
+// exited (which leaves that statm at 0 under gVisor), the most any of its threads' says.
+func residentPages(dir string) (int64, bool) {
+	rss, ok := statmRSS(filepath.Join(dir, "statm"))
+	if !ok || rss > 0 {
+		return rss, ok
+	}
+	tasks, _ := os.ReadDir(filepath.Join(dir, "task"))
+	for i, t := range tasks {
+		if i == 64 {
+			break // enough to find a bomb's threads; the limit bounds the rest
+		}
+		if n, ok := statmRSS(filepath.Join(dir, "task", t.Name(), "statm")); ok && n > rss {
+			rss = n
+		}
+	}
+	return rss, true
+}
+
+func statmRSS(path string) (int64, bool) {
+	b, err := readSmall(path)
+	if err != nil {
+		return 0, false
+	}
+	f := bytes.Fields(b)
+	if len(f) < 2 {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(string(f[1]), 10, 64)
+	return n, err == nil
+}
+
+// readSmall reads the first 256 bytes of a /proc file.
+func readSmall(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b := make([]byte, 256)
+	n, err := f.Read(b)
+	if n > 0 {
+		return b[:n], nil
+	}
+	return nil, err
 }

@@ -126,6 +126,9 @@ func newServer(opts Options) (*server, error) {
 	}
 	if opts.Egress != "" {
 		if err := s.startEgress(opts.Egress); err != nil {
+			if s.watch != nil {
+				s.watch()
+			}
 			r.close()
 			os.RemoveAll(tmp)
 			return nil, fmt.Errorf("start the egress proxy on %s: %w", opts.Egress, err)

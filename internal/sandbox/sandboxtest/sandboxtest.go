@@ -735,6 +735,19 @@ func testMemory(t *testing.T, b sandbox.Backend) {
 	if got := x.run(t, "print(1 + 1, end='')"); got != "2" {
 		t.Errorf("the cell after the OOM printed %q", got)
 	}
+	// A bomb that first lowers its own oom_score_adj (gVisor lets it) is found all the same.
+	r = x.exec(t, "try:\n    open('/proc/self/oom_score_adj', 'w').write('-1000')\nexcept OSError:\n    pass\n"+bomb, 60)
+	if r.Status != api.StatusOOM {
+		t.Errorf("memory bomb at oom_score_adj -1000: status %s (%s), want oom", r.Status, r.Message)
+	}
+	// A bomb in a subprocess is what goes, not the kernel that started it: its variables stay.
+	r = x.exec(t, "import subprocess, sys\nkept = 41\np = subprocess.run([sys.executable, '-c', "+fmt.Sprintf("%q", bomb)+"])\nprint(p.returncode, end='')", 60)
+	if got := stdout(r); r.Status != api.StatusOK || got != "-9" {
+		t.Errorf("a subprocess's memory bomb: status %s (%s), printed %q; want ok, -9", r.Status, r.Message, got)
+	}
+	if got := x.run(t, "print(kept + 1, end='')"); got != "42" {
+		t.Errorf("after a subprocess's memory bomb the kernel printed %q; want its variables kept", got)
+	}
 }
 
 func testPids(t *testing.T, b sandbox.Backend) {
