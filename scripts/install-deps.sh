@@ -84,8 +84,9 @@ fi
 
 # gVisor, current: Debian's runsc is of 2022 (docs/security.md lists its bugs). runsc is
 # built at the version tools/runsc pins (scripts/runsc.sh; Go needed, as for cellbox) and
-# installed as /usr/local/bin/runsc, ahead of Debian's /usr/bin/runsc in PATH. Without Go,
-# Debian's stays, and this says so.
+# installed as /usr/local/bin/runsc, ahead of Debian's /usr/bin/runsc in PATH. A build that
+# fails fails this script. Sandboxes that outlive a server across the swap are then driven
+# by the new runsc's commands (kill, delete): end them first (docs/security.md).
 runsc_dst=/usr/local/bin/runsc
 if built=$("${sudo[@]}" "$(dirname "$0")/runsc.sh"); then
 	if ! cmp -s "$built" "$runsc_dst"; then
@@ -93,5 +94,6 @@ if built=$("${sudo[@]}" "$(dirname "$0")/runsc.sh"); then
 		"${sudo[@]}" install -m 0755 "$built" "$runsc_dst"
 	fi
 else
-	say "could not build gVisor's runsc (above); Debian's $(command -v runsc || echo runsc) stays: it is of 2022"
+	say "could not build gVisor's runsc (above): cellbox's gVisor is that build (Debian's runsc is of 2022, and not supported)"
+	exit 1
 fi

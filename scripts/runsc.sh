@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # runsc.sh [DIR]: builds gVisor's runsc from the Go module proxy, at the version
 # tools/runsc/go.mod pins (its go.sum checks every module), and prints the path of the
-# binary: DIR/runsc (default $CELLBOX_RUNSC_CACHE or /var/cache/cellbox/runsc/<version>).
+# binary: DIR/runsc (default $CELLBOX_RUNSC_CACHE or /var/cache/cellbox/runsc/<version>-<key>).
 # Built once per version (about a minute and a half on 2 cores); later runs print the path
 # at once. scripts/install-deps.sh installs it as /usr/local/bin/runsc.
 #
@@ -20,7 +20,10 @@ cd "$(dirname "$self")/.."
 
 version=$(awk '$1 == "gvisor.dev/gvisor" { print $2 }' tools/runsc/go.mod)
 [[ -n $version ]] || { say "tools/runsc/go.mod requires no gvisor.dev/gvisor"; exit 1; }
-dir=${1:-${CELLBOX_RUNSC_CACHE:-/var/cache/cellbox/runsc/$version}}
+# The cache is by version and by what the build checks and does (go.sum, this script): a
+# binary built otherwise, or left there by someone else, is not taken for this one.
+key=$(cat tools/runsc/go.sum "$self" | sha256sum | cut -c1-12)
+dir=${1:-${CELLBOX_RUNSC_CACHE:-/var/cache/cellbox/runsc/$version-$key}}
 if [[ -x $dir/runsc ]]; then
 	echo "$dir/runsc"
 	exit 0
@@ -30,7 +33,7 @@ go=$(command -v go || echo /usr/local/go/bin/go)
 mkdir -p "$dir"
 say "building runsc $version (about a minute and a half)"
 # The version runsc --version prints: the module's, without its v0.0.0- prefix.
-CGO_ENABLED=0 GOWORK=off GOFLAGS=-mod=readonly "$go" build -C tools/runsc -trimpath \
+CGO_ENABLED=0 GOWORK=off GOFLAGS=-mod=readonly GOTOOLCHAIN=local "$go" build -C tools/runsc -trimpath \
 	-ldflags "-X gvisor.dev/gvisor/runsc/version.version=${version#v0.0.0-}" -o "$dir/runsc.new" gvisor.dev/gvisor/runsc
 mv "$dir/runsc.new" "$dir/runsc"
 say "built $dir/runsc"

@@ -84,7 +84,7 @@ func probeKVM(ctx context.Context, runtime string) error {
 		os.RemoveAll(root)
 	}()
 	cmd := exec.CommandContext(ctx, runtime, "--root", root, "--platform", PlatformKVM, "--network=none", "do", "/bin/true")
-	cmd.Env = append(os.Environ(), "TMPDIR="+root)
+	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "TMPDIR=" + root} // nothing of the server's
 	cmd.WaitDelay = time.Second
 	out, err := cmd.CombinedOutput()
 	switch {
