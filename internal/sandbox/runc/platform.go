@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"sync"
 	"time"
 
@@ -94,4 +96,26 @@ func probeKVM(ctx context.Context, runtime string) error {
 		return fmt.Errorf("%v: %s", err, runtimeMessage(out))
 	}
 	return nil
+}
+
+// runscDate finds the date in a runsc's version ("runsc version 20260905035102-160fafc42237",
+// Debian's "runsc version 0.0~20221219.0", a release's "release-20250505.0").
+var runscDate = regexp.MustCompile(`(20[0-9]{6})`)
+
+// runscCurrent runs runtime --version and says whether it is a gVisor of 2025 or later,
+// and which version it said.
+func runscCurrent(runtime string) (bool, string) {
+	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, runtime, "--version").Output()
+	first, _, _ := strings.Cut(string(out), "\n")
+	if err != nil {
+		return false, first
+	}
+	return runscVersionCurrent(first), first
+}
+
+func runscVersionCurrent(version string) bool {
+	m := runscDate.FindString(version)
+	return m != "" && m >= "20250101"
 }

@@ -49,3 +49,18 @@ func TestChoosePlatform(t *testing.T) {
 		}
 	}
 }
+
+// TestRunscVersionCurrent: the versions runsc prints, current or not.
+func TestRunscVersionCurrent(t *testing.T) {
+	for v, want := range map[string]bool{
+		"runsc version 20260905035102-160fafc42237": true,
+		"runsc version release-20250505.0":          true,
+		"runsc version 0.0~20221219.0":              false,
+		"runsc version VERSION_MISSING":             false,
+		"":                                          false,
+	} {
+		if got := runscVersionCurrent(v); got != want {
+			t.Errorf("%q: current %v, want %v", v, got, want)
+		}
+	}
+}

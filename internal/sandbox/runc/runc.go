@@ -118,6 +118,7 @@ type Backend struct {
 	limitSwap bool
 	gvisor    bool   // the runtime is gVisor's runsc
 	platform  string // gVisor's platform (choosePlatform)
+	current   bool   // a gVisor of 2025 or later (runscCurrent), whose sentry keeps more private
 	log       *slog.Logger
 	templates *templates // nil: no kernel templates
 	cgroups   string     // the parent of the sandboxes' cgroups (Config.CgroupParent)
@@ -218,9 +219,12 @@ func New(cfg Config) (*Backend, error) {
 		return nil, err
 	}
 	if b.gvisor {
-		var why string
+		var why, version string
 		b.platform, why = choosePlatform(context.Background(), runtimePath, cfg.GVisorPlatform)
 		b.log.Info("gVisor platform", "platform", b.platform, "why", why)
+		if b.current, version = runscCurrent(runtimePath); !b.current {
+			b.log.Warn("this runsc is older than cellbox supports (Debian's is of 2022): install the pinned one with make deps (scripts/runsc.sh)", "runtime", runtimePath, "version", version)
+		}
 	}
 	if err := adoptOrphans(); err != nil {
 		return nil, fmt.Errorf("become a child subreaper: %w", err)
@@ -253,14 +257,18 @@ func installHint(runtime string) string {
 func (b *Backend) Name() string { return "runc" }
 
 // Capabilities: everything is enforced. Under gVisor user code runs on the sentry, not
-// on the host kernel: its processes are not the host's, its CPU clocks count throttled
-// time, and the sentry lets user code list the guest's descriptors and read its
-// environment and memory map (though not open them). The memory limit is the guest's own
-// there (sandbox.GVisorHostMemoryMB): an OOM is reported as under runc.
+// on the host kernel: its processes are not the host's, and limits cannot change while it
+// runs. The memory limit is the guest's own there (sandbox.GVisorHostMemoryMB): an OOM is
+// reported as under runc. A runsc of before 2025 (Debian's, of 2022) also counts throttled
+// time in CPU clocks, and lets user code list the guest's descriptors and read its
+// environment and memory map (though not open them); the current one does neither.
 func (b *Backend) Capabilities() sandbox.Capabilities {
 	c := sandbox.Capabilities{Isolated: true, Limits: true, NoNetwork: true, GuestProtected: true, Reattach: true, OOMReported: true}
 	if !b.gvisor {
 		c.GuestProcPrivate, c.CPUClock, c.HostProcesses, c.LimitsChange = true, true, true, true
+	}
+	if b.gvisor && b.current {
+		c.GuestProcPrivate, c.CPUClock = true, true
 	}
 	return c
 }
