@@ -41,7 +41,7 @@ build-linux: ## the Linux binaries a server on macOS runs inside Docker's contai
 	for arch in arm64 amd64; do GOOS=linux GOARCH=$$arch GO=$(GO) scripts/build.sh bin/cellbox-linux-$$arch; done
 
 deps: ## install what cellbox needs to run (Debian/Ubuntu; root or sudo)
-	scripts/install-deps.sh
+	GO=$(GO) scripts/install-deps.sh
 
 run: deps build ## run the server on 127.0.0.1:8080 with the runc backend, state in ./.state
 	./bin/cellbox serve --addr 127.0.0.1:8080 --backend runc --state-dir ./.state
@@ -55,7 +55,7 @@ TEST_STATE ?= /var/lib/cellbox
 STAGE := scripts/stage.sh
 
 test: ## install test needs, build the default image and a Kubernetes control plane, start dockerd, run every test with the race detector (as root)
-	$(STAGE) deps scripts/install-deps.sh --test
+	$(STAGE) deps env GO=$(GO) scripts/install-deps.sh --test
 	$(STAGE) npm $(MAKE) --no-print-directory $(TSCLIENT)/node_modules/.package-lock.json $(E2BCLIENT)/node_modules/.package-lock.json $(OPENAICLIENT)/node_modules/.package-lock.json $(BROWSER)/node_modules/.package-lock.json $(AZURITE)/node_modules/.package-lock.json
 	$(STAGE) build $(MAKE) --no-print-directory build
 	scripts/with-dockerd.sh $(MAKE) --no-print-directory test-built
@@ -128,7 +128,7 @@ BENCH_IMAGES_STATE ?= $(TEST_STATE)
 DOCKER ?= docker
 
 bench-docker: build ## every cellbox setup (runc, images, docker, gVisor) against docker run, docker exec, nbconvert (as root)
-	scripts/install-deps.sh --test
+	GO=$(GO) scripts/install-deps.sh --test
 	./bin/cellbox image build --state-dir $(BENCH_IMAGES_STATE) >/dev/null
 	./bin/cellbox image build bench --file scripts/bench.list --state-dir $(BENCH_IMAGES_STATE) >/dev/null
 	scripts/with-dockerd.sh ./bin/cellbox bench --state-dir ./.state/bench-docker --images-dir $(BENCH_IMAGES_STATE)/images \
@@ -142,7 +142,7 @@ bench-web: build ## the web page in chromium: first load (requests, bytes), time
 	scripts/bench-web.sh
 
 screenshots: ## the web page's screenshots in docs/screenshots (chat and notebook, 1440 and 390 px; as root)
-	scripts/install-deps.sh --test
+	GO=$(GO) scripts/install-deps.sh --test
 	$(MAKE) --no-print-directory $(BROWSER)/node_modules/.package-lock.json
 	mkdir -p docs/screenshots
 	CELLBOX_SCREENSHOTS=$(CURDIR)/docs/screenshots CGO_ENABLED=1 $(GO) test -count=1 -run '^TestBrowser$$' ./internal/web/

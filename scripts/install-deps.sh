@@ -88,7 +88,8 @@ fi
 # fails fails this script. Sandboxes that outlive a server across the swap are then driven
 # by the new runsc's commands (kill, delete): end them first (docs/security.md).
 runsc_dst=/usr/local/bin/runsc
-if built=$("${sudo[@]}" "$(dirname "$0")/runsc.sh"); then
+# GO (from make, which finds it before sudo's PATH would not) names the go command.
+if built=$("${sudo[@]}" env ${GO:+GO="$GO"} "$(dirname "$0")/runsc.sh"); then
 	if ! cmp -s "$built" "$runsc_dst"; then
 		say "installing $runsc_dst ($("$built" --version | head -n 1))"
 		"${sudo[@]}" install -m 0755 "$built" "$runsc_dst"

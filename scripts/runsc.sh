@@ -3,7 +3,7 @@
 # tools/runsc/go.mod pins (its go.sum checks every module), and prints the path of the
 # binary: DIR/runsc (default $CELLBOX_RUNSC_CACHE or /var/cache/cellbox/runsc/<version>-<key>).
 # Built once per version (about a minute and a half on 2 cores); later runs print the path
-# at once. scripts/install-deps.sh installs it as /usr/local/bin/runsc.
+# at once. GO: the go command (default: go in PATH, else /usr/local/go/bin/go). scripts/install-deps.sh installs it as /usr/local/bin/runsc.
 #
 # The binary is static (CGO_ENABLED=0), as gVisor's own releases are: runsc's sandbox
 # re-executes itself (/proc/self/exe) inside an empty chroot, where a dynamically linked
@@ -28,7 +28,7 @@ if [[ -x $dir/runsc ]]; then
 	echo "$dir/runsc"
 	exit 0
 fi
-go=$(command -v go || echo /usr/local/go/bin/go)
+go=${GO:-$(command -v go || echo /usr/local/go/bin/go)}
 [[ -x $go ]] || { say "go not found in PATH nor in /usr/local/go/bin"; exit 1; }
 mkdir -p "$dir"
 say "building runsc $version (about a minute and a half)"
