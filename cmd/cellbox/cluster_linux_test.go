@@ -368,13 +368,8 @@ func clusterArtifacts(t *testing.T, call func(node, method, path string, body, o
 		!strings.HasPrefix(res.Files[0].URL, s3+"/artifacts/cluster/") || res.Message != "" {
 		t.Fatalf("a cell through %s in %s's session: HTTP %d, %+v", other, own, st, res)
 	}
-	got, err := http.Get(res.Files[0].URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer got.Body.Close()
-	if b, _ := io.ReadAll(got.Body); got.StatusCode != http.StatusOK || string(b) != "in the bucket" {
-		t.Errorf("the object's URL: HTTP %d, %q", got.StatusCode, b)
+	if st, body := testbin.Get(t, res.Files[0].URL); st != http.StatusOK || body != "in the bucket" {
+		t.Errorf("the object's URL: HTTP %d, %q", st, body)
 	}
 }
 
@@ -390,14 +385,7 @@ func clusterLinks(t *testing.T, tc *testCluster, call func(node, method, path st
 	}
 	fetch := func(node string) (int, string) {
 		t.Helper()
-		u := strings.Replace(l.URL, tc.nodes[other].URL, tc.nodes[node].URL, 1)
-		res, err := http.Get(u)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		b, _ := io.ReadAll(res.Body)
-		return res.StatusCode, string(b)
+		return testbin.Get(t, strings.Replace(l.URL, tc.nodes[other].URL, tc.nodes[node].URL, 1))
 	}
 	for _, n := range tc.names {
 		if st, body := fetch(n); st != http.StatusOK || body != "across" {

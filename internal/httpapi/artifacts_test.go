@@ -3,8 +3,6 @@ package httpapi_test
 import (
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -25,15 +23,6 @@ import (
 // (links asked) or in the next one, and the cell itself is fine.
 func TestArtifacts(t *testing.T) {
 	alice := "Authorization: Bearer " + aliceKey
-	get := func(u string) (int, string) {
-		res, err := http.Get(u)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		b, _ := io.ReadAll(res.Body)
-		return res.StatusCode, string(b)
-	}
 	exec := func(t *testing.T, k *keyed, id string, req api.ExecuteRequest) api.ExecuteResult {
 		t.Helper()
 		body, _ := json.Marshal(req)
@@ -65,7 +54,7 @@ func TestArtifacts(t *testing.T) {
 				!strings.Contains(res.Files[0].Object, "/"+sess.ID+"/r-") || !strings.HasSuffix(res.Files[0].Object, "/chart.png") || res.Message != "" {
 				t.Fatalf("result %+v", res)
 			}
-			if st, body := get(res.Files[0].URL); st != 200 || body != "PNG!" {
+			if st, body := testbin.Get(t, res.Files[0].URL); st != 200 || body != "PNG!" {
 				t.Errorf("the object's URL: %d %q", st, body)
 			}
 			// Not asked: the URL comes at once, the object when its upload (beside the next cell) ends.
@@ -74,7 +63,7 @@ func TestArtifacts(t *testing.T) {
 				t.Fatalf("result %+v", res)
 			}
 			testbin.WaitFor(t, 30*time.Second, "the upload of later.txt", func() error {
-				if st, body := get(res.Files[0].URL); st != 200 || body != "later" {
+				if st, body := testbin.Get(t, res.Files[0].URL); st != 200 || body != "later" {
 					return fmt.Errorf("%d %q", st, body)
 				}
 				return nil
@@ -85,7 +74,7 @@ func TestArtifacts(t *testing.T) {
 			if json.Unmarshal(a.body, &cr) != nil || len(cr.Files) != 1 {
 				t.Fatalf("command: %d %s", a.status, a.body)
 			}
-			if st, body := get(cr.Files[0].URL); st != 200 || body != "cmd\n" {
+			if st, body := testbin.Get(t, cr.Files[0].URL); st != 200 || body != "cmd\n" {
 				t.Errorf("a command's file: %d %q", st, body)
 			}
 			// MCP's python results name the object's URL, for the model to hand on.
@@ -101,14 +90,14 @@ func TestArtifacts(t *testing.T) {
 				t.Fatalf("MCP's result: %s", text)
 			}
 			testbin.WaitFor(t, 30*time.Second, "the upload of mcp.txt", func() error {
-				if st, body := get(link); st != 200 || body != "mcp" {
+				if st, body := testbin.Get(t, link); st != 200 || body != "mcp" {
 					return fmt.Errorf("%d %q", st, body)
 				}
 				return nil
 			})
 			// The objects outlive the session.
 			k.do(t, "DELETE", "/v1/sessions/"+sess.ID, "", alice)
-			if st, _ := get(res.Files[0].URL); st != 200 {
+			if st, _ := testbin.Get(t, res.Files[0].URL); st != 200 {
 				t.Errorf("an object after its session ended: %d", st)
 			}
 			// A session ended at once, its uploads still going: it waits for them (the
@@ -123,7 +112,7 @@ func TestArtifacts(t *testing.T) {
 			if a := k.do(t, "DELETE", "/v1/sessions/"+quick.ID, "", alice); a.status != 204 {
 				t.Fatalf("DELETE: %d %s", a.status, a.body)
 			}
-			if st, body := get(res.Files[0].URL); st != 200 || len(body) != 48<<20 {
+			if st, body := testbin.Get(t, res.Files[0].URL); st != 200 || len(body) != 48<<20 {
 				t.Errorf("the object of a session ended at once: %d, %d bytes", st, len(body))
 			}
 			// A one-shot's files, uploaded before its sandbox goes.
@@ -132,7 +121,7 @@ func TestArtifacts(t *testing.T) {
 			if json.Unmarshal(a.body, &once) != nil || len(once.Files) != 1 {
 				t.Fatalf("one-shot: %d %s", a.status, a.body)
 			}
-			if st, body := get(once.Files[0].URL); st != 200 || body != "once" {
+			if st, body := testbin.Get(t, once.Files[0].URL); st != 200 || body != "once" {
 				t.Errorf("a one-shot's file: %d %q", st, body)
 			}
 		})
@@ -157,7 +146,7 @@ func TestArtifacts(t *testing.T) {
 			t.Errorf("kept %v, want %v", kept, want)
 		}
 		for _, f := range res.Files {
-			st, body := get(f.URL)
+			st, body := testbin.Get(t, f.URL)
 			switch {
 			case f.Object != "" && (st != 200 || body != strings.TrimPrefix(f.Path, "/mnt/data/")):
 				t.Errorf("%s in the bucket: %d %q", f.Path, st, body)
