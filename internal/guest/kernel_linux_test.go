@@ -4,7 +4,8 @@ import "testing"
 
 // TestStopRunTargets: the stop of a cell that has ended (its caller's context ended just as
 // the cell did: context.AfterFunc runs late) never lands on the next cell; a stop of whichever
-// runs (a restart) does.
+// runs (a restart) does, but for a silent run: a kernel's preimport is not ended by a
+// restart that raced with its start.
 func TestStopRunTargets(t *testing.T) {
 	k := &kernel{efd: -1}
 	ended, next := &cellRun{}, &cellRun{}
@@ -19,5 +20,10 @@ func TestStopRunTargets(t *testing.T) {
 	k.run = other
 	if !k.stopRun(nil, stopRestart) || other.stop != stopRestart {
 		t.Fatalf("a restart's stop: %v", other.stop)
+	}
+	preimport := &cellRun{silent: true}
+	k.run = preimport
+	if k.stopRun(nil, stopRestart) || preimport.stop != stopNone {
+		t.Fatalf("a restart stopped a kernel's preimport: %v", preimport.stop)
 	}
 }

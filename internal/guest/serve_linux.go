@@ -275,7 +275,10 @@ func (s *server) shutdown() {
 
 func (s *server) handle(ctx context.Context, st *yamux.Stream) {
 	defer st.Close()
-	br := bufio.NewReaderSize(st, 64<<10)
+	// A small reader: a request is one short line but for an upload's body, and each call
+	// allocates its own. The guest's heap goal is small (tuneMemory), so 64 KiB a call
+	// made a GC cycle every few cells, and a cycle costs much more under gVisor.
+	br := bufio.NewReaderSize(st, 4<<10)
 	var req guestproto.Request
 	if err := guestproto.ReadJSON(br, guestproto.MaxMessageSize, &req); err != nil {
 		writeMsg(st, errMsg(api.CodeInvalidArgument, "the guest could not read the request"))
