@@ -49,9 +49,19 @@ type record struct {
 	Tools []guestproto.Tool `json:"tools,omitempty"`
 }
 
-// saveEvery throttles the records written for activity alone (file calls): a restart may
-// see a session as idle this much longer than it was.
+// saveEvery throttles the records written for activity alone (cells, commands, file
+// calls): after a crash, the next server may see a session as idle this much longer than
+// it was, and its execution count as of up to this long ago (a clean exit writes every
+// record first). Writing each cell's activity cost a write and an fsync, twice a cell:
+// ~0.5 ms of the server's CPU and more of the disk's, on the two cores the cell runs on
+// too (docs/ARCHITECTURE.md, "Session records").
 const saveEvery = 10 * time.Second
+
+// busySave is how long a cell, command or restart runs before its session's record says
+// busy: a session busy when its server died counts as active until the next server starts
+// (restore), so that a long cell does not make it look idle; a crash within a shorter run
+// leaves the record as it was before the run.
+const busySave = time.Second
 
 // records is the folder of session records; a zero dir keeps none.
 type records struct{ dir string }
@@ -167,8 +177,8 @@ func (r record) spec() boxSpec { return boxSpec{image: r.Image, limits: r.Limits
 
 // saveSoon writes the session's record in the background, for activity (busy, last
 // active, the execution count): a cell's answer does not wait for the disk (a write and
-// an fsync, ~0.6 ms each here, twice a cell). One writer per session at a time, which
-// writes until no change is left unwritten; each write is of the record as it is then.
+// an fsync, ~0.6 ms each here). One writer per session at a time, which writes until no
+// change is left unwritten; each write is of the record as it is then.
 func (m *Manager) saveSoon(s *Session) {
 	s.mu.Lock()
 	s.dirty = true

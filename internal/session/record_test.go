@@ -2,7 +2,12 @@ package session
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"testing"
+	"time"
+
+	"github.com/cellbox/cellbox/internal/testbin"
 )
 
 // Activity is written in the background, one writer per session: the record ends as the
@@ -49,5 +54,82 @@ func TestSaveSoonWritesTheLastState(t *testing.T) {
 	m.saveSoon(s)
 	if recs, _, _ := m.records.load(); len(recs) != 0 {
 		t.Errorf("a save of an ended session wrote its record again: %+v", recs)
+	}
+}
+
+// A turn shorter than busySave writes no record, before or after, while the last write is
+// younger than saveEvery; a longer one writes busy once it has run busySave, and not busy
+// when it ends; activity past saveEvery is written.
+func TestTurnsWriteTheirRecord(t *testing.T) {
+	m := &Manager{records: records{dir: t.TempDir()}, log: testLog, adm: newAdmission(caps{}, nil)}
+	s := &Session{id: "abc123", box: &box{id: "abc123"}, turn: newTurn()}
+	m.save(s)
+	load := func() record {
+		t.Helper()
+		recs, bad, err := m.records.load()
+		if err != nil || len(bad) > 0 || len(recs) != 1 {
+			t.Fatalf("records: %+v, bad %v, err %v", recs, bad, err)
+		}
+		return recs[0]
+	}
+	turn := func(count int, hold time.Duration) {
+		t.Helper()
+		_, _, release, err := m.admitIn(context.Background(), s, kindExecute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(hold)
+		s.mu.Lock()
+		s.execCount = count
+		s.mu.Unlock()
+		release()
+	}
+	// Waits for the background writers, as Shutdown does, without closing admission.
+	settle := func() {
+		t.Helper()
+		testbin.WaitFor(t, 10*time.Second, "the record's writers", func() error {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if s.saving {
+				return io.ErrNoProgress
+			}
+			return nil
+		})
+	}
+
+	for i := 1; i <= 20; i++ {
+		turn(i, 0)
+	}
+	settle()
+	if r := load(); r.ExecutionCount != 0 || r.Busy {
+		t.Errorf("short turns within saveEvery wrote the record: count %d, busy %v", r.ExecutionCount, r.Busy)
+	}
+
+	_, _, release, err := m.admitIn(context.Background(), s, kindExecute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testbin.WaitFor(t, 10*time.Second, "a long turn's record to say busy", func() error {
+		if r := load(); !r.Busy || r.ExecutionCount != 20 {
+			return fmt.Errorf("busy %v, count %d", r.Busy, r.ExecutionCount)
+		}
+		return nil
+	})
+	s.mu.Lock()
+	s.execCount = 21
+	s.mu.Unlock()
+	release()
+	settle()
+	if r := load(); r.Busy || r.ExecutionCount != 21 {
+		t.Errorf("after a long turn: busy %v, count %d; want false, 21", r.Busy, r.ExecutionCount)
+	}
+
+	s.mu.Lock()
+	s.saved = time.Now().Add(-saveEvery - time.Second) // as if the last write were that old
+	s.mu.Unlock()
+	turn(22, 0)
+	settle()
+	if r := load(); r.ExecutionCount != 22 {
+		t.Errorf("activity past saveEvery was not written: count %d", r.ExecutionCount)
 	}
 }

@@ -28,8 +28,10 @@ func (m *Manager) admitIn(ctx context.Context, s *Session, k kind) (_ *box, _ co
 	s.lastActive = time.Now()
 	b := s.box
 	s.mu.Unlock()
+	var busy *time.Timer
 	if turn {
-		m.saveSoon(s)
+		// The record says busy once the turn has run for busySave; most end sooner.
+		busy = time.AfterFunc(busySave, func() { m.saveSoon(s) })
 	}
 	return b, rctx, func() {
 		s.mu.Lock()
@@ -37,11 +39,13 @@ func (m *Manager) admitIn(ctx context.Context, s *Session, k kind) (_ *box, _ co
 			s.busy = false
 		}
 		s.lastActive = time.Now()
+		stale := s.lastActive.Sub(s.saved) > saveEvery
 		s.mu.Unlock()
-		if turn {
-			m.saveSoon(s)
-		} else {
+		switch {
+		case !turn:
 			m.save(s)
+		case !busy.Stop() || stale: // a busy record to clear, or activity saveEvery old
+			m.saveSoon(s)
 		}
 		free()
 	}, nil
