@@ -52,7 +52,7 @@ func (s *server) reconfigure(old, c *guestproto.Config, k *kernel) bool {
 		return true
 	}
 	r := newRun("", true, startTimeout, 0, nil)
-	r.op, r.envList = "env", s.kernelSpec(c).env
+	r.op, r.envList, r.startup = "env", s.kernelSpec(c).env, true
 	if err := k.begin(r); err != nil {
 		return false
 	}
@@ -130,6 +130,7 @@ func (s *server) startLocked(cfg *guestproto.Config, closing, warm bool) error {
 	// The runner reads its first command once IPython is up: the preimport (or an empty
 	// cell) finishing means the kernel is ready.
 	r := newRun(cfg.Preimport, true, max(startTimeout, seconds(cfg.DefaultTimeoutS)), 0, nil)
+	r.startup = true
 	if k.preimported && !warm {
 		r.op = "ping"
 	}
@@ -169,6 +170,7 @@ func (s *server) startLocked(cfg *guestproto.Config, closing, warm bool) error {
 		// And a value shown, as most first cells show one: IPython's display machinery
 		// writes ~190 pages of the template's (~3 ms on a VM here) the first time it runs.
 		r := newRun("1", true, startTimeout, 0, nil)
+		r.startup = true
 		k.begin(r)
 		<-r.done
 		if r.died {

@@ -305,6 +305,12 @@ func readDirNames(fd int, max int, buf []byte) ([]string, error) {
 		return nil, err
 	}
 	defer unix.Close(dfd)
+	return readNames(dfd, max, buf)
+}
+
+// readNames reads up to about max names from dfd, a directory opened for reading whose
+// offset is at its start, and leaves it at the end.
+func readNames(dfd int, max int, buf []byte) ([]string, error) {
 	var names []string
 	for len(names) < max {
 		n, err := unix.Getdents(dfd, buf)

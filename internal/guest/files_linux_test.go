@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -482,5 +483,35 @@ func TestSnapshotCap(t *testing.T) {
 	}
 	if got := diff(a, b); len(got) != 1 || got[0].Path != "/mnt/data/f00" {
 		t.Errorf("diff = %+v", got)
+	}
+}
+
+// A snapshot sees the files of folders below the root, not through symbolic links, and a
+// folder removed between two snapshots has its files reported deleted.
+func TestSnapshotFolders(t *testing.T) {
+	ws := t.TempDir()
+	os.MkdirAll(filepath.Join(ws, "a", "b"), 0o755)
+	os.WriteFile(filepath.Join(ws, "top.txt"), []byte("1"), 0o644)
+	os.WriteFile(filepath.Join(ws, "a", "x.txt"), []byte("22"), 0o644)
+	os.WriteFile(filepath.Join(ws, "a", "b", "c.txt"), []byte("333"), 0o644)
+	os.Symlink("a", filepath.Join(ws, "link"))
+	r, err := openRoot(ws, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.close()
+	a := r.snapshot()
+	var got []string
+	for p, st := range a.files {
+		got = append(got, fmt.Sprintf("%s:%d", p, st.size))
+	}
+	slices.Sort(got)
+	if want := []string{"a/b/c.txt:3", "a/x.txt:2", "link:1", "top.txt:1"}; !a.complete || !slices.Equal(got, want) {
+		t.Fatalf("snapshot: complete=%v %q, want %q", a.complete, got, want)
+	}
+	os.RemoveAll(filepath.Join(ws, "a", "b"))
+	changes := diff(a, r.snapshot())
+	if len(changes) != 1 || changes[0].Path != "/mnt/data/a/b/c.txt" || changes[0].Change != api.ChangeDeleted {
+		t.Errorf("after removing a/b: %+v", changes)
 	}
 }

@@ -53,6 +53,7 @@ type cellRun struct {
 	context  string            // the execution context ("": the default)
 	env      map[string]string // set in os.environ for this cell only
 	silent   bool              // preimport: outputs discarded, nothing counted
+	startup  bool              // silent, of the kernel's start: a restart does not stop it
 	quiet    bool              // a tool's call: outputs kept, nothing counted
 	deadline time.Time         // zero: none
 	grace    time.Duration
@@ -332,20 +333,21 @@ func (k *kernel) ack() {
 // stopRun asks the pump to stop the running cell for reason: target, or (nil) whichever
 // cell runs. It reports whether it was running. A target ends the race of a caller whose
 // cell has ended with the next cell: a late stop of the one must never land on the other.
-// A silent run (a kernel's preimport, its environment, a context's drop) is never stopped
-// here: it has its own time limit, and a restart that comes while a kernel starts waits
-// for it (kmu) instead of failing the start it raced with.
+// A silent run is not stopped by an interrupt; one of a kernel's start (its preimport, its
+// environment) is not stopped at all: it has its own time limit, and a restart that comes
+// while a kernel starts waits for it (kmu) instead of failing the start it raced with. A
+// context's drop (it runs the user's finalizers) is ended by a restart.
 func (k *kernel) stopRun(target *cellRun, reason stopReason) bool {
 	k.mu.Lock()
 	r := k.run
-	if r == nil || (target != nil && r != target) || r.silent {
+	if r == nil || (target != nil && r != target) || r.startup || (r.silent && reason == stopInterrupt) {
 		k.mu.Unlock()
 		return false
 	}
 	if r.stop == stopNone {
 		r.stop = reason
 		r.graceEnd = time.Now().Add(r.grace)
-		if reason == stopRestart {
+		if reason == stopRestart || r.silent {
 			r.graceEnd = time.Now()
 		}
 	}

@@ -74,16 +74,20 @@ type Session struct {
 	lastActive time.Time
 	expires    time.Time // the session's deadline (lifetime.go); zero: none
 	saved      time.Time // when the record was last written
-	busy       bool
-	execCount  int
-	closed     bool
-	dirty      bool           // activity not yet in the record (saveSoon)
-	saving     bool           // saveSoon's writer runs
-	notice     string         // told on the next execution: what happened to the session meanwhile
-	network    *api.Network   // the policy as asked for (nil: the default), for the record
-	policy     *egress.Policy // the policy as enforced
-	ca         *egress.CA     // the session's certificate authority; nil until a secret needs it
-	tools      []*sessionTool // the kernel's tools as last reported and checked, by name (tools.go)
+	// What the record last written holds of busy, notice and the execution count (mustSave).
+	savedBusy   bool
+	savedNotice string
+	savedCount  int
+	busy        bool
+	execCount   int
+	closed      bool
+	dirty       bool           // activity not yet in the record (saveSoon)
+	saving      bool           // saveSoon's writer runs
+	notice      string         // told on the next execution: what happened to the session meanwhile
+	network     *api.Network   // the policy as asked for (nil: the default), for the record
+	policy      *egress.Policy // the policy as enforced
+	ca          *egress.CA     // the session's certificate authority; nil until a secret needs it
+	tools       []*sessionTool // the kernel's tools as last reported and checked, by name (tools.go)
 }
 
 // New starts a Manager. Sessions outlive the server process when the backend can attach

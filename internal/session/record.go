@@ -60,8 +60,15 @@ const saveEvery = 10 * time.Second
 // busySave is how long a cell, command or restart runs before its session's record says
 // busy: a session busy when its server died counts as active until the next server starts
 // (restore), so that a long cell does not make it look idle; a crash within a shorter run
-// leaves the record as it was before the run.
-const busySave = time.Second
+// leaves the record as it was before the run. A variable for tests.
+var busySave = time.Second
+
+// mustSave reports whether the end of a run must write the record at once, activity aside:
+// the record says busy, or the run changed the notice or reset the execution count (a
+// restart). s.mu is held.
+func (s *Session) mustSave() bool {
+	return s.savedBusy || s.notice != s.savedNotice || s.execCount < s.savedCount
+}
 
 // records is the folder of session records; a zero dir keeps none.
 type records struct{ dir string }
@@ -224,6 +231,7 @@ func (m *Manager) save(s *Session) {
 	}
 	rec := s.recordLocked()
 	s.saved = time.Now()
+	s.savedBusy, s.savedNotice, s.savedCount = rec.Busy, rec.Notice, rec.ExecutionCount
 	s.mu.Unlock()
 	if err := m.records.save(rec); err != nil {
 		m.log.Warn("save session record; the session may not survive a restart", "session_id", s.id, "err", err)

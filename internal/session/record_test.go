@@ -97,6 +97,8 @@ func TestTurnsWriteTheirRecord(t *testing.T) {
 		})
 	}
 
+	defer func(d time.Duration) { busySave = d }(busySave)
+	busySave = time.Hour // no turn here is long, however slow the machine
 	for i := 1; i <= 20; i++ {
 		turn(i, 0)
 	}
@@ -105,6 +107,7 @@ func TestTurnsWriteTheirRecord(t *testing.T) {
 		t.Errorf("short turns within saveEvery wrote the record: count %d, busy %v", r.ExecutionCount, r.Busy)
 	}
 
+	busySave = 50 * time.Millisecond
 	_, _, release, err := m.admitIn(context.Background(), s, kindExecute)
 	if err != nil {
 		t.Fatal(err)
@@ -122,6 +125,44 @@ func TestTurnsWriteTheirRecord(t *testing.T) {
 	settle()
 	if r := load(); r.Busy || r.ExecutionCount != 21 {
 		t.Errorf("after a long turn: busy %v, count %d; want false, 21", r.Busy, r.ExecutionCount)
+	}
+
+	// A long turn, then at once a short one, while the long one's busy may still be being
+	// written: whichever order the writer and the turns take, the record ends not busy.
+	for range 20 {
+		_, _, release, err := m.admitIn(context.Background(), s, kindExecute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		testbin.WaitFor(t, 10*time.Second, "a long turn's record to say busy", func() error {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if !s.savedBusy {
+				return io.ErrNoProgress
+			}
+			return nil
+		})
+		release()
+		turn(21, 0)
+		settle()
+		if r := load(); r.Busy {
+			t.Fatal("the record says busy after the turns ended")
+		}
+	}
+
+	// A notice the turn set is written at its end.
+	busySave = time.Hour
+	_, _, release, err = m.admitIn(context.Background(), s, kindExecute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	s.notice = "[cellbox: tools dropped]\n"
+	s.mu.Unlock()
+	release()
+	settle()
+	if r := load(); r.Notice == "" {
+		t.Error("a notice set in a short turn was not written")
 	}
 
 	s.mu.Lock()

@@ -39,12 +39,12 @@ func (m *Manager) admitIn(ctx context.Context, s *Session, k kind) (_ *box, _ co
 			s.busy = false
 		}
 		s.lastActive = time.Now()
-		stale := s.lastActive.Sub(s.saved) > saveEvery
+		now := !turn || s.mustSave() || s.lastActive.Sub(s.saved) > saveEvery
 		s.mu.Unlock()
 		switch {
 		case !turn:
 			m.save(s)
-		case !busy.Stop() || stale: // a busy record to clear, or activity saveEvery old
+		case !busy.Stop() || now: // busy written or being written, or activity saveEvery old
 			m.saveSoon(s)
 		}
 		free()
