@@ -24,14 +24,7 @@ func TestSaveSoonWritesTheLastState(t *testing.T) {
 	}
 	m.adm.close() // as Shutdown does: then it waits for the writers
 	m.adm.wait(context.Background())
-	load := func() record {
-		t.Helper()
-		recs, bad, err := m.records.load()
-		if err != nil || len(bad) > 0 || len(recs) != 1 {
-			t.Fatalf("records: %+v, bad %v, err %v", recs, bad, err)
-		}
-		return recs[0]
-	}
+	load := func() record { t.Helper(); return onlyRecord(t, m) }
 	if r := load(); r.ExecutionCount != 200 || r.Busy {
 		t.Errorf("after 200 changes the record has execution count %d, busy %v; want 200, false", r.ExecutionCount, r.Busy)
 	}
@@ -64,14 +57,7 @@ func TestTurnsWriteTheirRecord(t *testing.T) {
 	m := &Manager{records: records{dir: t.TempDir()}, log: testLog, adm: newAdmission(caps{}, nil)}
 	s := &Session{id: "abc123", box: &box{id: "abc123"}, turn: newTurn()}
 	m.save(s)
-	load := func() record {
-		t.Helper()
-		recs, bad, err := m.records.load()
-		if err != nil || len(bad) > 0 || len(recs) != 1 {
-			t.Fatalf("records: %+v, bad %v, err %v", recs, bad, err)
-		}
-		return recs[0]
-	}
+	load := func() record { t.Helper(); return onlyRecord(t, m) }
 	turn := func(count int, hold time.Duration) {
 		t.Helper()
 		_, _, release, err := m.admitIn(context.Background(), s, kindExecute)
@@ -173,4 +159,14 @@ func TestTurnsWriteTheirRecord(t *testing.T) {
 	if r := load(); r.ExecutionCount != 22 {
 		t.Errorf("activity past saveEvery was not written: count %d", r.ExecutionCount)
 	}
+}
+
+// onlyRecord is the one record m's folder holds.
+func onlyRecord(t *testing.T, m *Manager) record {
+	t.Helper()
+	recs, bad, err := m.records.load()
+	if err != nil || len(bad) > 0 || len(recs) != 1 {
+		t.Fatalf("records: %+v, bad %v, err %v", recs, bad, err)
+	}
+	return recs[0]
 }
