@@ -1,6 +1,7 @@
 package guest
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -33,7 +34,12 @@ const drainAfterEOF = 5 * time.Second
 
 // startEgress listens on addr and serves connections until the listener is closed.
 func (s *server) startEgress(addr string) error {
-	ln, err := net.Listen("tcp", addr)
+	// Plain TCP: Go listens with MPTCP where the kernel has it, and CRIU (a checkpoint of
+	// the sandbox) cannot save an MPTCP socket; the proxy is on loopback, where MPTCP
+	// gains nothing.
+	var lc net.ListenConfig
+	lc.SetMultipathTCP(false)
+	ln, err := lc.Listen(context.Background(), "tcp", addr)
 	if err != nil {
 		return err
 	}
