@@ -63,6 +63,10 @@ const saveEvery = 10 * time.Second
 // leaves the record as it was before the run. A variable for tests.
 var busySave = time.Second
 
+// activityStale reports whether the record's activity is more than saveEvery behind the
+// session's. s.mu is held.
+func (s *Session) activityStale() bool { return s.lastActive.Sub(s.saved) > saveEvery }
+
 // mustSave reports whether the end of a run must write the record at once, activity aside:
 // the record says busy, or the run changed the notice or reset the execution count (a
 // restart). s.mu is held.

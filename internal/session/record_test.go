@@ -58,13 +58,12 @@ func TestTurnsWriteTheirRecord(t *testing.T) {
 	s := &Session{id: "abc123", box: &box{id: "abc123"}, turn: newTurn()}
 	m.save(s)
 	load := func() record { t.Helper(); return onlyRecord(t, m) }
-	turn := func(count int, hold time.Duration) {
+	turn := func(count int) {
 		t.Helper()
 		_, _, release, err := m.admitIn(context.Background(), s, kindExecute)
 		if err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(hold)
 		s.mu.Lock()
 		s.execCount = count
 		s.mu.Unlock()
@@ -86,7 +85,7 @@ func TestTurnsWriteTheirRecord(t *testing.T) {
 	defer func(d time.Duration) { busySave = d }(busySave)
 	busySave = time.Hour // no turn here is long, however slow the machine
 	for i := 1; i <= 20; i++ {
-		turn(i, 0)
+		turn(i)
 	}
 	settle()
 	if r := load(); r.ExecutionCount != 0 || r.Busy {
@@ -129,7 +128,7 @@ func TestTurnsWriteTheirRecord(t *testing.T) {
 			return nil
 		})
 		release()
-		turn(21, 0)
+		turn(21)
 		settle()
 		if r := load(); r.Busy {
 			t.Fatal("the record says busy after the turns ended")
@@ -154,7 +153,7 @@ func TestTurnsWriteTheirRecord(t *testing.T) {
 	s.mu.Lock()
 	s.saved = time.Now().Add(-saveEvery - time.Second) // as if the last write were that old
 	s.mu.Unlock()
-	turn(22, 0)
+	turn(22)
 	settle()
 	if r := load(); r.ExecutionCount != 22 {
 		t.Errorf("activity past saveEvery was not written: count %d", r.ExecutionCount)

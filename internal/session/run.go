@@ -39,7 +39,7 @@ func (m *Manager) admitIn(ctx context.Context, s *Session, k kind) (_ *box, _ co
 			s.busy = false
 		}
 		s.lastActive = time.Now()
-		now := !turn || s.mustSave() || s.lastActive.Sub(s.saved) > saveEvery
+		now := s.mustSave() || s.activityStale()
 		s.mu.Unlock()
 		switch {
 		case !turn:
@@ -56,7 +56,7 @@ func (m *Manager) current(s *Session) *box {
 	s.mu.Lock()
 	s.lastActive = time.Now()
 	b := s.box
-	stale := s.lastActive.Sub(s.saved) > saveEvery
+	stale := s.activityStale()
 	s.mu.Unlock()
 	if stale {
 		m.saveSoon(s)
