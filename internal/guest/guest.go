@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -96,6 +97,7 @@ func Main(args []string) int {
 	orphanExit := fs.Duration("orphan-exit", 0, "with --listen: exit once no server has been attached for this long (0: never)")
 	template := fs.String("template", "", "Unix socket of the kernel template for this sandbox's root filesystem: kernels are forked from it (else, or when it fails, started afresh)")
 	egress := fs.String("egress-listen", "", "serve the egress proxy on this TCP address of the sandbox's own loopback, e.g. "+guestproto.EgressListen+" (empty: none)")
+	logFile := fs.String("log", "", "write the guest's log (its stdout and stderr) to this file, opened inside the sandbox, instead of the stdio the runtime gave it: a checkpoint cannot take a file of the host along")
 	connect := fs.String("connect", "", "instead of serving: join stdin/stdout to the Unix socket of a guest listening at this path (how the docker backend reaches its guest, started by the engine's exec)")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
@@ -124,6 +126,12 @@ func Main(args []string) int {
 	if (*listen == "") != (*tokenFile == "" && *tokenEnv == "") || *tokenFile != "" && *tokenEnv != "" {
 		fmt.Fprintln(os.Stderr, "cellbox guest: --listen goes with one of --token-file and --token-env")
 		return 2
+	}
+	if *logFile != "" {
+		if err := logTo(*logFile); err != nil {
+			fmt.Fprintf(os.Stderr, "cellbox guest: --log: %v\n", err)
+			return 1
+		}
 	}
 	tuneMemory()
 	reserveThreads(8)
@@ -174,11 +182,13 @@ func listenMain(ctx context.Context, path, tokenFile, tokenEnv string, opts Opti
 	if err := nullStdin(); err != nil {
 		return err
 	}
-	ln, err := listenUnix(path)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", path, err)
-	}
-	return Listen(ctx, ln, token, opts)
+	return Listen(ctx, func() (net.Listener, error) {
+		ln, err := listenUnix(path)
+		if err != nil {
+			return nil, fmt.Errorf("listen on %s: %w", path, err)
+		}
+		return ln, nil
+	}, token, opts)
 }
 
 // readToken reads the attach token from path and removes the file, or from the variable

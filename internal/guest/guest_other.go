@@ -15,9 +15,8 @@ func Serve(ctx context.Context, conn io.ReadWriteCloser, opts Options) error {
 	return errors.New("the cellbox guest runs only on Linux")
 }
 
-// Listen serves the guest protocol on ln. The guest runs only on Linux.
-func Listen(ctx context.Context, ln net.Listener, token string, opts Options) error {
-	ln.Close()
+// Listen serves the guest protocol on the listener listen makes. The guest runs only on Linux.
+func Listen(ctx context.Context, listen func() (net.Listener, error), token string, opts Options) error {
 	return errors.New("the cellbox guest runs only on Linux")
 }
 
@@ -26,5 +25,7 @@ func listenUnix(path string) (net.Listener, error) {
 }
 
 func nullStdin() error { return nil }
+
+func logTo(string) error { return nil }
 
 func killAll() {}

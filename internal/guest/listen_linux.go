@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/signal"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -20,15 +22,23 @@ const (
 	replaceTimeout = 30 * time.Second
 )
 
-// Listen serves the guest protocol on the connections ln accepts, each opened by the attach
-// handshake with token (see guestproto.ServerAttach), until ctx is done; then it kills
-// everything it started. The kernel and its state outlive every connection, so a new
-// server process can attach and find them as they were. A connection that passes the
-// handshake replaces the one before it; one that does not is closed.
-func Listen(ctx context.Context, ln net.Listener, token string, opts Options) error {
+// Listen serves the guest protocol on the connections that the listener listen makes
+// accepts, each opened by the attach handshake with token (see guestproto.ServerAttach),
+// until ctx is done; then it kills everything it started. The kernel and its state outlive
+// every connection, so a new server process can attach and find them as they were. A
+// connection that passes the handshake replaces the one before it; one that does not is
+// closed.
+//
+// A checkpoint (guestproto.OpCheckpoint) closes the listener; Listen then waits for
+// SIGUSR1 and calls listen again. Nothing but the host can send the guest a signal: user
+// code runs as another uid.
+func Listen(ctx context.Context, listen func() (net.Listener, error), token string, opts Options) error {
 	if token == "" {
-		ln.Close()
 		return errors.New("listen: no attach token")
+	}
+	ln, err := listen()
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
 	}
 	s, err := newServer(opts)
 	if err != nil {
@@ -38,7 +48,28 @@ func Listen(ctx context.Context, ln net.Listener, token string, opts Options) er
 	defer s.close()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	relisten := make(chan os.Signal, 1)
+	signal.Notify(relisten, unix.SIGUSR1)
+	defer signal.Stop(relisten)
+	var lnMu sync.Mutex
+	paused := false // the listener was closed for a checkpoint
+	s.checkpoint = func() {
+		lnMu.Lock()
+		defer lnMu.Unlock()
+		if !paused {
+			select { // a signal from before the checkpoint is not the restore's
+			case <-relisten:
+			default:
+			}
+			paused = true
+			ln.Close()
+		}
+	}
+	stop := context.AfterFunc(ctx, func() {
+		lnMu.Lock()
+		defer lnMu.Unlock()
+		ln.Close()
+	})
 	defer stop()
 	// Unattached for opts.OrphanExit: no server will come back for this sandbox.
 	orphan := time.AfterFunc(time.Duration(1<<63-1), func() {
@@ -62,10 +93,19 @@ func Listen(ctx context.Context, ln net.Listener, token string, opts Options) er
 		}
 	}()
 	for {
-		conn, err := ln.Accept()
+		lnMu.Lock()
+		cur := ln
+		lnMu.Unlock()
+		conn, err := cur.Accept()
 		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+			if ctx.Err() != nil {
 				break
+			}
+			if errors.Is(err, net.ErrClosed) {
+				if !s.awaitRelisten(ctx, relisten, listen, &lnMu, &ln, &paused) {
+					break
+				}
+				continue
 			}
 			s.log.Warn("accept a connection", "error", err)
 			time.Sleep(100 * time.Millisecond) // e.g. out of descriptors: don't spin
@@ -104,6 +144,36 @@ func Listen(ctx context.Context, ln net.Listener, token string, opts Options) er
 	return nil
 }
 
+// awaitRelisten waits, after the listener *ln closed, for SIGUSR1 when it closed for a
+// checkpoint (*paused), and listens again. false: Listen ends (ctx is done, the listener
+// closed for another reason, or listening again failed).
+func (s *server) awaitRelisten(ctx context.Context, sig <-chan os.Signal, listen func() (net.Listener, error), mu *sync.Mutex, ln *net.Listener, paused *bool) bool {
+	mu.Lock()
+	p := *paused
+	mu.Unlock()
+	if !p {
+		return false
+	}
+	select {
+	case <-sig:
+	case <-ctx.Done():
+		return false
+	}
+	nl, err := listen()
+	if err != nil {
+		s.log.Error("listen again after a checkpoint", "error", err)
+		return false
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if ctx.Err() != nil {
+		nl.Close()
+		return false
+	}
+	*ln, *paused = nl, false
+	return true
+}
+
 // listenUnix listens on a Unix socket at path that only the guest's uid may connect to.
 // The mode comes from the umask, not a chmod after the fact: gVisor refuses to chmod a
 // socket that lives on the host (--host-uds=create).
@@ -127,4 +197,19 @@ func nullStdin() error {
 	}
 	defer f.Close()
 	return unix.Dup2(int(f.Fd()), 0)
+}
+
+// logTo makes path, opened for appending (made 0600 when missing), the guest's stdout and
+// stderr, so that it holds no file of the host a runtime handed it (which a checkpoint
+// could not take along).
+func logTo(path string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := unix.Dup2(int(f.Fd()), 1); err != nil {
+		return err
+	}
+	return unix.Dup2(int(f.Fd()), 2)
 }

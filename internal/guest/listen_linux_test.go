@@ -11,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/cellbox/cellbox/api"
+	"github.com/cellbox/cellbox/internal/errdefs"
 	"github.com/cellbox/cellbox/internal/guestproto"
 )
 
@@ -83,7 +86,7 @@ func TestListenSetup(t *testing.T) {
 func listen(t *testing.T, opts Options) (sock string, done <-chan struct{}) {
 	t.Helper()
 	sock = filepath.Join(t.TempDir(), "guest.sock")
-	ln, err := listenUnix(sock)
+	first, err := listenUnix(sock)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +98,13 @@ func listen(t *testing.T, opts Options) (sock string, done <-chan struct{}) {
 	var lerr error
 	go func() {
 		defer close(ch)
-		lerr = Listen(ctx, ln, testToken, opts)
+		lerr = Listen(ctx, func() (net.Listener, error) {
+			if ln := first; ln != nil { // made before: the test may dial at once
+				first = nil
+				return ln, nil
+			}
+			return listenUnix(sock)
+		}, testToken, opts)
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -230,5 +239,66 @@ func TestListenOrphanExit(t *testing.T) {
 	case <-done:
 	case <-time.After(20 * time.Second):
 		t.Fatal("the guest is still there after its server left")
+	}
+}
+
+// A checkpoint closes the listener and the connection; SIGUSR1 makes the guest listen
+// again, with its kernel as it was. A signal from before the checkpoint does not count.
+func TestListenCheckpoint(t *testing.T) {
+	needIPython(t)
+	sock, _ := listen(t, Options{})
+	c := attachConfigured(t, sock)
+	g := &guestT{Client: c}
+	if r := g.exec(t, "x = 41", 0); r.Status != "ok" {
+		t.Fatalf("x = 41: %+v", r)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	unix.Kill(os.Getpid(), unix.SIGUSR1) // stale by the time of the checkpoint
+	time.Sleep(50 * time.Millisecond)
+	if err := c.Checkpoint(ctx); err != nil {
+		t.Fatalf("Checkpoint: %v", err)
+	}
+	select {
+	case <-c.Done():
+	default:
+		t.Fatal("the connection is open after Checkpoint returned")
+	}
+	// Nothing listens (the socket file went with the listener), nor starts to with the
+	// signal sent before.
+	time.Sleep(200 * time.Millisecond)
+	if conn, err := net.Dial("unix", sock); err == nil {
+		conn.Close()
+		t.Fatal("the guest still listens after a checkpoint")
+	}
+	unix.Kill(os.Getpid(), unix.SIGUSR1)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if conn, err := net.Dial("unix", sock); err == nil {
+			conn.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the guest does not listen again after SIGUSR1")
+		}
+	}
+	c2, err := attach(t, sock, testToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	g2 := &guestT{Client: c2}
+	if r := g2.exec(t, "print(x + 1)", 0); strings.TrimSpace(text(r, "stdout")) != "42" {
+		t.Fatalf("after the checkpoint, print(x + 1): %+v", r)
+	}
+}
+
+// A guest on stdio cannot be checkpointed, and says so.
+func TestCheckpointOnStdio(t *testing.T) {
+	needIPython(t)
+	g := startGuest(t, Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := g.Checkpoint(ctx); errdefs.Code(err) != api.CodeFailedPrecondition {
+		t.Fatalf("Checkpoint on stdio: %v, want failed_precondition", err)
 	}
 }

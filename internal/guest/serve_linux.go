@@ -55,6 +55,10 @@ type server struct {
 	count atomic.Int64                       // the kernel's execution count after its latest cell
 	ctxs  map[string]bool                    // the kernel's named execution contexts; guarded by kmu
 
+	// checkpoint closes the listener for a checkpoint (Listen sets it); nil: the guest
+	// serves on stdio and cannot be checkpointed.
+	checkpoint func()
+
 	mux      atomic.Pointer[yamux.Session] // the attached connection, for egress streams
 	egressLn net.Listener                  // the egress proxy's; nil: none (egress_linux.go)
 
@@ -329,12 +333,30 @@ func (s *server) handle(ctx context.Context, st *yamux.Stream) {
 		writeMsg(st, s.remove(ctx, req.Path))
 	case guestproto.OpTrust:
 		writeMsg(st, s.trust(req.CA))
+	case guestproto.OpCheckpoint:
+		s.readyCheckpoint(st)
 	case guestproto.OpStat:
 		writeMsg(st, s.stat(req.Path))
 	case guestproto.OpDeleteContext:
 		writeMsg(st, s.deleteContext(req.Context))
 	default:
 		writeMsg(st, errMsg(api.CodeInvalidArgument, fmt.Sprintf("unknown guest operation %q", req.Op)))
+	}
+}
+
+// readyCheckpoint answers OpCheckpoint: the listener closes, and then the connection, once
+// the answer is written. What else runs on the connection (the server holds the session's
+// turn: a file call at most) ends with it.
+func (s *server) readyCheckpoint(st *yamux.Stream) {
+	if s.checkpoint == nil {
+		writeMsg(st, errMsg(api.CodeFailedPrecondition, "this guest serves on its stdio and cannot be checkpointed"))
+		return
+	}
+	s.checkpoint()
+	writeMsg(st, guestproto.Message{OK: true})
+	st.Close()
+	if m := s.mux.Load(); m != nil {
+		m.Close()
 	}
 }
 

@@ -162,6 +162,24 @@ func (c *Client) Trust(ctx context.Context, ca string) error {
 	return nil
 }
 
+// Checkpoint readies the guest for a checkpoint of its sandbox (see OpCheckpoint): it returns
+// once the guest has closed the connection, which ends c.
+func (c *Client) Checkpoint(ctx context.Context) error {
+	var m Message
+	if err := c.roundTrip(ctx, Request{Op: OpCheckpoint}, &m); err != nil {
+		return fmt.Errorf("ready the guest for a checkpoint: %w", err)
+	}
+	if !m.OK {
+		return fmt.Errorf("ready the guest for a checkpoint: unexpected answer: %w", errdefs.ErrUnavailable)
+	}
+	select {
+	case <-c.Done():
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("ready the guest for a checkpoint: it did not close the connection: %w", ctx.Err())
+	}
+}
+
 // Hello returns what the guest said when it was dialed.
 func (c *Client) Hello() Hello { return c.hello }
 

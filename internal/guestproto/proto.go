@@ -17,7 +17,7 @@
 // request (HTTP or SOCKS5) and decides. Closing a stream's write side is the connection's
 // half-close.
 //
-// Ops: hello, configure; trust (the session's certificate authority); execute (a cell, or
+// Ops: hello, configure; checkpoint (see OpCheckpoint); trust (the session's certificate authority); execute (a cell, or
 // with Request.Quiet a call the user did not write: a tool's call or load, uncounted, kept
 // out of the kernel's history), interrupt, restart, delete_context (the kernel); command (a
 // program, started in a workspace folder or, with Request.Dir, in any folder the sandbox's
@@ -42,7 +42,7 @@ package guestproto
 import "github.com/cellbox/cellbox/api"
 
 // Version is bumped on any change of behaviour. The server refuses a guest of another version.
-const Version = 8
+const Version = 9
 
 // MaxMessageSize caps one JSON line in either direction (a PNG output is one line).
 const MaxMessageSize = 32 << 20
@@ -78,6 +78,12 @@ const (
 	// OpEgress opens a stream the guest starts (never the server): one connection to the
 	// sandbox's egress proxy.
 	OpEgress = "egress"
+	// OpCheckpoint readies the guest for a checkpoint of its sandbox: it stops listening
+	// (a listener, or a connection, on a host socket cannot be checkpointed), answers OK and
+	// closes the connection. It listens again when it gets SIGUSR1 (from the backend, after
+	// a restore, or after a checkpoint that left the sandbox running). A guest serving on
+	// stdio refuses (failed_precondition).
+	OpCheckpoint = "checkpoint"
 )
 
 // EgressListen is where the guest serves the egress proxy inside a sandbox that has its

@@ -66,7 +66,13 @@ type GuestCommand struct {
 	// Egress is where the guest serves the egress proxy, on the sandbox's own loopback
 	// (guestproto.EgressListen); "": none.
 	Egress string
+	// Log is the file inside that the guest logs to (GuestLog); "": its stderr.
+	Log string
 }
+
+// GuestLog is the guest's own log file in GuestRunDir, when GuestCommand.Log names it: a
+// file opened inside, which a checkpoint takes along (a runtime's stdio is the host's).
+const GuestLog = "guest.log"
 
 // Args is the guest's command line.
 func (g GuestCommand) Args() []string {
@@ -94,6 +100,9 @@ func (g GuestCommand) Args() []string {
 	}
 	if g.OrphanExit > 0 {
 		args = append(args, "--orphan-exit", g.OrphanExit.String())
+	}
+	if g.Log != "" {
+		args = append(args, "--log", g.Log)
 	}
 	return args
 }

@@ -43,6 +43,36 @@ type Spec struct {
 	// OrphanExit: a sandbox that outlives its server process (Capabilities.Reattach) stops
 	// by itself once no server has been attached to it for this long; 0: never.
 	OrphanExit time.Duration
+	// Checkpointable: the sandbox must be one that Checkpointer.Checkpoint can write to
+	// disk (runc: in a user namespace of its own, its kernels started in it rather than
+	// forked from a template). A backend whose sandboxes all are (gVisor) ignores it; one
+	// that cannot make any (Capabilities.Checkpoint "") starts an ordinary sandbox.
+	Checkpointable bool
+}
+
+// Checkpointer is a Sandbox that can be written to disk, to be brought back by the backend's
+// Restorer later, on this server process or another on the same state folder.
+type Checkpointer interface {
+	// Checkpoint writes the sandbox (its processes, their memory, the guest) into dir, an
+	// empty folder the caller owns, and then stops it as Stop does, or, with leaveRunning,
+	// lets it go on. The guest must have been readied first (guestproto's Checkpoint):
+	// the connection is closed then, and Conn is of no use after Checkpoint. A sandbox
+	// left running listens again: the caller attaches to it with the backend's Attach.
+	// errors.ErrUnsupported: this sandbox cannot be checkpointed (see Spec.Checkpointable).
+	// Any other error leaves the sandbox as it was, but for the guest, which listens again.
+	Checkpoint(ctx context.Context, dir string, leaveRunning bool) error
+}
+
+// Restorer is a Backend that brings back checkpoints.
+type Restorer interface {
+	// Restore starts sandbox spec.ID from the checkpoint in dir (Checkpointer), on
+	// spec.Workspace (the checkpoint's own workspace, or a copy of it) with spec.Limits.
+	// spec.Image is the checkpoint's: a checkpoint runs on the image build it was taken on.
+	// The checkpoint stays in dir and may be restored again (a fork). A checkpoint that is
+	// missing, damaged or not this backend's, or whose image build is gone, fails with
+	// errdefs.ErrFailedPrecondition (it will not restore, however often tried); a runtime
+	// that failed otherwise, with errdefs.ErrUnavailable.
+	Restore(ctx context.Context, spec Spec, dir string) (Sandbox, error)
 }
 
 // Sandbox is one running sandbox.
@@ -102,6 +132,10 @@ type Capabilities struct {
 	// LimitsChange: its sandboxes are Updaters whose memory, CPU and process limits change
 	// while they run. Without it Update, where there is one, is errors.ErrUnsupported.
 	LimitsChange bool
+	// Checkpoint names how the backend checkpoints sandboxes (Checkpointer, Restorer):
+	// "criu" or "gvisor"; "": it cannot, and CheckpointMissing says why.
+	Checkpoint        string
+	CheckpointMissing string
 }
 
 // GuestCapabilities are the guest's capabilities, and all the sandbox has (the bounding set): to

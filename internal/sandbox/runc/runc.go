@@ -91,7 +91,11 @@ type Config struct {
 	// GVisorPlatform is the platform runsc runs sandboxes on (PlatformAuto, the default:
 	// kvm where it works, else systrap); only under gVisor.
 	GVisorPlatform string
-	Logger         *slog.Logger
+	// CRIU is the CRIU binary runc checkpoints sandboxes with (a name looked up in PATH or a
+	// path; "": criu in PATH). Without a CRIU recent enough, runc sandboxes are not
+	// checkpointed (Capabilities.CheckpointMissing says why).
+	CRIU   string
+	Logger *slog.Logger
 }
 
 // Kernels configures kernel templates.
@@ -106,22 +110,24 @@ type Images interface {
 
 // Backend runs sandboxes as OCI containers. Create it with New.
 type Backend struct {
-	runtime   string // resolved path of the runtime binary
-	root      string // the runtime's --root
-	bundles   string
-	rootfs    string
-	binds     []string
-	guest     string
-	mplCache  string
-	images    Images
-	uid, gid  uint32
-	limitSwap bool
-	gvisor    bool   // the runtime is gVisor's runsc
-	platform  string // gVisor's platform (choosePlatform)
-	current   bool   // a gVisor of 2025 or later (runscCurrent), whose sentry keeps more private
-	log       *slog.Logger
-	templates *templates // nil: no kernel templates
-	cgroups   string     // the parent of the sandboxes' cgroups (Config.CgroupParent)
+	runtime     string // resolved path of the runtime binary
+	root        string // the runtime's --root
+	bundles     string
+	rootfs      string
+	binds       []string
+	guest       string
+	mplCache    string
+	images      Images
+	uid, gid    uint32
+	limitSwap   bool
+	gvisor      bool   // the runtime is gVisor's runsc
+	platform    string // gVisor's platform (choosePlatform)
+	current     bool   // a gVisor of 2025 or later (runscCurrent), whose sentry keeps more private
+	log         *slog.Logger
+	templates   *templates // nil: no kernel templates
+	cgroups     string     // the parent of the sandboxes' cgroups (Config.CgroupParent)
+	criu        string     // the CRIU binary (runc only); "": none recent enough, criuMissing says why
+	criuMissing string
 
 	live sandbox.Live[*Sandbox]
 }
@@ -226,6 +232,12 @@ func New(cfg Config) (*Backend, error) {
 			b.log.Warn("this runsc is older than cellbox supports (Debian's is of 2022): install the pinned one with make deps (scripts/runsc.sh)", "runtime", runtimePath, "version", version)
 		}
 	}
+	if !b.gvisor && filepath.Base(runtimePath) == "runc" {
+		b.criu, b.criuMissing = findCRIU(cfg.CRIU)
+		if b.criu == "" {
+			b.log.Info("sandboxes cannot be checkpointed (paused, forked)", "why", b.criuMissing)
+		}
+	}
 	if err := adoptOrphans(); err != nil {
 		return nil, fmt.Errorf("become a child subreaper: %w", err)
 	}
@@ -270,33 +282,17 @@ func (b *Backend) Capabilities() sandbox.Capabilities {
 	if b.gvisor && b.current {
 		c.GuestProcPrivate, c.CPUClock = true, true
 	}
+	c.Checkpoint, c.CheckpointMissing = b.checkpointKind()
 	return c
 }
 
 // Create starts a sandbox and returns once the runtime has started the guest.
 func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
-	if err := sandbox.CheckID(spec.ID); err != nil {
+	s, in, err := b.prepare(spec)
+	if err != nil {
 		return nil, err
 	}
-	if fi, err := os.Stat(spec.Workspace); err != nil || !fi.IsDir() || !filepath.IsAbs(spec.Workspace) {
-		return nil, fmt.Errorf("sandbox %s: workspace is not an absolute path of a folder: %w", spec.ID, errdefs.ErrInvalidArgument)
-	}
-	s := &Sandbox{id: spec.ID, b: b, bundle: filepath.Join(b.bundles, spec.ID)}
-	in := specInput{
-		spec: spec, rootfs: b.rootfs, binds: b.binds, guest: b.guest, mplCache: b.mplCache, run: filepath.Join(s.bundle, runDir),
-		uid: b.uid, gid: b.gid, limitSwap: b.limitSwap, goarch: runtime.GOARCH, gvisor: b.gvisor, cgroups: b.cgroups,
-	}
-	if spec.Image != "" {
-		im, err := b.image(spec)
-		if err != nil {
-			return nil, err
-		}
-		// The backend's own passwd, group and hosts over the image's; the
-		// image's font cache, if it has one: the host's suits the host's matplotlib.
-		in.rootfs, in.binds, in.etc = im.Root, nil, filepath.Join(b.rootfs, "etc")
-		in.mplCache, in.rootMPLCache = "", im.MPLCache
-	}
-	if b.templates != nil {
+	if b.templates != nil && !in.userns {
 		in.template = b.templates.forRoot(in.rootfs, spec.Image, in.rootMPLCache, b.mplCache)
 	}
 	if !b.live.Add(spec.ID, s) {
@@ -308,6 +304,35 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 		return nil, err
 	}
 	return s, nil
+}
+
+// prepare checks spec and returns its Sandbox (not yet live) and what its OCI spec is
+// built from: everything but the kernel template.
+func (b *Backend) prepare(spec sandbox.Spec) (*Sandbox, specInput, error) {
+	if err := sandbox.CheckID(spec.ID); err != nil {
+		return nil, specInput{}, err
+	}
+	if fi, err := os.Stat(spec.Workspace); err != nil || !fi.IsDir() || !filepath.IsAbs(spec.Workspace) {
+		return nil, specInput{}, fmt.Errorf("sandbox %s: workspace is not an absolute path of a folder: %w", spec.ID, errdefs.ErrInvalidArgument)
+	}
+	s := &Sandbox{id: spec.ID, b: b, bundle: filepath.Join(b.bundles, spec.ID)}
+	in := specInput{
+		spec: spec, rootfs: b.rootfs, binds: b.binds, guest: b.guest, mplCache: b.mplCache, run: filepath.Join(s.bundle, runDir),
+		uid: b.uid, gid: b.gid, limitSwap: b.limitSwap, goarch: runtime.GOARCH, gvisor: b.gvisor, cgroups: b.cgroups,
+		// gVisor checkpoints any sandbox; runc with CRIU those in a user namespace.
+		userns: !b.gvisor && spec.Checkpointable && b.checkpointable(spec),
+	}
+	if spec.Image != "" {
+		im, err := b.image(spec)
+		if err != nil {
+			return nil, specInput{}, err
+		}
+		// The backend's own passwd, group and hosts over the image's; the
+		// image's font cache, if it has one: the host's suits the host's matplotlib.
+		in.rootfs, in.binds, in.etc = im.Root, nil, filepath.Join(b.rootfs, "etc")
+		in.mplCache, in.rootMPLCache = "", im.MPLCache
+	}
+	return s, in, nil
 }
 
 // image returns the image spec names. Its error when the image is not built is the
@@ -453,7 +478,12 @@ func (b *Backend) Cleanup(ctx context.Context, keep func(id string) bool) error 
 
 // command runs the runtime with args under its --root and returns its stdout.
 func (b *Backend) command(ctx context.Context, args ...string) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, commandTimeout)
+	return b.commandFor(ctx, commandTimeout, args...)
+}
+
+// commandFor is command with a timeout of d.
+func (b *Backend) commandFor(ctx context.Context, d time.Duration, args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, b.runtime, b.argv(args...)...)
 	var stderr bytes.Buffer
@@ -469,6 +499,9 @@ func (b *Backend) command(ctx context.Context, args ...string) ([]byte, error) {
 // argv is the runtime's command line for a subcommand: the global flags, then args.
 func (b *Backend) argv(args ...string) []string {
 	global := []string{"--root", b.root}
+	if b.criu != "" {
+		global = append(global, "--criu", b.criu)
+	}
 	if b.gvisor {
 		global = append(global,
 			// runsc's default network (sandbox: gVisor's own stack on the container's

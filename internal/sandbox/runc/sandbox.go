@@ -35,9 +35,10 @@ import (
 //	config.json  the OCI spec
 //	pid          the guest's pid on the host (written by the runtime)
 //	token        the attach token
-//	guest.log    the runtime's and the guest's stderr (the guest caps its own)
-//	run/         mounted at /.cellbox/run: guest.sock, and the guest's copy of the token,
-//	             which it removes once read
+//	guest.log    the runtime's stderr
+//	run/         mounted at /.cellbox/run: guest.sock, guest.log (the guest's own log,
+//	             which it caps), and the guest's copy of the token, which it removes
+//	             once read
 type Sandbox struct {
 	id      string
 	b       *Backend
@@ -83,9 +84,18 @@ func (s *Sandbox) exited() bool {
 
 // start writes the bundle, starts the container detached and connects to its guest.
 func (s *Sandbox) start(ctx context.Context, spec *specs.Spec) error {
-	if err := s.writeBundle(spec); err != nil {
+	if err := s.writeBundle(spec, ""); err != nil {
 		return fmt.Errorf("create sandbox %s: %w", s.id, err)
 	}
+	if err := s.launch(ctx, "start", "run", "--detach", "--bundle", s.bundle, "--pid-file", s.pidFile(), s.id); err != nil {
+		return err
+	}
+	return s.connect(ctx, "start")
+}
+
+// launch runs the runtime's command args (run or restore, detached), which returns once the
+// guest runs, and watches the guest. what names the step in errors.
+func (s *Sandbox) launch(ctx context.Context, what string, args ...string) error {
 	devNull, err := os.Open(os.DevNull)
 	if err != nil {
 		return err
@@ -93,31 +103,36 @@ func (s *Sandbox) start(ctx context.Context, spec *specs.Spec) error {
 	defer devNull.Close()
 	logFile, err := os.OpenFile(filepath.Join(s.bundle, logName), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
-		return fmt.Errorf("create sandbox %s: %w", s.id, err)
+		return fmt.Errorf("%s sandbox %s: %w", what, s.id, err)
 	}
 	defer logFile.Close()
 	// Detached, without a terminal: the runtime hands its stdio to the guest and returns
-	// once the guest runs. The guest's stdout and stderr go to the log; its protocol goes
-	// over the socket.
-	cmd := exec.CommandContext(ctx, s.b.runtime, s.b.argv("run", "--detach", "--bundle", s.bundle, "--pid-file", s.pidFile(), s.id)...)
+	// once the guest runs. The runtime's own errors go to the log; the guest's log is its
+	// own file in the run folder (--log), its protocol the socket.
+	cmd := exec.CommandContext(ctx, s.b.runtime, s.b.argv(args...)...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = devNull, logFile, logFile
 	// Its own process group: a Ctrl-C meant for the server must not reach the sandbox.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Run(); err != nil {
 		if ctx.Err() != nil {
-			return fmt.Errorf("start sandbox %s: %w", s.id, ctx.Err())
+			return fmt.Errorf("%s sandbox %s: %w", what, s.id, ctx.Err())
 		}
-		return fmt.Errorf("start sandbox %s: %s %s: %s: %w", s.id, s.runtimeName(), err,
+		return fmt.Errorf("%s sandbox %s: %s %s: %s: %w", what, s.id, s.runtimeName(), err,
 			runtimeMessage(s.logHead()), errdefs.ErrUnavailable)
 	}
 	pid, err := s.readPid()
 	if err != nil {
-		return fmt.Errorf("start sandbox %s: %w: %w", s.id, err, errdefs.ErrUnavailable)
+		return fmt.Errorf("%s sandbox %s: %w: %w", what, s.id, err, errdefs.ErrUnavailable)
 	}
 	if err := s.watch(pid); err != nil {
-		return fmt.Errorf("start sandbox %s: %w: %w", s.id, err, errdefs.ErrUnavailable)
+		return fmt.Errorf("%s sandbox %s: %w: %w", what, s.id, err, errdefs.ErrUnavailable)
 	}
-	// The guest listens a moment after it starts.
+	return nil
+}
+
+// connect dials the guest, which listens a moment after it starts (or is told to listen
+// again), until ctx ends or the guest exits. what names the step in errors.
+func (s *Sandbox) connect(ctx context.Context, what string) error {
 	for delay := time.Millisecond; ; delay = min(2*delay, 10*time.Millisecond) {
 		conn, err := s.dial(ctx)
 		if err == nil {
@@ -125,21 +140,22 @@ func (s *Sandbox) start(ctx context.Context, spec *specs.Spec) error {
 			return nil
 		}
 		if !errors.Is(err, syscall.ENOENT) && !errors.Is(err, syscall.ECONNREFUSED) {
-			return fmt.Errorf("start sandbox %s: connect to the guest: %w", s.id, err)
+			return fmt.Errorf("%s sandbox %s: connect to the guest: %w", what, s.id, err)
 		}
 		select {
 		case <-s.done:
-			return fmt.Errorf("start sandbox %s: the guest exited: %s: %w", s.id, runtimeMessage(s.logHead()), errdefs.ErrUnavailable)
+			return fmt.Errorf("%s sandbox %s: the guest exited: %s: %w", what, s.id, runtimeMessage(s.logHead()), errdefs.ErrUnavailable)
 		case <-ctx.Done():
-			return fmt.Errorf("start sandbox %s: %w", s.id, ctx.Err())
+			return fmt.Errorf("%s sandbox %s: %w", what, s.id, ctx.Err())
 		case <-time.After(delay):
 		}
 	}
 }
 
-// writeBundle writes the spec, the token (the guest's copy in the run folder) and the run
-// folder, which only root may enter.
-func (s *Sandbox) writeBundle(spec *specs.Spec) error {
+// writeBundle writes the spec, the token (a new one when token is "") and the run folder,
+// which only root may enter. A new token goes to the guest too, as a file in the run
+// folder; a restored guest has its own already.
+func (s *Sandbox) writeBundle(spec *specs.Spec, token string) error {
 	// run/template: the mount point of the kernel template's folder.
 	if err := os.MkdirAll(filepath.Join(s.bundle, runDir, "template"), 0o700); err != nil {
 		return err
@@ -148,12 +164,14 @@ func (s *Sandbox) writeBundle(spec *specs.Spec) error {
 	if err != nil {
 		return err
 	}
-	s.token = sandbox.NewToken()
-	for name, data := range map[string][]byte{
-		"config.json":      data,
-		sandbox.GuestToken: []byte(s.token),
-		filepath.Join(runDir, sandbox.GuestToken): []byte(s.token),
-	} {
+	files := map[string][]byte{"config.json": data}
+	if token == "" {
+		token = sandbox.NewToken()
+		files[filepath.Join(runDir, sandbox.GuestToken)] = []byte(token)
+	}
+	s.token = token
+	files[sandbox.GuestToken] = []byte(token)
+	for name, data := range files {
 		if err := os.WriteFile(filepath.Join(s.bundle, name), data, 0o600); err != nil {
 			return err
 		}
@@ -208,15 +226,20 @@ func (s *Sandbox) dial(ctx context.Context) (net.Conn, error) {
 	return conn, nil
 }
 
-// logHead returns the beginning of the sandbox's log, to explain a failure.
+// logHead returns the beginning of the sandbox's logs, the runtime's and the guest's, to
+// explain a failure.
 func (s *Sandbox) logHead() []byte {
-	f, err := os.Open(filepath.Join(s.bundle, logName))
-	if err != nil {
-		return nil
+	var out []byte
+	for _, name := range []string{logName, filepath.Join(runDir, sandbox.GuestLog)} {
+		f, err := os.Open(filepath.Join(s.bundle, name))
+		if err != nil {
+			continue
+		}
+		b, _ := io.ReadAll(io.LimitReader(f, logHead))
+		f.Close()
+		out = append(out, b...)
 	}
-	defer f.Close()
-	b, _ := io.ReadAll(io.LimitReader(f, logHead))
-	return b
+	return out
 }
 
 // logHead caps what is read of a sandbox's log.

@@ -58,7 +58,15 @@ type specInput struct {
 	gvisor bool
 	// cgroups is the parent of the sandbox's cgroup (Config.CgroupParent).
 	cgroups string
+	// userns: the sandbox has a user namespace of its own, which maps every uid and gid to
+	// itself (files keep their owners), so that CRIU can checkpoint it (see checkpoint.go).
+	// Its /sys is then a tmpfs holding only the cgroup mount.
+	userns bool
 }
+
+// usernsSize is how many uids and gids a sandbox's own user namespace maps (to
+// themselves): root, user code's and nobody's among them.
+const usernsSize = 65536
 
 // DefaultCgroupParent is where sandboxes' cgroups are made by default: relative, so under
 // the server's own cgroup.
@@ -81,7 +89,8 @@ func CheckCgroupParent(p string) error {
 // buildSpec returns the OCI runtime spec of one sandbox.
 func buildSpec(in specInput) *specs.Spec {
 	s := in.spec
-	guest := sandbox.GuestCommand{Binary: guestPath, Cgroup: cgroupMount, UID: int(in.uid), GID: int(in.gid), OrphanExit: s.OrphanExit, Egress: guestproto.EgressListen}
+	guest := sandbox.GuestCommand{Binary: guestPath, Cgroup: cgroupMount, UID: int(in.uid), GID: int(in.gid), OrphanExit: s.OrphanExit, Egress: guestproto.EgressListen,
+		Log: sandbox.GuestRunDir + "/" + sandbox.GuestLog}
 	if in.gvisor {
 		guest.Cgroup = "" // gVisor's cgroupfs is the sentry's own, without the host's limits
 		guest.MemoryMB = s.Limits.MemoryMB
@@ -108,8 +117,15 @@ func buildSpec(in specInput) *specs.Spec {
 		mounts = append(mounts,
 			specs.Mount{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}})
 	}
-	mounts = append(mounts,
-		specs.Mount{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}})
+	if in.userns {
+		// A user namespace may mount sysfs only where the host's is fully visible, which it
+		// is not in a container (masked paths): a tmpfs holds the cgroup mount instead.
+		mounts = append(mounts,
+			specs.Mount{Destination: "/sys", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "noexec", "nodev", "mode=755", "size=64k"}})
+	} else {
+		mounts = append(mounts,
+			specs.Mount{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}})
+	}
 	if !in.gvisor {
 		mounts = append(mounts,
 			specs.Mount{Destination: cgroupMount, Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}})
@@ -139,6 +155,15 @@ func buildSpec(in specInput) *specs.Spec {
 		mounts = append(mounts, roBind(in.mplCache, mplCachePath))
 	}
 
+	namespaces := []specs.LinuxNamespace{
+		{Type: specs.PIDNamespace}, {Type: specs.NetworkNamespace}, {Type: specs.IPCNamespace},
+		{Type: specs.UTSNamespace}, {Type: specs.MountNamespace}, {Type: specs.CgroupNamespace},
+	}
+	var idMap []specs.LinuxIDMapping
+	if in.userns {
+		namespaces = append(namespaces, specs.LinuxNamespace{Type: specs.UserNamespace})
+		idMap = []specs.LinuxIDMapping{{ContainerID: 0, HostID: 0, Size: usernsSize}}
+	}
 	return &specs.Spec{
 		Version: ociVersion,
 		Process: &specs.Process{
@@ -156,10 +181,9 @@ func buildSpec(in specInput) *specs.Spec {
 		Hostname: sandbox.Hostname,
 		Mounts:   mounts,
 		Linux: &specs.Linux{
-			Namespaces: []specs.LinuxNamespace{
-				{Type: specs.PIDNamespace}, {Type: specs.NetworkNamespace}, {Type: specs.IPCNamespace},
-				{Type: specs.UTSNamespace}, {Type: specs.MountNamespace}, {Type: specs.CgroupNamespace},
-			},
+			Namespaces:    namespaces,
+			UIDMappings:   idMap,
+			GIDMappings:   idMap,
 			CgroupsPath:   in.cgroups + "/" + s.ID,
 			Resources:     resources(s.Limits, in.limitSwap, in.gvisor),
 			Devices:       devices(),

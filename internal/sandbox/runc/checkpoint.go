@@ -1,0 +1,303 @@
+package runc
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/cellbox/cellbox/internal/errdefs"
+	"github.com/cellbox/cellbox/internal/sandbox"
+)
+
+// Checkpoints: under gVisor with runsc's own checkpoint and restore; under runc with CRIU
+// (runc checkpoint and restore, CRIU 4 or later). A checkpoint folder holds the runtime's
+// images in images/ and checkpointMeta in cellbox.json.
+//
+// What a sandbox needs to be checkpointed (ARCHITECTURE.md, "Checkpoints"):
+//   - no host file or socket open inside: the guest logs to a file of its run folder
+//     (--log), and closes its listener and connection first (guestproto's Checkpoint); it
+//     listens again on SIGUSR1, which the backend sends after a restore (or after a
+//     checkpoint that left the sandbox running);
+//   - under runc, kernels started in the sandbox (a kernel forked from a template maps
+//     the template's files, from a mount outside the sandbox, which CRIU cannot find), and
+//     a user namespace of the sandbox's own: CRIU reads every process's resource limits,
+//     which takes CAP_SYS_RESOURCE over them, and root may lack it on the host (in a
+//     container it often does); over a user namespace that root owns, it has it.
+
+// checkpointTimeout bounds a checkpoint or a restore: the runtime writes or reads the
+// sandbox's memory.
+const checkpointTimeout = 2 * time.Minute
+
+const (
+	checkpointMeta   = "cellbox.json"
+	checkpointImages = "images"
+	criuWork         = "criu-work" // CRIU's logs of a restore, in the bundle
+)
+
+// meta is what the backend keeps in a checkpoint beside the runtime's images.
+type meta struct {
+	// Kind is Capabilities.Checkpoint of the backend that wrote it.
+	Kind string `json:"kind"`
+	// Rootfs is the root filesystem the sandbox ran on: a restored process maps its files.
+	Rootfs string `json:"rootfs"`
+	// Token is the guest's attach token, which the guest keeps in memory.
+	Token string `json:"token"`
+}
+
+// criuMin is the oldest CRIU that checkpoints these sandboxes: 3.x fails on kernels of
+// 2024 and later (their vDSO layout), 4.1 on a TCP socket of a 6.x kernel
+// (getsockopt SO_PASSCRED); 4.2 works.
+var criuMin = [2]int{4, 2}
+
+var criuVersion = regexp.MustCompile(`(?m)^Version: (\d+)\.(\d+)`)
+
+// findCRIU returns the path of a CRIU binary recent enough (path, or criu in PATH when
+// path is ""), or why there is none.
+func findCRIU(path string) (string, string) {
+	name := path
+	if name == "" {
+		name = "criu"
+	}
+	p, err := exec.LookPath(name)
+	if err != nil {
+		return "", "CRIU is not installed: run scripts/criu.sh (make deps does), which builds CRIU " +
+			strconv.Itoa(criuMin[0]) + "." + strconv.Itoa(criuMin[1]) + " from Debian's source"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, p, "--version").Output()
+	m := criuVersion.FindSubmatch(out)
+	if err != nil || m == nil {
+		return "", fmt.Sprintf("%s --version does not say its version: %v", p, err)
+	}
+	major, _ := strconv.Atoi(string(m[1]))
+	minor, _ := strconv.Atoi(string(m[2]))
+	if major < criuMin[0] || major == criuMin[0] && minor < criuMin[1] {
+		return "", fmt.Sprintf("%s is CRIU %d.%d, older than %d.%d, which checkpoints fail with on recent kernels: run scripts/criu.sh (make deps does)",
+			p, major, minor, criuMin[0], criuMin[1])
+	}
+	return p, ""
+}
+
+// checkpointKind is Capabilities.Checkpoint, and why it is "".
+func (b *Backend) checkpointKind() (kind, missing string) {
+	switch {
+	case b.gvisor:
+		return "gvisor", ""
+	case filepath.Base(b.runtime) != "runc":
+		return "", filepath.Base(b.runtime) + " sandboxes are not checkpointed: use runc (with CRIU) or runsc"
+	case b.criu == "":
+		return "", b.criuMissing
+	}
+	return "criu", ""
+}
+
+// checkpointable reports whether a sandbox of spec is made so that it can be checkpointed.
+func (b *Backend) checkpointable(spec sandbox.Spec) bool {
+	kind, _ := b.checkpointKind()
+	return kind == "gvisor" || kind == "criu" && spec.Checkpointable
+}
+
+// Checkpoint writes the sandbox into dir (see sandbox.Checkpointer). The guest must have
+// been readied (it no longer listens). On failure the guest is told to listen again.
+func (s *Sandbox) Checkpoint(ctx context.Context, dir string, leaveRunning bool) error {
+	kind, missing := s.b.checkpointKind()
+	if kind == "" {
+		return fmt.Errorf("checkpoint sandbox %s: %s: %w", s.id, missing, errors.ErrUnsupported)
+	}
+	spec, err := s.readSpec()
+	if err != nil {
+		return fmt.Errorf("checkpoint sandbox %s: %w", s.id, err)
+	}
+	if kind == "criu" && !hasUserns(spec) {
+		return fmt.Errorf("checkpoint sandbox %s: it was not made checkpointable (its kernel may be a template's): %w", s.id, errors.ErrUnsupported)
+	}
+	images := filepath.Join(dir, checkpointImages)
+	if err := os.MkdirAll(images, 0o700); err != nil {
+		return fmt.Errorf("checkpoint sandbox %s: %w", s.id, err)
+	}
+	// The guest's log is open in it: a restore needs the file where it was, as it was.
+	if err := copyFile(filepath.Join(s.bundle, runDir, sandbox.GuestLog), filepath.Join(dir, sandbox.GuestLog)); err != nil {
+		return fmt.Errorf("checkpoint sandbox %s: keep the guest's log: %w", s.id, err)
+	}
+	m, err := json.Marshal(meta{Kind: kind, Rootfs: spec.Root.Path, Token: s.token})
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, checkpointMeta), m, 0o600)
+	}
+	if err != nil {
+		return fmt.Errorf("checkpoint sandbox %s: %w", s.id, err)
+	}
+	args := []string{"checkpoint", "--image-path", images}
+	if kind == "criu" {
+		// CRIU's log goes with the images: it is what explains a failed restore too.
+		args = append(args, "--work-path", images, "--tcp-established", "--file-locks")
+	}
+	if leaveRunning {
+		args = append(args, "--leave-running")
+	}
+	if _, err := s.b.commandFor(ctx, checkpointTimeout, append(args, s.id)...); err != nil {
+		s.relisten(ctx)
+		return fmt.Errorf("checkpoint sandbox %s: %w%s", s.id, err, criuLogTail(kind, filepath.Join(images, "dump.log")))
+	}
+	if !leaveRunning {
+		return s.Stop(ctx)
+	}
+	s.relisten(ctx)
+	if err := s.connect(ctx, "checkpoint"); err != nil {
+		return err
+	}
+	return nil
+}
+
+// relisten tells the guest to listen again (SIGUSR1 to process 1).
+func (s *Sandbox) relisten(ctx context.Context) error {
+	_, err := s.b.command(ctx, "kill", s.id, "USR1")
+	return err
+}
+
+// readSpec reads the sandbox's OCI spec from its bundle.
+func (s *Sandbox) readSpec() (*specs.Spec, error) {
+	data, err := os.ReadFile(filepath.Join(s.bundle, "config.json"))
+	if err != nil {
+		return nil, err
+	}
+	var spec specs.Spec
+	if err := json.Unmarshal(data, &spec); err != nil || spec.Root == nil || spec.Linux == nil {
+		return nil, fmt.Errorf("the bundle's config.json does not parse: %v", err)
+	}
+	return &spec, nil
+}
+
+func hasUserns(spec *specs.Spec) bool {
+	for _, ns := range spec.Linux.Namespaces {
+		if ns.Type == specs.UserNamespace {
+			return true
+		}
+	}
+	return false
+}
+
+// Restore starts sandbox spec.ID from the checkpoint in dir (see sandbox.Restorer).
+func (b *Backend) Restore(ctx context.Context, spec sandbox.Spec, dir string) (sandbox.Sandbox, error) {
+	kind, missing := b.checkpointKind()
+	if kind == "" {
+		return nil, fmt.Errorf("restore sandbox %s: %s: %w", spec.ID, missing, errors.ErrUnsupported)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, checkpointMeta))
+	if err != nil {
+		return nil, fmt.Errorf("restore sandbox %s: the checkpoint is missing or unreadable: %w", spec.ID, errdefs.ErrFailedPrecondition)
+	}
+	var m meta
+	if err := json.Unmarshal(data, &m); err != nil || m.Token == "" || m.Rootfs == "" {
+		return nil, fmt.Errorf("restore sandbox %s: the checkpoint's %s is damaged: %w", spec.ID, checkpointMeta, errdefs.ErrFailedPrecondition)
+	}
+	if m.Kind != kind {
+		return nil, fmt.Errorf("restore sandbox %s: the checkpoint was taken with %s, and this server checkpoints with %s: %w", spec.ID, m.Kind, kind, errdefs.ErrFailedPrecondition)
+	}
+	if fi, err := os.Stat(m.Rootfs); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("restore sandbox %s: the image build it was checkpointed on is gone: %w", spec.ID, errdefs.ErrFailedPrecondition)
+	}
+	spec.Checkpointable = true
+	s, in, err := b.prepare(spec)
+	if err != nil {
+		return nil, err
+	}
+	if in.rootfs != m.Rootfs {
+		in.rootfs = m.Rootfs // the build the processes map files of, which may not be the newest
+	}
+	if !b.live.Add(spec.ID, s) {
+		return nil, fmt.Errorf("sandbox %s exists already: %w", spec.ID, errdefs.ErrFailedPrecondition)
+	}
+	if err := s.restore(ctx, kind, buildSpec(in), filepath.Join(dir, checkpointImages), m.Token); err != nil {
+		s.Stop(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	return s, nil
+}
+
+// restore writes the bundle with the guest's token, restores the container from images
+// and connects to the guest, told to listen again.
+func (s *Sandbox) restore(ctx context.Context, kind string, spec *specs.Spec, images, token string) error {
+	if err := s.writeBundle(spec, token); err != nil {
+		return fmt.Errorf("restore sandbox %s: %w", s.id, err)
+	}
+	if _, err := os.Stat(images); err != nil {
+		return fmt.Errorf("restore sandbox %s: the checkpoint has no images: %w", s.id, errdefs.ErrFailedPrecondition)
+	}
+	if err := copyFile(filepath.Join(filepath.Dir(images), sandbox.GuestLog), filepath.Join(s.bundle, runDir, sandbox.GuestLog)); err != nil {
+		return fmt.Errorf("restore sandbox %s: the checkpoint's guest log: %v: %w", s.id, err, errdefs.ErrFailedPrecondition)
+	}
+	args := []string{"restore", "--detach", "--image-path", images, "--bundle", s.bundle, "--pid-file", s.pidFile()}
+	work := filepath.Join(s.bundle, criuWork)
+	if kind == "criu" {
+		if err := os.Mkdir(work, 0o700); err != nil {
+			return fmt.Errorf("restore sandbox %s: %w", s.id, err)
+		}
+		args = append(args, "--work-path", work, "--tcp-established", "--file-locks")
+	}
+	rctx, cancel := context.WithTimeout(ctx, checkpointTimeout)
+	defer cancel()
+	if err := s.launch(rctx, "restore", append(args, s.id)...); err != nil {
+		// The runtime failed to read back what it wrote: the checkpoint will not restore.
+		return fmt.Errorf("%v%s: %w", err, criuLogTail(kind, filepath.Join(work, "restore.log")), errdefs.ErrFailedPrecondition)
+	}
+	if err := s.relisten(ctx); err != nil {
+		return fmt.Errorf("restore sandbox %s: %w", s.id, err)
+	}
+	return s.connect(ctx, "restore")
+}
+
+// criuLogTail is the errors in a CRIU log, to append to an error message ("" for gVisor,
+// whose runtime says what failed itself).
+func criuLogTail(kind, path string) string {
+	if kind != "criu" {
+		return ""
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	var errs [][]byte
+	for _, line := range bytes.Split(data, []byte("\n")) {
+		// CRIU cannot raise its own RLIMIT_NOFILE without CAP_SYS_RESOURCE; that is no failure.
+		if bytes.Contains(line, []byte("Error (")) && !bytes.Contains(line, []byte("for self")) {
+			errs = append(errs, bytes.TrimSpace(line))
+		}
+	}
+	if len(errs) > 3 {
+		errs = errs[len(errs)-3:]
+	}
+	if len(errs) == 0 {
+		return ""
+	}
+	return " (CRIU: " + string(bytes.Join(errs, []byte("; "))) + ")"
+}
+
+// copyFile copies the regular file src to dst (made 0600, or truncated).
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}

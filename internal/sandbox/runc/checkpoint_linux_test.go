@@ -1,0 +1,234 @@
+package runc
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cellbox/cellbox/internal/errdefs"
+	"github.com/cellbox/cellbox/internal/guestproto"
+	"github.com/cellbox/cellbox/internal/sandbox"
+	"github.com/cellbox/cellbox/internal/sandbox/sandboxtest"
+	"github.com/cellbox/cellbox/internal/testbin"
+)
+
+// checkpointBackend is a backend of runtime that checkpoints, with kernel templates (which
+// a checkpointable sandbox does without).
+func checkpointBackend(t *testing.T, runtime string) *Backend {
+	t.Helper()
+	b := newBackend(t, runtime, testbin.Cellbox(t))
+	if kind, missing := b.checkpointKind(); kind == "" {
+		testbin.Missing(t, "needs a runtime that checkpoints: %s", missing)
+	}
+	return b
+}
+
+// checkpointableGuest is realGuest for a checkpointable sandbox.
+func checkpointableGuest(t *testing.T, b *Backend, ws string) (*Sandbox, *guestproto.Client) {
+	t.Helper()
+	testbin.NeedIPython(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	sb, err := b.Create(ctx, sandbox.Spec{ID: sandboxtest.ID(), Workspace: ws, Limits: sandbox.Limits{MemoryMB: 512, Pids: 128}, Checkpointable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sb.Stop(context.Background()) })
+	return sb.(*Sandbox), dialGuest(t, sb, true)
+}
+
+// dialGuest dials sb's guest, and configures it when configure is set.
+func dialGuest(t *testing.T, sb sandbox.Sandbox, configure bool) *guestproto.Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := guestproto.Dial(ctx, sb.Conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if configure {
+		if err := c.Configure(ctx, guestproto.Config{Python: sandboxtest.Python, DefaultTimeoutS: 30}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c
+}
+
+func TestCheckpointRestoreRunc(t *testing.T)  { testCheckpointRestore(t, "runc") }
+func TestCheckpointRestoreRunsc(t *testing.T) { testCheckpointRestore(t, "runsc") }
+
+// A sandbox checkpointed and stopped comes back from its checkpoint with its kernel's
+// variables, a thread, an open file and a process it started; and again, as a fork, on a
+// copy of its workspace, while the first restored one runs.
+func testCheckpointRestore(t *testing.T, runtime string) {
+	b := checkpointBackend(t, runtime)
+	ws := sandboxtest.Workspace(t)
+	sb, c := checkpointableGuest(t, b, ws)
+	runCode(t, c, `
+import threading, subprocess, time
+x = 41
+ticks = [0]
+def tick():
+    while True:
+        ticks[0] += 1
+        time.sleep(0.01)
+threading.Thread(target=tick, daemon=True).start()
+f = open('/mnt/data/log.txt', 'w')
+f.write('before\n'); f.flush()
+p = subprocess.Popen(['sleep', '1000'])
+`)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := c.Checkpoint(ctx); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "cp")
+	if err := sb.Checkpoint(ctx, dir, false); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-sb.Done():
+	default:
+		t.Fatal("the sandbox runs on after a checkpoint that stops it")
+	}
+	if _, err := os.Stat(sb.bundle); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("bundle left after the checkpoint: %v", err)
+	}
+
+	id := sandboxtest.ID()
+	rs, err := b.Restore(ctx, sandbox.Spec{ID: id, Workspace: ws, Limits: sandbox.Limits{MemoryMB: 512, Pids: 128}}, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rs.Stop(context.Background()) })
+	rc := dialGuest(t, rs, false)
+	got := runCode(t, rc, `
+n = ticks[0]; time.sleep(0.2)
+f.write('after\n'); f.flush()
+print(x + 1, ticks[0] > n, p.poll() is None, open('/mnt/data/log.txt').read().split())
+`)
+	if want := "42 True True ['before', 'after']"; strings.TrimSpace(got) != want {
+		t.Fatalf("after restore: %q, want %q", got, want)
+	}
+
+	// A fork: the same checkpoint again, on a copy of the workspace, beside the first.
+	ws2 := sandboxtest.Workspace(t)
+	os.WriteFile(filepath.Join(ws2, "log.txt"), []byte("before\n"), 0o644)
+	fs, err := b.Restore(ctx, sandbox.Spec{ID: sandboxtest.ID(), Workspace: ws2, Limits: sandbox.Limits{MemoryMB: 512, Pids: 128}}, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fs.Stop(context.Background()) })
+	fc := dialGuest(t, fs, false)
+	runCode(t, fc, "x = 7\nf.write('fork\\n'); f.flush()")
+	if got := runCode(t, rc, "print(x, open('/mnt/data/log.txt').read().split())"); strings.TrimSpace(got) != "41 ['before', 'after']" {
+		t.Errorf("the first restored sandbox after the fork wrote: %q", got)
+	}
+	if data, _ := os.ReadFile(filepath.Join(ws2, "log.txt")); string(data) != "before\nfork\n" {
+		t.Errorf("the fork's workspace holds %q", data)
+	}
+}
+
+func TestCheckpointLeaveRunningRunc(t *testing.T)  { testCheckpointLeaveRunning(t, "runc") }
+func TestCheckpointLeaveRunningRunsc(t *testing.T) { testCheckpointLeaveRunning(t, "runsc") }
+
+// A checkpoint that leaves the sandbox running: the guest listens again, the kernel kept.
+func testCheckpointLeaveRunning(t *testing.T, runtime string) {
+	b := checkpointBackend(t, runtime)
+	sb, c := checkpointableGuest(t, b, sandboxtest.Workspace(t))
+	runCode(t, c, "x = 1")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := c.Checkpoint(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.Checkpoint(ctx, filepath.Join(t.TempDir(), "cp"), true); err != nil {
+		t.Fatal(err)
+	}
+	c2 := dialGuest(t, sb, false)
+	if got := runCode(t, c2, "print(x + 1)"); strings.TrimSpace(got) != "2" {
+		t.Fatalf("after a checkpoint that left it running: %q", got)
+	}
+}
+
+func TestRestoreDamagedRunc(t *testing.T)  { testRestoreDamaged(t, "runc") }
+func TestRestoreDamagedRunsc(t *testing.T) { testRestoreDamaged(t, "runsc") }
+
+// A missing, damaged or foreign checkpoint fails to restore with failed_precondition, and
+// leaves nothing behind.
+func testRestoreDamaged(t *testing.T, runtime string) {
+	b := checkpointBackend(t, runtime)
+	sb, c := checkpointableGuest(t, b, sandboxtest.Workspace(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := c.Checkpoint(ctx); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "cp")
+	if err := sb.Checkpoint(ctx, dir, false); err != nil {
+		t.Fatal(err)
+	}
+	restore := func(dir string) error {
+		id := sandboxtest.ID()
+		s, err := b.Restore(ctx, sandbox.Spec{ID: id, Workspace: sandboxtest.Workspace(t), Limits: sandbox.Limits{MemoryMB: 512, Pids: 128}}, dir)
+		if err == nil {
+			s.Stop(ctx)
+			return nil
+		}
+		if _, serr := os.Stat(filepath.Join(b.bundles, id)); !errors.Is(serr, os.ErrNotExist) {
+			t.Errorf("a failed restore left its bundle: %v", serr)
+		}
+		if strings.Contains(string(mustList(t, b)), id) {
+			t.Errorf("a failed restore left its container")
+		}
+		return err
+	}
+	if err := restore(filepath.Join(t.TempDir(), "none")); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Errorf("restore of a missing checkpoint: %v", err)
+	}
+	// The images cut short.
+	images := filepath.Join(dir, checkpointImages)
+	entries, _ := os.ReadDir(images)
+	for _, e := range entries {
+		p := filepath.Join(images, e.Name())
+		if fi, err := os.Stat(p); err == nil && fi.Size() > 0 {
+			os.Truncate(p, fi.Size()/2)
+		}
+	}
+	if err := restore(dir); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Errorf("restore of damaged images: %v", err)
+	}
+	other := map[string]string{"runc": "gvisor", "runsc": "criu"}[runtime]
+	os.WriteFile(filepath.Join(dir, checkpointMeta), []byte(`{"kind":"`+other+`","rootfs":"/","token":"x"}`), 0o600)
+	if err := restore(dir); !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), other) {
+		t.Errorf("restore of another runtime's checkpoint: %v", err)
+	}
+}
+
+func mustList(t *testing.T, b *Backend) []byte {
+	t.Helper()
+	out, err := b.command(context.Background(), "list", "--format", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// A runc sandbox not made checkpointable (its kernel forked from a template) is refused
+// before anything is written, and runs on.
+func TestCheckpointNotCheckpointable(t *testing.T) {
+	b := checkpointBackend(t, "runc")
+	sb, c := realGuest(t, b)
+	runCode(t, c, "x = 1")
+	if err := sb.Checkpoint(context.Background(), filepath.Join(t.TempDir(), "cp"), false); !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("checkpoint of a sandbox not made checkpointable: %v", err)
+	}
+	if got := runCode(t, c, "print(x)"); strings.TrimSpace(got) != "1" {
+		t.Fatalf("after the refused checkpoint: %q", got)
+	}
+}
