@@ -71,6 +71,40 @@ type CreateSessionRequest struct {
 	// there (path.Match, against the path under /mnt/data or the file's name: "*.png",
 	// "out/*"); none: every file a run creates or changes. At most 32, 256 bytes each.
 	Artifacts []string `json:"artifacts,omitempty"`
+	// IdleAction is what the idle timeout does to the session: IdleActionEnd, or
+	// IdleActionPause (it is paused, and any call resumes it); "": the server's default
+	// (--idle-action). A session created with "pause" can be paused by hand too, on any
+	// server that pauses sessions; one created with "end" may not be on every backend
+	// (runc: its kernel is forked from a shared template, which a checkpoint cannot take).
+	IdleAction string `json:"idle_action,omitempty"`
+}
+
+// What the idle timeout does to a session (CreateSessionRequest.IdleAction).
+const (
+	IdleActionEnd   = "end"
+	IdleActionPause = "pause"
+)
+
+// Session states (Session.State).
+const (
+	StateIdle   = "idle"
+	StateBusy   = "busy"
+	StatePaused = "paused"
+)
+
+// ForkRequest is the body of POST /v1/sessions/{id}/fork.
+type ForkRequest struct {
+	// Count is how many new sessions (1 to MaxForks; 0 means 1).
+	Count int `json:"count,omitempty"`
+}
+
+// MaxForks caps ForkRequest.Count.
+const MaxForks = 32
+
+// ForkResult is the answer to POST /v1/sessions/{id}/fork: the new sessions, each with a
+// copy of the session's variables and workspace, in a sandbox of its own.
+type ForkResult struct {
+	Sessions []Session `json:"sessions"`
 }
 
 // UpdateSessionRequest is the body of PATCH /v1/sessions/{id}: at least one field.
@@ -171,7 +205,7 @@ type EgressLog struct {
 type Session struct {
 	ID             string    `json:"id"`
 	Language       string    `json:"language"`
-	State          string    `json:"state"` // "idle" or "busy"
+	State          string    `json:"state"` // StateIdle, StateBusy or StatePaused
 	Limits         Limits    `json:"limits"`
 	IdleTimeoutS   int       `json:"idle_timeout_s"`
 	ExecutionCount int       `json:"execution_count"`
@@ -188,6 +222,12 @@ type Session struct {
 	Image string `json:"image,omitempty"`
 	// Network is the session's egress policy, secret values redacted.
 	Network Network `json:"network"`
+	// IdleAction is what the idle timeout does to it (IdleActionEnd or IdleActionPause).
+	IdleAction string `json:"idle_action"`
+	// PausedAt is when it was paused (State StatePaused); nil: it is not.
+	PausedAt *time.Time `json:"paused_at,omitempty"`
+	// CheckpointBytes is the disk its checkpoint takes while paused.
+	CheckpointBytes int64 `json:"checkpoint_bytes,omitempty"`
 }
 
 // SessionList is the body of GET /v1/sessions.

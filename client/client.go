@@ -132,6 +132,19 @@ func (c *Client) Restart(ctx context.Context, id string) (*api.Session, error) {
 	return call[api.Session](ctx, c, http.MethodPost, sessionPath(id, "/restart"), nil)
 }
 
+// Pause writes the session's sandbox to disk and frees its memory (state "paused"); any
+// call on the session, or Resume, resumes it with its variables as they were. The session
+// must have been created pausable (idle_action "pause") on a runc server; under gVisor any
+// session may be paused.
+func (c *Client) Pause(ctx context.Context, id string) (*api.Session, error) {
+	return call[api.Session](ctx, c, http.MethodPost, sessionPath(id, "/pause"), nil)
+}
+
+// Resume resumes a paused session (a session that is not paused is left as it is).
+func (c *Client) Resume(ctx context.Context, id string) (*api.Session, error) {
+	return call[api.Session](ctx, c, http.MethodPost, sessionPath(id, "/resume"), nil)
+}
+
 // Command runs a program in the session's sandbox.
 func (c *Client) Command(ctx context.Context, id string, req api.CommandRequest) (*api.CommandResult, error) {
 	return call[api.CommandResult](ctx, c, http.MethodPost, sessionPath(id, "/commands"), req)

@@ -25,7 +25,7 @@ done
 # What cellbox runs on: OCI runtimes (runsc is gVisor, in Debian since 12), ext4 images for
 # workspace quotas, the Python kernel's packages (from Debian; no pip), fonts for matplotlib,
 # the tools sandboxes are set up with, and debootstrap for `cellbox image build`.
-pkgs=(runc crun runsc e2fsprogs mount python3 python3-ipython python3-numpy python3-pandas
+pkgs=(runc crun runsc iptables e2fsprogs mount python3 python3-ipython python3-numpy python3-pandas
 	python3-matplotlib python3-matplotlib-inline python3-scipy fonts-dejavu-core
 	iproute2 procps ca-certificates debootstrap)
 # What the tests need: make and git; gcc and libc6-dev for cgo (go test -race); Node.js and
@@ -96,5 +96,22 @@ if built=$("${sudo[@]}" env ${GO:+GO="$GO"} "$(dirname "$0")/runsc.sh"); then
 	fi
 else
 	say "could not build gVisor's runsc (above): cellbox's gVisor is that build (Debian's runsc is of 2022, and not supported)"
+	exit 1
+fi
+
+# CRIU, for checkpoints of runc sandboxes: Debian 12's criu 3.17 fails `criu check` on
+# current kernels (its vDSO layout), and 4.1.1 cannot checkpoint a TCP socket on them. CRIU
+# is built from Debian's source tarball at the version scripts/criu.sh pins (its build
+# dependencies from apt) and installed as /usr/local/sbin/criu, ahead of Debian's
+# /usr/sbin/criu in PATH. A build that fails fails this script; when Debian's pool no
+# longer has the tarball, CELLBOX_CRIU_TARBALL names a copy (scripts/criu.sh says more).
+criu_dst=/usr/local/sbin/criu
+if built=$("${sudo[@]}" env ${CELLBOX_CRIU_TARBALL:+CELLBOX_CRIU_TARBALL="$CELLBOX_CRIU_TARBALL"} "$(dirname "$0")/criu.sh"); then
+	if ! cmp -s "$built" "$criu_dst"; then
+		say "installing $criu_dst ($("$built" --version | head -n 1))"
+		"${sudo[@]}" install -m 0755 "$built" "$criu_dst"
+	fi
+else
+	say "could not build CRIU (above): cellbox's checkpoints need it (Debian 12's criu 3.17 does not work on current kernels)"
 	exit 1
 fi

@@ -38,6 +38,8 @@ type Config struct {
 	CgroupParent string // --cgroup-parent
 	// GVisorPlatform: runc with runsc: gVisor's platform, auto | systrap | kvm | ptrace.
 	GVisorPlatform string // --gvisor-platform
+	// CRIU: runc checkpoints sandboxes (pause, fork) with this CRIU binary; "": criu in PATH.
+	CRIU string // --criu
 	// NoKernelTemplates: runc starts every kernel afresh instead of forking it from a
 	// kernel template per root filesystem (package template).
 	NoKernelTemplates bool // --no-kernel-templates
@@ -113,6 +115,10 @@ type Config struct {
 	MaxIdleTimeout time.Duration // --max-idle-timeout
 	MaxLifetime    time.Duration // --max-lifetime: longest lifetime a session may ask for (lifetime_s)
 	Retention      time.Duration // --retention: how long a workspace is kept after its session
+	// IdleAction is what the idle timeout does to a session that does not say (api.IdleActionEnd or Pause).
+	IdleAction      string        // --idle-action
+	PausedRetention time.Duration // --paused-retention: a session paused this long ends
+	PausedQuotaMB   int64         // --paused-quota-mb: the disk all paused sessions' checkpoints may take
 
 	MaxOutputBytes int   // --max-output-bytes: text per execution
 	MaxRichBytes   int   // --max-rich-bytes: images, HTML... per execution
@@ -142,44 +148,47 @@ type Config struct {
 // Default returns the defaults of DESIGN.md.
 func Default() Config {
 	return Config{
-		Addr:           "127.0.0.1:8080",
-		Backend:        "runc",
-		Runtime:        "runc",
-		GVisorPlatform: "auto",
-		StateDir:       defaultStateDir(),
-		ArtifactsTTL:   24 * time.Hour,
-		Python:         "/usr/bin/python3",
-		Preimport:      "import numpy, pandas, matplotlib, matplotlib.pyplot",
-		PoolSize:       2,
-		Image:          image.DefaultName,
-		RootFS:         "host",
-		MaxSessions:    100,
-		Egress:         "none",
-		EgressMax:      "public",
-		EgressMaxConns: 32,
-		EgressQuotaMB:  4096,
-		MemoryMB:       1024,
-		CPUs:           1,
-		Pids:           256,
-		DiskMB:         1024,
-		TmpMB:          256,
-		MaxMemoryMB:    8192,
-		MaxCPUs:        float64(runtime.NumCPU()),
-		MaxPids:        4096,
-		MaxDiskMB:      16384,
-		ExecTimeout:    60 * time.Second,
-		MaxExecTimeout: 30 * time.Minute,
-		InterruptGrace: 3 * time.Second,
-		IdleTimeout:    20 * time.Minute,
-		MaxIdleTimeout: 24 * time.Hour,
-		MaxLifetime:    24 * time.Hour,
-		Retention:      24 * time.Hour,
-		MaxOutputBytes: 1 << 20,
-		MaxRichBytes:   16 << 20,
-		MaxUploadBytes: 1 << 30,
-		MaxBodyBytes:   8 << 20,
-		Quota:          "auto",
-		LogLevel:       "info",
+		Addr:            "127.0.0.1:8080",
+		Backend:         "runc",
+		Runtime:         "runc",
+		GVisorPlatform:  "auto",
+		StateDir:        defaultStateDir(),
+		ArtifactsTTL:    24 * time.Hour,
+		Python:          "/usr/bin/python3",
+		Preimport:       "import numpy, pandas, matplotlib, matplotlib.pyplot",
+		PoolSize:        2,
+		Image:           image.DefaultName,
+		RootFS:          "host",
+		MaxSessions:     100,
+		Egress:          "none",
+		EgressMax:       "public",
+		EgressMaxConns:  32,
+		EgressQuotaMB:   4096,
+		MemoryMB:        1024,
+		CPUs:            1,
+		Pids:            256,
+		DiskMB:          1024,
+		TmpMB:           256,
+		MaxMemoryMB:     8192,
+		MaxCPUs:         float64(runtime.NumCPU()),
+		MaxPids:         4096,
+		MaxDiskMB:       16384,
+		ExecTimeout:     60 * time.Second,
+		MaxExecTimeout:  30 * time.Minute,
+		InterruptGrace:  3 * time.Second,
+		IdleTimeout:     20 * time.Minute,
+		MaxIdleTimeout:  24 * time.Hour,
+		MaxLifetime:     24 * time.Hour,
+		Retention:       24 * time.Hour,
+		IdleAction:      "end",
+		PausedRetention: 7 * 24 * time.Hour,
+		PausedQuotaMB:   20 << 10,
+		MaxOutputBytes:  1 << 20,
+		MaxRichBytes:    16 << 20,
+		MaxUploadBytes:  1 << 30,
+		MaxBodyBytes:    8 << 20,
+		Quota:           "auto",
+		LogLevel:        "info",
 
 		ClusterLeaseDuration: 15 * time.Second,
 	}
@@ -207,6 +216,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.NoKernelTemplates, "no-kernel-templates", c.NoKernelTemplates, "runc: start every kernel afresh (~1 s, ~80 MiB each) instead of forking it from a prepared template process (milliseconds, a few MiB)")
 	fs.IntVar(&c.PoolSize, "pool-size", c.PoolSize, "sandboxes of the default image kept warm, ready for new sessions")
 	fs.StringVar(&c.GVisorPlatform, "gvisor-platform", c.GVisorPlatform, "runc with --runtime runsc: gVisor's platform: auto (kvm where /dev/kvm works, else systrap), systrap, kvm or ptrace; with docker, the engine's runtimeArgs choose it")
+	fs.StringVar(&c.CRIU, "criu", c.CRIU, "runc: the CRIU binary (4.2 or later) that checkpoints sandboxes, to pause and fork sessions (default: criu in PATH; scripts/criu.sh builds one)")
 	fs.StringVar(&c.CgroupParent, "cgroup-parent", c.CgroupParent, "runc: the cgroup sandboxes' cgroups are made in (default cellbox): a relative one is under the server's own cgroup; an absolute one (/cellbox) is from the cgroup root, so that sandboxes outlive a container the server runs in")
 	fs.StringVar(&c.Image, "image", c.Image, "the image of sessions that name none, built by cellbox image build NAME (runc runs on images with --rootfs image only)")
 	fs.StringVar(&c.RootFS, "rootfs", c.RootFS, "what runc sandboxes run on: host (this machine's system folders) | image (built images; see --image)")
@@ -256,6 +266,9 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.MaxIdleTimeout, "max-idle-timeout", c.MaxIdleTimeout, "longest idle timeout a request may ask for")
 	fs.DurationVar(&c.MaxLifetime, "max-lifetime", c.MaxLifetime, "longest lifetime a session may ask for (lifetime_s: it ends then, busy or idle)")
 	fs.DurationVar(&c.Retention, "retention", c.Retention, "how long a workspace is kept after its session ends")
+	fs.StringVar(&c.IdleAction, "idle-action", c.IdleAction, "what the idle timeout does to a session that does not say (idle_action): end, or pause (its sandbox is written to disk and freed, and any call resumes it; under runc every session's kernel is then started in its sandbox, not forked from the shared template, so it takes more memory while it runs)")
+	fs.DurationVar(&c.PausedRetention, "paused-retention", c.PausedRetention, "a session paused this long ends (its workspace is kept for --retention)")
+	fs.Int64Var(&c.PausedQuotaMB, "paused-quota-mb", c.PausedQuotaMB, "disk the checkpoints of all paused sessions may take (MiB): past it, a pause is refused (an idle session then ends)")
 	fs.IntVar(&c.MaxOutputBytes, "max-output-bytes", c.MaxOutputBytes, "text output kept per execution; the rest is cut")
 	fs.IntVar(&c.MaxRichBytes, "max-rich-bytes", c.MaxRichBytes, "rich output (images, HTML) kept per execution")
 	fs.Int64Var(&c.MaxUploadBytes, "max-upload-bytes", c.MaxUploadBytes, "largest file upload")
@@ -444,6 +457,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Retention < 0 {
 		bad("--retention must not be negative")
+	}
+	if c.IdleAction != "end" && c.IdleAction != "pause" {
+		bad("--idle-action %q: end or pause", c.IdleAction)
+	}
+	if c.PausedRetention <= 0 || c.PausedQuotaMB <= 0 {
+		bad("--paused-retention and --paused-quota-mb must be positive")
 	}
 	if c.MaxOutputBytes < 1024 {
 		bad("--max-output-bytes %d: must be at least 1024", c.MaxOutputBytes)

@@ -57,6 +57,7 @@ func Listen(ctx context.Context, listen func() (net.Listener, error), token stri
 		lnMu.Lock()
 		defer lnMu.Unlock()
 		if !paused {
+			s.dumpableForCheckpoint()
 			select { // a signal from before the checkpoint is not the restore's
 			case <-relisten:
 			default:
@@ -171,7 +172,31 @@ func (s *server) awaitRelisten(ctx context.Context, sig <-chan os.Signal, listen
 		return false
 	}
 	*ln, *paused = nl, false
+	s.undumpable()
 	return true
+}
+
+// dumpableForCheckpoint makes the guest dumpable until undumpable, if protect made it not:
+// CRIU checks that it may trace every process from inside the sandbox's user namespace,
+// and a process it restored has its memory owned by the host's user namespace (the
+// restore forked it there), so a guest not dumpable could not be checkpointed twice. User
+// code cannot trace it meanwhile either way: it runs as another uid, with no capability.
+func (s *server) dumpableForCheckpoint() {
+	d, err := unix.PrctlRetInt(unix.PR_GET_DUMPABLE, 0, 0, 0, 0)
+	if err != nil || d != 0 {
+		return
+	}
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 1, 0, 0, 0); err == nil {
+		s.madeDumpable = true
+	}
+}
+
+// undumpable undoes dumpableForCheckpoint.
+func (s *server) undumpable() {
+	if s.madeDumpable {
+		unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+		s.madeDumpable = false
+	}
 }
 
 // listenUnix listens on a Unix socket at path that only the guest's uid may connect to.

@@ -57,7 +57,8 @@ type server struct {
 
 	// checkpoint closes the listener for a checkpoint (Listen sets it); nil: the guest
 	// serves on stdio and cannot be checkpointed.
-	checkpoint func()
+	checkpoint   func()
+	madeDumpable bool // the checkpoint made the guest dumpable (listen_linux.go); guarded by Listen's lock
 
 	mux      atomic.Pointer[yamux.Session] // the attached connection, for egress streams
 	egressLn net.Listener                  // the egress proxy's; nil: none (egress_linux.go)
@@ -334,7 +335,7 @@ func (s *server) handle(ctx context.Context, st *yamux.Stream) {
 	case guestproto.OpTrust:
 		writeMsg(st, s.trust(req.CA))
 	case guestproto.OpCheckpoint:
-		s.readyCheckpoint(st)
+		s.readyCheckpoint(ctx, st)
 	case guestproto.OpStat:
 		writeMsg(st, s.stat(req.Path))
 	case guestproto.OpDeleteContext:
@@ -345,20 +346,28 @@ func (s *server) handle(ctx context.Context, st *yamux.Stream) {
 }
 
 // readyCheckpoint answers OpCheckpoint: the listener closes, and then the connection, once
-// the answer is written. What else runs on the connection (the server holds the session's
-// turn: a file call at most) ends with it.
-func (s *server) readyCheckpoint(st *yamux.Stream) {
+// the server has read the answer (it closes the stream: ctx ends), so that the answer is
+// not lost with the connection. What else runs on the connection (the server holds the
+// session's turn: a file call at most) ends with it.
+func (s *server) readyCheckpoint(ctx context.Context, st *yamux.Stream) {
 	if s.checkpoint == nil {
 		writeMsg(st, errMsg(api.CodeFailedPrecondition, "this guest serves on its stdio and cannot be checkpointed"))
 		return
 	}
 	s.checkpoint()
 	writeMsg(st, guestproto.Message{OK: true})
+	select {
+	case <-ctx.Done():
+	case <-time.After(checkpointAckTimeout):
+	}
 	st.Close()
 	if m := s.mux.Load(); m != nil {
 		m.Close()
 	}
 }
+
+// checkpointAckTimeout bounds the wait for the server to read a checkpoint's answer.
+const checkpointAckTimeout = 10 * time.Second
 
 func errMsg(code, msg string) guestproto.Message {
 	return guestproto.Message{Error: &guestproto.Error{Code: code, Message: msg}}

@@ -110,6 +110,24 @@ func (s *server) restart(w http.ResponseWriter, r *http.Request) {
 	s.getSession(w, r)
 }
 
+func (s *server) pause(w http.ResponseWriter, r *http.Request) {
+	sess, err := s.m.Pause(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sess)
+}
+
+func (s *server) resume(w http.ResponseWriter, r *http.Request) {
+	sess, err := s.m.Resume(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sess)
+}
+
 func (s *server) execute(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	var req api.ExecuteRequest

@@ -59,7 +59,7 @@ type Checkpointer interface {
 	// the connection is closed then, and Conn is of no use after Checkpoint. A sandbox
 	// left running listens again: the caller attaches to it with the backend's Attach.
 	// errors.ErrUnsupported: this sandbox cannot be checkpointed (see Spec.Checkpointable).
-	// Any other error leaves the sandbox as it was, but for the guest, which listens again.
+	// After any other error the sandbox runs on, and Conn is a new connection to its guest.
 	Checkpoint(ctx context.Context, dir string, leaveRunning bool) error
 }
 

@@ -120,6 +120,7 @@ func NewBackend(cfg config.Config, opts Options) (sandbox.Backend, error) {
 			GuestBinary:    exe,
 			CgroupParent:   cfg.CgroupParent,
 			GVisorPlatform: cfg.GVisorPlatform,
+			CRIU:           cfg.CRIU,
 			Logger:         log,
 		}
 		if cfg.RootFS == "image" {
@@ -128,7 +129,7 @@ func NewBackend(cfg config.Config, opts Options) (sandbox.Backend, error) {
 			rc.MPLCache = fontCache(cfg, log)
 		}
 		if !cfg.NoKernelTemplates {
-			rc.Kernels = &runc.Kernels{Python: cfg.Python, Preimport: cfg.Preimport}
+			rc.Kernels = &runc.Kernels{Python: cfg.Python, Preimport: cfg.Preimport, Detach: []string{workspacesDir(cfg)}}
 		}
 		return runc.New(rc)
 	case "docker":
@@ -245,7 +246,7 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (_ *Server, err
 	if cfg.Backend == "local-unsafe" && quota == "auto" {
 		quota = "none" // a loop mount needs root, which local-unsafe is meant to do without
 	}
-	store, err := workspace.NewStore(workspace.StoreConfig{Dir: filepath.Join(cfg.StateDir, "workspaces"), Logger: log, Quota: quota})
+	store, err := workspace.NewStore(workspace.StoreConfig{Dir: workspacesDir(cfg), Logger: log, Quota: quota})
 	if err != nil {
 		return nil, err
 	}
@@ -530,3 +531,6 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	return errors.Join(append(errs, <-done)...)
 }
+
+// workspacesDir is the workspaces' folder in the state folder.
+func workspacesDir(cfg config.Config) string { return filepath.Join(cfg.StateDir, "workspaces") }

@@ -22,6 +22,7 @@ import (
 //	restart   -             yes         yes  yes (**)       -
 //	context   -             yes         yes  yes            -
 //	spawn     -             yes         yes  -              yes
+//	pause     -             yes         yes  yes            -
 //
 // (*) held by the session until it ends: its release is the session's (Session.slot).
 // (**) after interrupting whatever holds it.
@@ -42,6 +43,7 @@ const (
 	kindRestart
 	kindContext
 	kindSpawn
+	kindPause
 )
 
 // uses is what each kind takes.
@@ -56,6 +58,7 @@ var uses = map[kind]struct {
 	kindRestart: {tenantRun: true, run: true, turn: true},
 	kindContext: {tenantRun: true, run: true, turn: true},
 	kindSpawn:   {tenantRun: true, run: true, spawn: true, metric: "command"},
+	kindPause:   {tenantRun: true, run: true, turn: true},
 }
 
 // caps are the limits admission enforces; 0: none.
@@ -239,6 +242,27 @@ func (a *admission) hold(tenant string) (release func()) {
 	a.mu.Unlock()
 	var once sync.Once
 	return func() { once.Do(func() { a.freeSlot(tenant) }) }
+}
+
+// takeSlot takes a slot for a session that exists already (one resumed from a pause),
+// within the caps; the release is the session's.
+func (a *admission) takeSlot(tenant string) (release func(), _ error) {
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		return nil, errShuttingDown
+	}
+	tu := a.tenants[tenant]
+	if err := a.slotFull(tu); err != nil {
+		a.mu.Unlock()
+		return nil, err
+	}
+	a.sessions++
+	tu.sessions++
+	a.tenants[tenant] = tu
+	a.mu.Unlock()
+	var once sync.Once
+	return func() { once.Do(func() { a.freeSlot(tenant) }) }, nil
 }
 
 // setUse stores tu, dropping a tenant that holds nothing; a.mu is held.

@@ -21,6 +21,10 @@ type boxSpec struct {
 	image  string // see sandbox.Spec.Image; "": the backend's own root
 	limits api.Limits
 	env    map[string]string
+	// checkpointable: the sandbox is made so that it can be checkpointed (pause.go), where
+	// that costs something (runc: no template kernel); where every sandbox can be (gVisor)
+	// it stays false.
+	checkpointable bool
 }
 
 // box is a started sandbox whose guest has been dialed and configured: a ready kernel.
@@ -72,7 +76,8 @@ func (m *Manager) startBox(ctx context.Context, id string, spec boxSpec, ws stri
 		Limits:    m.sandboxLimits(spec),
 		// No session outlives its idle timeout, so a sandbox unattached for the longest one
 		// has no session left: its server is gone for good.
-		OrphanExit: m.cfg.MaxIdleTimeout,
+		OrphanExit:     m.cfg.MaxIdleTimeout,
+		Checkpointable: spec.checkpointable,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("start sandbox: %w", err)
@@ -142,9 +147,14 @@ func (m *Manager) adapt(ctx context.Context, b *box, spec boxSpec) (changed bool
 	return false, nil
 }
 
-// stop ends the sandbox; the workspace stays where it is.
+// stop ends the sandbox; the workspace stays where it is. A paused box has none.
 func (b *box) stop(ctx context.Context) error {
-	b.guest.Close()
+	if b.guest != nil {
+		b.guest.Close()
+	}
+	if b.sb == nil {
+		return nil
+	}
 	return b.sb.Stop(ctx)
 }
 
@@ -168,7 +178,7 @@ func (b *box) alive() bool {
 // env (adapt) when they are not the pool's, else a new one.
 func (m *Manager) obtain(ctx context.Context, spec boxSpec) (*box, error) {
 	// A warm sandbox has the default disk quota, which cannot change.
-	if p := m.pools[spec.image]; p != nil && spec.limits.DiskMB == m.defaults().DiskMB {
+	if p := m.pools[spec.image]; p != nil && spec.limits.DiskMB == m.defaults().DiskMB && spec.checkpointable == m.poolCheckpointable() {
 		if b := p.take(); b != nil {
 			changed, err := m.adapt(ctx, b, spec)
 			if err == nil {

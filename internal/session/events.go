@@ -45,6 +45,8 @@ const (
 	// an earlier process could not be restored (before anyone could subscribe: state kept
 	// across restarts is checked against the live sessions once at start).
 	EndFailed EndReason = "failed"
+	// EndPausedRetention: it stayed paused longer than --paused-retention.
+	EndPausedRetention EndReason = "paused_retention"
 )
 
 // Event is something that happened to a session.

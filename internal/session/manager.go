@@ -49,6 +49,7 @@ type Manager struct {
 	sessions map[string]*Session // the registry (registry.go)
 
 	deadlines chan struct{} // a session's deadline was set: the reaper looks again (lifetime.go)
+	pausing   chan struct{} // a place for each idle session being paused (reap.go)
 
 	stopBg context.CancelFunc
 	bg     sync.WaitGroup // the reaper and the pools' fill loops
@@ -66,7 +67,10 @@ type Session struct {
 	turn     *turn             // one execution, command, ... at a time, and spawns beside it
 	slot     func()            // gives back the session's slot (admission) when it ends
 
-	saveMu sync.Mutex // held while the session's record is written or removed
+	idleAction string // api.IdleActionEnd or Pause: what the idle timeout does
+
+	saveMu sync.Mutex   // held while the session's record is written or removed
+	wake   sync.RWMutex // read: a call uses the sandbox; write: a pause or resume (pause.go)
 	netMu  sync.Mutex // held while the session's network policy changes (SetNetwork)
 
 	mu         sync.Mutex
@@ -88,6 +92,10 @@ type Session struct {
 	policy      *egress.Policy // the policy as enforced
 	ca          *egress.CA     // the session's certificate authority; nil until a secret needs it
 	tools       []*sessionTool // the kernel's tools as last reported and checked, by name (tools.go)
+	// pausedAt is when the session was paused (its box has no sandbox then); zero: it is
+	// not. checkpointBytes is the disk its checkpoint takes.
+	pausedAt        time.Time
+	checkpointBytes int64
 }
 
 // New starts a Manager. Sessions outlive the server process when the backend can attach
@@ -110,6 +118,7 @@ func New(ctx context.Context, cfg config.Config, backend sandbox.Backend, store 
 		keep:         backend.Capabilities().Reattach && !cfg.EndSessionsOnExit,
 
 		deadlines: make(chan struct{}, 1),
+		pausing:   make(chan struct{}, pausesAtOnce),
 	}
 	var err error
 	if m.net, err = newNetwork(cfg, backend.Capabilities().NoNetwork, log, reg); err != nil {
@@ -137,7 +146,7 @@ func New(ctx context.Context, cfg config.Config, backend sandbox.Backend, store 
 	m.pools = map[string]*pool{}
 	for name, size := range cfg.Pools() {
 		if size > 0 {
-			spec := boxSpec{image: name, limits: m.defaults()}
+			spec := boxSpec{image: name, limits: m.defaults(), checkpointable: m.poolCheckpointable()}
 			m.pools[name] = newPool(size, func(ctx context.Context) (*box, error) {
 				return m.startBox(ctx, m.newSessionID(), spec, "")
 			}, func(b *box) { m.discard(context.Background(), b, false) }, log.With("image", name))
@@ -146,6 +155,9 @@ func New(ctx context.Context, cfg config.Config, backend sandbox.Backend, store 
 	m.metrics = newMetrics(reg, m)
 	m.adm = newAdmission(caps{sessions: cfg.MaxSessions, tenantSessions: cfg.TenantMaxSessions, tenantRuns: cfg.TenantMaxExecutions},
 		func(tenant, kind string) { m.metrics.runs.WithLabelValues(tenant, kind).Inc() })
+	if kind, missing := m.checkpointKind(); cfg.IdleAction == api.IdleActionPause && kind == "" {
+		log.Warn("--idle-action pause: this server cannot pause sessions, so idle sessions end", "why", missing)
+	}
 	m.restore(ctx, recs)
 	m.sweep(ctx) // a short-lived server (cellbox run) may never see its periodic sweep
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -160,6 +172,10 @@ func New(ctx context.Context, cfg config.Config, backend sandbox.Backend, store 
 	go m.reap(bg)
 	return m, nil
 }
+
+// poolCheckpointable: the warm sandboxes are made checkpointable, as the sessions of the
+// server's default idle action are (pause.go).
+func (m *Manager) poolCheckpointable() bool { return m.pausable(m.cfg.IdleAction) }
 
 // Backend is the name of the sandbox backend in use.
 func (m *Manager) Backend() string { return m.backend.Name() }

@@ -13,6 +13,9 @@ type metrics struct {
 	poolHits     prometheus.Counter
 	poolMisses   prometheus.Counter
 
+	pauses, resumes             *prometheus.CounterVec // by result
+	pauseSeconds, resumeSeconds prometheus.Histogram
+
 	// By tenant: the operator's names of API keys, so a bounded set ("" without keys).
 	sessionsCreated *prometheus.CounterVec
 	runs            *prometheus.CounterVec
@@ -40,6 +43,20 @@ func newMetrics(reg prometheus.Registerer, m *Manager) *metrics {
 		poolMisses: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "cellbox_pool_misses_total", Help: "Sessions and one-shots with default limits and no env that had to start a sandbox (their image's pool empty, or none).",
 		}),
+		pauses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cellbox_session_pauses_total", Help: "Pauses of sessions by result: paused, refused (the paused sessions' disk quota), failed.",
+		}, []string{"result"}),
+		resumes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cellbox_session_resumes_total", Help: "Resumes of paused sessions by result: resumed, failed.",
+		}, []string{"result"}),
+		pauseSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "cellbox_session_pause_seconds", Help: "Time to pause a session: its sandbox written to disk and stopped.",
+			Buckets: prometheus.ExponentialBuckets(0.05, 2, 10),
+		}),
+		resumeSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "cellbox_session_resume_seconds", Help: "Time to resume a paused session: its sandbox restored and its guest reached.",
+			Buckets: prometheus.ExponentialBuckets(0.05, 2, 10),
+		}),
 		sessionsCreated: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cellbox_sessions_created_total",
 			Help: "Sessions created, by tenant (the name of an API key; empty without keys).",
@@ -53,6 +70,9 @@ func newMetrics(reg prometheus.Registerer, m *Manager) *metrics {
 		return mt
 	}
 	reg.MustRegister(mt.executions, mt.duration, mt.sandboxStart, mt.poolHits, mt.poolMisses, mt.sessionsCreated, mt.runs,
+		mt.pauses, mt.resumes, mt.pauseSeconds, mt.resumeSeconds,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cellbox_paused_bytes", Help: "Disk the paused sessions' checkpoints take."},
+			func() float64 { return float64(m.pausedBytes()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cellbox_sessions", Help: "Live sessions."},
 			func() float64 { n, _ := m.Stats(); return float64(n) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cellbox_pool_size", Help: "Warm sandboxes ready, of every image."},

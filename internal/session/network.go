@@ -246,7 +246,8 @@ func (m *Manager) applyNetwork(ctx context.Context, s *Session, p *egress.Policy
 
 // trust has box b's sandbox trust ca, once.
 func (m *Manager) trust(ctx context.Context, b *box, ca *egress.CA) error {
-	if ca == nil || b.trusted.Load() == ca {
+	// A paused box has no guest: resume has the restored sandbox trust ca.
+	if ca == nil || b.trusted.Load() == ca || b.guest == nil {
 		return nil
 	}
 	if err := b.guest.Trust(ctx, ca.CertPEM()); err != nil {

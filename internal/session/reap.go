@@ -2,7 +2,10 @@ package session
 
 import (
 	"context"
+	"errors"
 	"time"
+
+	"github.com/cellbox/cellbox/api"
 )
 
 // reap ends idle sessions (every 2 s) and those past their deadline (at once: a timer to
@@ -37,9 +40,11 @@ func (m *Manager) reap(ctx context.Context) {
 	}
 }
 
-// endIdle ends the sessions idle at now. A session is ended only while the reaper holds its
-// turn: one that an execution or command took meanwhile is left alone, and so is one where
-// a spawned program runs.
+// endIdle ends (or pauses, as their idle action says) the sessions idle at now, and ends
+// those paused past --paused-retention. A session is ended or paused only while the reaper
+// holds its turn: one that an execution or command took meanwhile is left alone, and so is
+// one where a spawned program runs. Pauses go on in the background, at most pausesAtOnce
+// at a time, each holding its session's turn until it is done.
 func (m *Manager) endIdle(ctx context.Context, now time.Time) {
 	all := m.live()
 	for _, s := range all {
@@ -47,14 +52,57 @@ func (m *Manager) endIdle(ctx context.Context, now time.Time) {
 			continue // something runs: not idle
 		}
 		s.mu.Lock()
-		idle := !s.closed && s.turn.spawning() == 0 && now.Sub(s.lastActive) > s.idle
+		paused := !s.pausedAt.IsZero()
+		idle := !s.closed && !paused && s.turn.spawning() == 0 && now.Sub(s.lastActive) > s.idle
+		expired := !s.closed && paused && now.Sub(s.pausedAt) > m.cfg.PausedRetention
+		pause := idle && s.idleAction == api.IdleActionPause
 		s.mu.Unlock()
-		if idle {
+		switch {
+		case expired:
+			m.log.Info("ending a session paused for longer than --paused-retention", "session_id", s.id)
+			m.end(ctx, s.id, EndPausedRetention)
+		case pause:
+			if m.pauseIdle(ctx, s) {
+				continue // the pause gives the turn back
+			}
+		case idle:
 			m.log.Info("ending idle session", "session_id", s.id)
 			m.end(ctx, s.id, EndIdle)
 		}
 		s.turn.give()
 	}
+}
+
+// pausesAtOnce bounds the idle sessions being paused at once: each writes its memory to disk.
+const pausesAtOnce = 2
+
+// pauseIdle pauses idle session s, whose turn the reaper holds, in the background, and
+// reports whether it began (the pause then gives the turn back). One that cannot be paused
+// ends, as an idle session does; one with a file call in flight is left for the next round.
+func (m *Manager) pauseIdle(ctx context.Context, s *Session) bool {
+	select {
+	case m.pausing <- struct{}{}:
+	default:
+		return false // as many pauses as there may be: the next round
+	}
+	done, ok := m.adm.track()
+	if !ok {
+		<-m.pausing
+		return false
+	}
+	go func() {
+		defer done()
+		defer func() { <-m.pausing }()
+		defer s.turn.give()
+		err := m.pauseHeld(ctx, s, false)
+		switch {
+		case err == nil, errors.Is(err, errBusy):
+		default:
+			m.log.Warn("an idle session could not be paused; it ends", "session_id", s.id, "err", err)
+			m.end(ctx, s.id, EndIdle)
+		}
+	}()
+	return true
 }
 
 // sweep deletes the workspaces whose retention has passed.

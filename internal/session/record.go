@@ -47,6 +47,15 @@ type record struct {
 	// Tools are the kernel's tools as last reported (Save: kept in the tenant's library);
 	// checked again when read.
 	Tools []guestproto.Tool `json:"tools,omitempty"`
+	// IdleAction is what the idle timeout does (api.IdleActionEnd or Pause); "" (records
+	// from before pauses): end.
+	IdleAction string `json:"idle_action,omitempty"`
+	// Checkpointable: its sandbox was made so that it can be checkpointed (boxSpec).
+	Checkpointable bool `json:"checkpointable,omitempty"`
+	// PausedAt: the session is paused, its checkpoint in <state>/checkpoints/<id>, taking
+	// CheckpointBytes; nil: it has a sandbox.
+	PausedAt        *time.Time `json:"paused_at,omitempty"`
+	CheckpointBytes int64      `json:"checkpoint_bytes,omitempty"`
 }
 
 // saveEvery throttles the records written for activity alone (cells, commands, file
@@ -161,30 +170,41 @@ func (s *Session) recordLocked() record {
 		t := s.expires
 		expires = &t
 	}
+	var pausedAt *time.Time
+	if !s.pausedAt.IsZero() {
+		t := s.pausedAt
+		pausedAt = &t
+	}
 	return record{
-		ID:             s.id,
-		Tenant:         s.tenant,
-		Language:       s.language,
-		IdleTimeoutS:   s.idle.Seconds(),
-		CreatedAt:      s.created,
-		LastActiveAt:   s.lastActive,
-		ExecutionCount: s.execCount,
-		Limits:         s.box.limits,
-		Env:            s.box.env,
-		Image:          s.box.image,
-		Metadata:       s.metadata,
-		Artifacts:      s.keep,
-		ExpiresAt:      expires,
-		Busy:           s.busy,
-		Notice:         s.notice,
-		Network:        s.network,
-		CA:             s.caPEM(),
-		Tools:          toolRecords(s.tools),
+		PausedAt:        pausedAt,
+		CheckpointBytes: s.checkpointBytes,
+		IdleAction:      s.idleAction,
+		Checkpointable:  s.box.checkpointable,
+		ID:              s.id,
+		Tenant:          s.tenant,
+		Language:        s.language,
+		IdleTimeoutS:    s.idle.Seconds(),
+		CreatedAt:       s.created,
+		LastActiveAt:    s.lastActive,
+		ExecutionCount:  s.execCount,
+		Limits:          s.box.limits,
+		Env:             s.box.env,
+		Image:           s.box.image,
+		Metadata:        s.metadata,
+		Artifacts:       s.keep,
+		ExpiresAt:       expires,
+		Busy:            s.busy,
+		Notice:          s.notice,
+		Network:         s.network,
+		CA:              s.caPEM(),
+		Tools:           toolRecords(s.tools),
 	}
 }
 
 // spec is what the session's sandbox was started with.
-func (r record) spec() boxSpec { return boxSpec{image: r.Image, limits: r.Limits, env: r.Env} }
+func (r record) spec() boxSpec {
+	return boxSpec{image: r.Image, limits: r.Limits, env: r.Env, checkpointable: r.Checkpointable}
+}
 
 // saveSoon writes the session's record in the background, for activity (busy, last
 // active, the execution count): a cell's answer does not wait for the disk (a write and

@@ -45,6 +45,21 @@ func (m *Manager) Create(ctx context.Context, req api.CreateSessionRequest) (*ap
 	if err := checkMetadata(req.Metadata); err != nil {
 		return nil, err
 	}
+	action := req.IdleAction
+	switch action {
+	case "":
+		action = m.cfg.IdleAction
+	case api.IdleActionEnd, api.IdleActionPause:
+	default:
+		return nil, fmt.Errorf("idle_action %q: want %q or %q: %w", req.IdleAction, api.IdleActionEnd, api.IdleActionPause, errdefs.ErrInvalidArgument)
+	}
+	if kind, missing := m.checkpointKind(); action == api.IdleActionPause && kind == "" {
+		if req.IdleAction != "" {
+			return nil, fmt.Errorf("idle_action \"pause\": this server cannot pause sessions: %s: %w", missing, errdefs.ErrFailedPrecondition)
+		}
+		action = api.IdleActionEnd // the server's default, which New warned of
+	}
+	spec.checkpointable = m.pausable(action)
 	tenant := Tenant(ctx)
 	policy, err := m.net.policy(tenant, req.Network)
 	if err != nil {
@@ -60,7 +75,7 @@ func (m *Manager) Create(ctx context.Context, req api.CreateSessionRequest) (*ap
 		return nil, err
 	}
 	now := time.Now()
-	s := &Session{id: b.id, tenant: tenant, language: lang, idle: idle, created: now, lastActive: now, box: b, turn: newTurn(),
+	s := &Session{id: b.id, tenant: tenant, language: lang, idle: idle, idleAction: action, created: now, lastActive: now, box: b, turn: newTurn(),
 		slot: slot, metadata: maps.Clone(req.Metadata), network: req.Network, keep: slices.Clone(req.Artifacts)}
 	if lifetime > 0 {
 		s.expires = now.Add(lifetime)
@@ -90,9 +105,15 @@ func (m *Manager) Create(ctx context.Context, req api.CreateSessionRequest) (*ap
 func (s *Session) view() api.Session {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	state := "idle"
+	state := api.StateIdle
 	if s.busy {
-		state = "busy"
+		state = api.StateBusy
+	}
+	var pausedAt *time.Time
+	if !s.pausedAt.IsZero() {
+		state = api.StatePaused
+		t := s.pausedAt.UTC()
+		pausedAt = &t
 	}
 	var expires *time.Time
 	if !s.expires.IsZero() {
@@ -112,7 +133,10 @@ func (s *Session) view() api.Session {
 		Metadata:       maps.Clone(s.metadata),
 		Artifacts:      slices.Clone(s.keep),
 		Image:          s.box.image,
-		Network:        s.policy.View(),
+		Network:         s.policy.View(),
+		IdleAction:      s.idleAction,
+		PausedAt:        pausedAt,
+		CheckpointBytes: s.checkpointBytes,
 	}
 }
 
@@ -143,7 +167,11 @@ func (m *Manager) unregister(id string, why EndReason, detached bool) *Session {
 	if !ok {
 		return nil
 	}
-	s.slot()
+	s.mu.Lock()
+	s.closed = true // a resume under way (pause.go) then takes no slot for it
+	slot := s.slot
+	s.mu.Unlock()
+	slot()
 	return s
 }
 
@@ -225,7 +253,7 @@ func (m *Manager) end(ctx context.Context, id string, why EndReason) error {
 	s.saveMu.Lock()
 	s.mu.Lock()
 	s.closed = true
-	b := s.box
+	b, paused := s.box, !s.pausedAt.IsZero()
 	s.mu.Unlock()
 	if err := m.records.remove(id); err != nil {
 		m.log.Warn("session ended", "session_id", id, "err", err)
@@ -233,6 +261,9 @@ func (m *Manager) end(ctx context.Context, id string, why EndReason) error {
 	s.saveMu.Unlock()
 	m.log.Info("session ended", "session_id", id, "tenant", s.tenant)
 	m.drainUploads(ctx, id)
+	if paused {
+		m.dropCheckpoint(id)
+	}
 	return m.discard(ctx, b, true)
 }
 
@@ -248,6 +279,9 @@ func (m *Manager) detach(ctx context.Context, s *Session) {
 	b := s.box
 	s.mu.Unlock()
 	m.drainUploads(ctx, s.id)
+	if b.sb == nil { // paused: its checkpoint and record are what lives on
+		return
+	}
 	b.guest.Close()
 	if err := b.sb.Detach(); err != nil {
 		m.log.Warn("detach sandbox", "session_id", s.id, "err", err)

@@ -1,6 +1,7 @@
 package session
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -48,7 +49,10 @@ func (m *Manager) recover(ctx context.Context) ([]record, error) {
 		case r.ExpiresAt != nil && !now.Before(*r.ExpiresAt):
 			m.log.Info("ending a session whose lifetime ran out while the server was down", "session_id", r.ID, "tenant", r.Tenant,
 				"expired_at", r.ExpiresAt.UTC().Format(time.RFC3339))
-		case !r.Busy && now.Sub(r.LastActiveAt) > idle:
+		case r.PausedAt != nil && now.Sub(*r.PausedAt) > m.cfg.PausedRetention:
+			m.log.Info("ending a session paused for longer than --paused-retention", "session_id", r.ID, "tenant", r.Tenant,
+				"paused_at", r.PausedAt.UTC().Format(time.RFC3339))
+		case r.PausedAt == nil && !r.Busy && now.Sub(r.LastActiveAt) > idle && r.IdleAction != api.IdleActionPause:
 			m.log.Info("ending a session whose idle time ran out while the server was down", "session_id", r.ID, "tenant", r.Tenant,
 				"idle_since", r.LastActiveAt.UTC().Format(time.RFC3339))
 		default:
@@ -63,6 +67,14 @@ func (m *Manager) recover(ctx context.Context) ([]record, error) {
 			m.log.Warn("remove session record", "session_id", r.ID, "err", err)
 		}
 	}
+	m.sweepCheckpoints(func(id string) bool {
+		for _, r := range live {
+			if r.ID == id && r.PausedAt != nil {
+				return true
+			}
+		}
+		return false
+	})
 	kept := func(id string) bool { return keep[id] }
 	// Workspaces first: a sandbox left running keeps its own mount of its workspace.
 	if err := m.store.Recover(kept); err != nil {
@@ -104,7 +116,7 @@ func (m *Manager) restore(ctx context.Context, recs []record) {
 	}
 	wg.Wait()
 	m.log.Info("sessions of the earlier server process restored",
-		"attached", count["attached"], "replaced", count["replaced"], "ended", count["ended"], "left", count["left"])
+		"attached", count["attached"], "replaced", count["replaced"], "ended", count["ended"], "left", count["left"], "paused", count["paused"])
 }
 
 // restoreOne restores the session of r and says how: attached, replaced, ended or left.
@@ -115,6 +127,10 @@ func (m *Manager) restoreOne(ctx context.Context, r record) string {
 		metadata: r.Metadata, keep: r.Artifacts}
 	if r.ExpiresAt != nil {
 		s.expires = *r.ExpiresAt // the reaper's first round ends it if it passes meanwhile
+	}
+	s.idleAction = cmp.Or(r.IdleAction, api.IdleActionEnd)
+	if r.PausedAt != nil {
+		return m.restorePaused(ctx, s, r)
 	}
 	how := "attached"
 	ws, err := m.store.Dir(r.ID)

@@ -11,11 +11,21 @@ import (
 // admitIn admits work of kind k in session s (see admission): it returns the session's box,
 // the run's context, which ends with ctx, with an Interrupt of the session while the run
 // holds its turn, and with Shutdown; and release, which gives back everything it took. It
-// counts as activity; while the run holds the turn the session is busy.
+// counts as activity; while the run holds the turn the session is busy. A paused session
+// is resumed first (use).
 func (m *Manager) admitIn(ctx context.Context, s *Session, k kind) (_ *box, _ context.Context, release func(), _ error) {
-	rctx, free, err := m.adm.admit(ctx, s.tenant, k, s.turn)
+	rctx, admitted, err := m.adm.admit(ctx, s.tenant, k, s.turn)
 	if err != nil {
 		return nil, nil, nil, err
+	}
+	_, unuse, err := m.use(rctx, s)
+	if err != nil {
+		admitted()
+		return nil, nil, nil, err
+	}
+	free := func() {
+		unuse()
+		admitted()
 	}
 	turn := uses[k].turn
 	s.mu.Lock()
@@ -51,7 +61,8 @@ func (m *Manager) admitIn(ctx context.Context, s *Session, k kind) (_ *box, _ co
 	}, nil
 }
 
-// current returns the session's box for a file call, which counts as activity.
+// current returns the session's box, for a call that uses it already (use), as it is now:
+// replaced, maybe, since the call began. It counts as activity.
 func (m *Manager) current(s *Session) *box {
 	s.mu.Lock()
 	s.lastActive = time.Now()

@@ -147,8 +147,15 @@ func (s *Sandbox) Checkpoint(ctx context.Context, dir string, leaveRunning bool)
 		args = append(args, "--leave-running")
 	}
 	if _, err := s.b.commandFor(ctx, checkpointTimeout, append(args, s.id)...); err != nil {
-		s.relisten(ctx)
-		return fmt.Errorf("checkpoint sandbox %s: %w%s", s.id, err, criuLogTail(kind, filepath.Join(images, "dump.log")))
+		err = fmt.Errorf("checkpoint sandbox %s: %w%s", s.id, err, criuLogTail(kind, filepath.Join(images, "dump.log")))
+		// The sandbox runs on: a new connection to its guest, told to listen again.
+		if rerr := s.relisten(ctx); rerr != nil {
+			return errors.Join(err, rerr)
+		}
+		if cerr := s.connect(ctx, "checkpoint"); cerr != nil {
+			return errors.Join(err, cerr)
+		}
+		return err
 	}
 	if !leaveRunning {
 		return s.Stop(ctx)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -131,6 +132,27 @@ print(x + 1, ticks[0] > n, p.poll() is None, open('/mnt/data/log.txt').read().sp
 	}
 	if data, _ := os.ReadFile(filepath.Join(ws2, "log.txt")); string(data) != "before\nfork\n" {
 		t.Errorf("the fork's workspace holds %q", data)
+	}
+
+	// A restored sandbox is checkpointed and restored again.
+	if os.Getenv("DEBUGCP") != "" {
+		out, _ := exec.Command("sh", "-c", "for p in $(runc --root "+b.root+" ps "+rs.ID()+" | awk 'NR>1{print $2}'); do echo == $p; grep -E 'Name|Uid|Cap|NSpid' /proc/$p/status; ls -l /proc/$p/ns/ 2>&1 | grep -E 'net|user'; cat /proc/$p/cgroup | head -2; done; ls -l /proc/self/ns/user").CombinedOutput()
+		t.Logf("%s", out)
+	}
+	if err := rc.Checkpoint(ctx); err != nil {
+		t.Fatal(err)
+	}
+	dir2 := filepath.Join(t.TempDir(), "cp2")
+	if err := rs.(*Sandbox).Checkpoint(ctx, dir2, false); err != nil {
+		t.Fatal(err)
+	}
+	again, err := b.Restore(ctx, sandbox.Spec{ID: sandboxtest.ID(), Workspace: ws, Limits: sandbox.Limits{MemoryMB: 512, Pids: 128}}, dir2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { again.Stop(context.Background()) })
+	if got := runCode(t, dialGuest(t, again, false), "print(x, p.poll() is None)"); strings.TrimSpace(got) != "41 True" {
+		t.Errorf("restored twice: %q", got)
 	}
 }
 

@@ -101,6 +101,9 @@ type Config struct {
 // Kernels configures kernel templates.
 type Kernels struct {
 	Python, Preimport string
+	// Detach are host folders whose mounts (the workspaces) a template's mount namespace
+	// drops when it starts (template.Config.Detach).
+	Detach []string
 }
 
 // Images finds built images by name. A missing image is errdefs.ErrNotFound.

@@ -75,7 +75,7 @@ func (ts *templates) get(key, img, root, mpl string) string {
 		ts.log.Warn("kernel template ended: starting it again", "template", dir)
 	}
 	t, err := template.Start(template.Config{Python: ts.cfg.Python, Preimport: ts.cfg.Preimport, UID: ts.uid, GID: ts.gid,
-		Root: root, MPLCache: mpl, Dir: dir, Binary: ts.binary, Replace: renew, Logger: ts.log})
+		Root: root, MPLCache: mpl, Dir: dir, Binary: ts.binary, Replace: renew, Detach: ts.cfg.Detach, Logger: ts.log})
 	switch {
 	case err != nil && renew:
 		ts.log.Warn("kernel template did not start: the one running serves on", "template", dir, "error", err)

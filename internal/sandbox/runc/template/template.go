@@ -65,7 +65,11 @@ type Config struct {
 	// Replace: a template serves on Dir, and this one takes over its socket once ready
 	// (until then the running one answers); else at once.
 	Replace bool
-	Logger  *slog.Logger
+	// Detach are host folders whose mounts (the workspaces) the template's own mount
+	// namespace must not keep: a copy there would keep a workspace's file system mounted
+	// (unsynced to its image) after the server unmounted it.
+	Detach []string
+	Logger *slog.Logger
 }
 
 // Template is a running template process.
@@ -143,6 +147,9 @@ func Start(cfg Config) (*Template, error) {
 	}
 	if cfg.MPLCache != "" {
 		args = append(args, "--mpl-cache", cfg.MPLCache)
+	}
+	for _, d := range cfg.Detach {
+		args = append(args, "--detach", d)
 	}
 	cmd := exec.Command(cfg.Binary, args...)
 	cmd.Env = env

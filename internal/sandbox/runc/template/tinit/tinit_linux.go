@@ -8,11 +8,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/cellbox/cellbox/internal/guest/pyrunner"
+	"github.com/cellbox/cellbox/internal/mountinfo"
 )
 
 // Main is `cellbox template-init`, which Start runs in new mount, network, ipc and uts
@@ -26,11 +29,21 @@ func Main(args []string) int {
 	root := fs.String("root", "", "the root filesystem (default: the host's)")
 	mplCache := fs.String("mpl-cache", "", "matplotlib's font cache folder (inside the root)")
 	hostname := fs.String("hostname", "", "the host name the template sees (the sandboxes')")
+	var detach []string
+	fs.Func("detach", "a host folder whose mounts the template's mount namespace drops (repeatable)", func(s string) error {
+		// mountinfo names mount points absolute, links resolved.
+		if r, err := filepath.EvalSymlinks(s); err == nil {
+			s = r
+		}
+		abs, err := filepath.Abs(s)
+		detach = append(detach, abs)
+		return err
+	})
 	if err := fs.Parse(args); err != nil || fs.NArg() > 0 || *python == "" || *hostname == "" {
 		fmt.Fprintln(os.Stderr, "cellbox template-init: started by the server, not by hand")
 		return 2
 	}
-	if err := setup(*root, *mplCache, *hostname); err != nil {
+	if err := setup(*root, *mplCache, *hostname, detach); err != nil {
 		fmt.Fprintln(os.Stderr, "cellbox template-init:", err)
 		return 1
 	}
@@ -39,9 +52,12 @@ func Main(args []string) int {
 	return 1
 }
 
-func setup(root, mplCache, hostname string) error {
+func setup(root, mplCache, hostname string, detach []string) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make the mounts private: %w", err)
+	}
+	if err := detachUnder(detach); err != nil {
+		return err
 	}
 	if err := unix.Sethostname([]byte(hostname)); err != nil {
 		return fmt.Errorf("set the host name: %w", err)
@@ -85,6 +101,33 @@ func setup(root, mplCache, hostname string) error {
 			if b, err := os.ReadFile(filepath.Join(mplCache, e.Name())); err == nil {
 				os.WriteFile(filepath.Join(pyrunner.KernelTmp, "matplotlib", e.Name()), b, 0o600)
 			}
+		}
+	}
+	return nil
+}
+
+// detachUnder detaches, in this mount namespace, every mount below the folders dirs (the
+// copies of the workspaces' mounts that the namespace got when it was made), deepest first.
+func detachUnder(dirs []string) error {
+	if len(dirs) == 0 {
+		return nil
+	}
+	all, err := mountinfo.Points()
+	if err != nil {
+		return fmt.Errorf("read the mounts: %w", err)
+	}
+	var points []string
+	for _, mp := range all {
+		for _, d := range dirs {
+			if strings.HasPrefix(mp, d+"/") {
+				points = append(points, mp)
+			}
+		}
+	}
+	sort.Slice(points, func(i, j int) bool { return len(points[i]) > len(points[j]) })
+	for _, mp := range points {
+		if err := unix.Unmount(mp, unix.MNT_DETACH); err != nil && err != unix.EINVAL && err != unix.ENOENT {
+			return fmt.Errorf("detach %s: %w", mp, err)
 		}
 	}
 	return nil

@@ -1,0 +1,252 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cellbox/cellbox/api"
+	"github.com/cellbox/cellbox/client"
+	"github.com/cellbox/cellbox/internal/testbin"
+)
+
+// TestServePause pauses and resumes sessions of `cellbox serve`, on runc (CRIU) and on
+// gVisor (runsc's own checkpoints): state across a pause (variables, a thread, an open file,
+// a process the kernel started), the refusals (a session not made pausable, a busy one, the
+// paused sessions' disk quota), the idle timeout pausing, a paused session across a
+// SIGTERM and a kill -9 of the server, and a damaged checkpoint (the session ends, its
+// files are kept).
+func TestServePause(t *testing.T) {
+	for _, rt := range []string{"runc", "runsc"} {
+		t.Run(rt, func(t *testing.T) { testServePause(t, rt) })
+	}
+}
+
+func testServePause(t *testing.T, runtime string) {
+	needRunc(t)
+	testbin.NeedProgram(t, runtime, runtime)
+	if runtime == "runc" {
+		testbin.NeedProgram(t, "criu", "criu (scripts/criu.sh builds it; make deps installs it)")
+	}
+	state := t.TempDir()
+	args := []string{"--end-sessions-on-exit=false", "--pool-size", "1", "--log-level", "info", "--runtime", runtime,
+		"--paused-quota-mb", "1"}
+	if runtime == "runsc" {
+		args = append(args, "--gvisor-platform", "systrap")
+	}
+	srv := serve(t, state, args...)
+	c := client.New(srv.URL)
+	ctx := t.Context()
+	out := func(c *client.Client, id, code string) string {
+		t.Helper()
+		res, err := c.Execute(ctx, id, api.ExecuteRequest{Code: code})
+		if err != nil {
+			t.Fatalf("execute %q in %s: %v", code, id, err)
+		}
+		var b strings.Builder
+		for _, o := range res.Outputs {
+			b.WriteString(o.Text)
+		}
+		if res.Status != api.StatusOK {
+			t.Fatalf("execute %q in %s: %+v", code, id, res)
+		}
+		return strings.TrimSpace(b.String())
+	}
+	paused := func(c *client.Client, id string) {
+		t.Helper()
+		s, err := c.GetSession(ctx, id)
+		if err != nil || s.State != api.StatePaused || s.PausedAt == nil || s.CheckpointBytes <= 0 {
+			t.Fatalf("session %s: %+v, %v; want paused with a checkpoint", id, s, err)
+		}
+		if ids := runcListOf(t, state, runtime); slices.Contains(ids, id) {
+			t.Fatalf("a paused session's sandbox runs: %v", ids)
+		}
+	}
+
+	a, err := c.CreateSession(ctx, api.CreateSessionRequest{IdleAction: api.IdleActionPause})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.IdleAction != api.IdleActionPause {
+		t.Errorf("idle_action %q, want pause", a.IdleAction)
+	}
+	out(c, a.ID, `
+import threading, subprocess, time
+x = 41
+ticks = [0]
+def tick():
+    while True:
+        ticks[0] += 1
+        time.sleep(0.01)
+threading.Thread(target=tick, daemon=True).start()
+f = open('log.txt', 'w'); f.write('before\n'); f.flush()
+p = subprocess.Popen(['sleep', '1000'])
+`)
+	s, err := c.Pause(ctx, a.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.State != api.StatePaused {
+		t.Fatalf("after pause: %+v", s)
+	}
+	paused(c, a.ID)
+	if list, err := c.ListSessions(ctx); err != nil || len(list) != 1 || list[0].State != api.StatePaused {
+		t.Errorf("the session list while paused: %+v, %v", list, err)
+	}
+	// Pausing again changes nothing; the quota (1 MiB) is taken by the first: another
+	// pausable session is refused.
+	if _, err := c.Pause(ctx, a.ID); err != nil {
+		t.Errorf("pause of a paused session: %v", err)
+	}
+	b, err := c.CreateSession(ctx, api.CreateSessionRequest{IdleAction: api.IdleActionPause})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Pause(ctx, b.ID); !isCode(err, api.CodeResourceExhausted) {
+		t.Errorf("pause past the quota: %v, want resource_exhausted", err)
+	}
+	// Any call resumes: a cell here.
+	if got := out(c, a.ID, "n = ticks[0]; time.sleep(0.2)\nf.write('after\\n'); f.flush()\nprint(x + 1, ticks[0] > n, p.poll() is None, open('log.txt').read().split())"); got != "42 True True ['before', 'after']" {
+		t.Fatalf("after resume: %q", got)
+	}
+	if s, _ := c.GetSession(ctx, a.ID); s.State != api.StateIdle || s.PausedAt != nil {
+		t.Errorf("after resume: %+v", s)
+	}
+
+	// Refusals: a busy session; on runc, one created to end when idle.
+	running := make(chan error, 1)
+	go func() {
+		_, err := c.Execute(context.Background(), a.ID, api.ExecuteRequest{Code: "import time; time.sleep(3)"})
+		running <- err
+	}()
+	testbin.WaitFor(t, 30*time.Second, "the cell running", func() error {
+		if s, _ := c.GetSession(ctx, a.ID); s.State != api.StateBusy {
+			return fmt.Errorf("state %s", s.State)
+		}
+		return nil
+	})
+	if _, err := c.Pause(ctx, a.ID); !isCode(err, api.CodeFailedPrecondition) {
+		t.Errorf("pause while a cell runs: %v, want failed_precondition", err)
+	}
+	if err := <-running; err != nil {
+		t.Fatal(err)
+	}
+	plain, err := c.CreateSession(ctx, api.CreateSessionRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Pause(ctx, plain.ID); runtime == "runc" && !isCode(err, api.CodeFailedPrecondition) {
+		t.Errorf("pause of a session not created pausable on runc: %v, want failed_precondition", err)
+	} else if runtime == "runsc" && err != nil {
+		t.Errorf("pause of any session on gVisor: %v", err)
+	}
+	if runtime == "runsc" {
+		c.Resume(ctx, plain.ID)
+	}
+
+	// The idle timeout pauses a session that asks for it (the quota is free again).
+	idle, err := c.CreateSession(ctx, api.CreateSessionRequest{IdleAction: api.IdleActionPause, IdleTimeoutS: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out(c, idle.ID, "y = 'idle'")
+	testbin.WaitFor(t, time.Minute, "the idle session paused", func() error {
+		if s, err := c.GetSession(ctx, idle.ID); err != nil || s.State != api.StatePaused {
+			return fmt.Errorf("%+v, %v", s, err)
+		}
+		return nil
+	})
+	if got := out(c, idle.ID, "print(y)"); got != "idle" {
+		t.Errorf("the idle-paused session after resume: %q", got)
+	}
+
+	// A paused session outlives the server, by SIGTERM and by kill -9.
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
+		if _, err := c.Pause(ctx, a.ID); err != nil {
+			gl, _ := os.ReadFile(filepath.Join(state, "runc", "bundles", a.ID, "run", "guest.log"))
+			rl, _ := os.ReadFile(filepath.Join(state, "runc", "bundles", a.ID, "guest.log"))
+			t.Fatalf("%v\nguest log: %s\nruntime log: %s", err, gl, rl)
+		}
+		srv.Cmd.Process.Signal(sig)
+		<-srv.Exited
+		srv = serve(t, state, args...)
+		c = client.New(srv.URL)
+		paused(c, a.ID)
+		if got := out(c, a.ID, "x += 1; print(x, p.poll() is None)"); !strings.HasSuffix(got, "True") {
+			t.Fatalf("after %v and a new server: %q", sig, got)
+		}
+	}
+
+	// A damaged checkpoint: the session ends with a clear error, its files stay.
+	if _, err := c.Pause(ctx, a.ID); err != nil {
+		gl, _ := os.ReadFile(filepath.Join(state, "runc", "bundles", a.ID, "run", "guest.log"))
+		rl, _ := os.ReadFile(filepath.Join(state, "runc", "bundles", a.ID, "guest.log"))
+		t.Fatalf("%v\nguest log: %s\nruntime log: %s", err, gl, rl)
+	}
+	images := filepath.Join(state, "checkpoints", a.ID, "images")
+	entries, err := os.ReadDir(images)
+	if err != nil || len(entries) == 0 {
+		t.Fatalf("checkpoint images: %v, %v", entries, err)
+	}
+	for _, e := range entries {
+		p := filepath.Join(images, e.Name())
+		if fi, err := os.Stat(p); err == nil && fi.Size() > 0 {
+			os.Truncate(p, fi.Size()/2)
+		}
+	}
+	_, err = c.Execute(ctx, a.ID, api.ExecuteRequest{Code: "print(1)"})
+	if !client.IsNotFound(err) || !strings.Contains(err.Error(), "could not be resumed") {
+		t.Errorf("execute on a session whose checkpoint is damaged: %v", err)
+	}
+	if _, err := c.GetSession(ctx, a.ID); !client.IsNotFound(err) {
+		t.Errorf("the session after its checkpoint failed: %v, want not found", err)
+	}
+	// Its workspace is kept (for --retention), an ext4 image with the file in it.
+	if data, err := exec.Command("debugfs", "-R", "cat /log.txt", filepath.Join(state, "workspaces", a.ID+".img")).CombinedOutput(); err != nil || !strings.Contains(string(data), "after") {
+		ls, _ := exec.Command("debugfs", "-R", "ls -l /", filepath.Join(state, "workspaces", a.ID+".img")).CombinedOutput()
+		mi, _ := os.ReadFile("/proc/self/mountinfo")
+		t.Errorf("the ended session's files: %q, %v\n%s\nmounted: %v", data, err, ls, strings.Contains(string(mi), a.ID))
+	}
+	if _, err := os.Stat(filepath.Join(state, "checkpoints", a.ID)); !os.IsNotExist(err) {
+		t.Errorf("the damaged checkpoint is left: %v", err)
+	}
+
+	// A server that ends sessions on exit ends the paused ones too, and leaves nothing.
+	if _, err := c.Pause(ctx, idle.ID); err != nil {
+		t.Fatal(err)
+	}
+	srv.Cmd.Process.Signal(syscall.SIGTERM)
+	<-srv.Exited
+	srv = serve(t, state, args[1:]...)
+	if list, err := client.New(srv.URL).ListSessions(ctx); err != nil || len(list) != 0 {
+		t.Errorf("sessions on a server that ends them: %+v, %v; want none", list, err)
+	}
+	srv.Cmd.Process.Signal(syscall.SIGTERM)
+	<-srv.Exited
+	if left := runcListOf(t, state, runtime); len(left) > 0 {
+		t.Errorf("containers left: %v", left)
+	}
+	if cps, _ := os.ReadDir(filepath.Join(state, "checkpoints")); len(cps) > 0 {
+		t.Errorf("checkpoints left: %v", cps)
+	}
+}
+
+// runcListOf lists the sandboxes of the server on state that runs runtime.
+func runcListOf(t *testing.T, state, runtime string) []string {
+	t.Helper()
+	out, err := exec.Command(runtime, "--root", filepath.Join(state, "runc", "runtime"), "list", "--quiet").Output()
+	if err != nil {
+		t.Fatalf("%s list: %v", runtime, err)
+	}
+	return strings.Fields(string(out))
+}
+
+// isCode reports whether err is an API error with code.
+func isCode(err error, code string) bool { return err != nil && client.Code(err) == code }
