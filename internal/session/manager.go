@@ -71,7 +71,7 @@ type Session struct {
 
 	saveMu sync.Mutex   // held while the session's record is written or removed
 	wake   sync.RWMutex // read: a call uses the sandbox; write: a pause or resume (pause.go)
-	netMu  sync.Mutex // held while the session's network policy changes (SetNetwork)
+	netMu  sync.Mutex   // held while the session's network policy changes (SetNetwork)
 
 	mu         sync.Mutex
 	box        *box
