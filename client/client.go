@@ -145,6 +145,13 @@ func (c *Client) Resume(ctx context.Context, id string) (*api.Session, error) {
 	return call[api.Session](ctx, c, http.MethodPost, sessionPath(id, "/resume"), nil)
 }
 
+// Fork makes req.Count new sessions (default 1) from the session, each with a copy of its
+// variables and workspace in a sandbox of its own; the session is paused meanwhile, and
+// runs on after. The same conditions as Pause apply.
+func (c *Client) Fork(ctx context.Context, id string, req api.ForkRequest) (*api.ForkResult, error) {
+	return call[api.ForkResult](ctx, c, http.MethodPost, sessionPath(id, "/fork"), req)
+}
+
 // Command runs a program in the session's sandbox.
 func (c *Client) Command(ctx context.Context, id string, req api.CommandRequest) (*api.CommandResult, error) {
 	return call[api.CommandResult](ctx, c, http.MethodPost, sessionPath(id, "/commands"), req)

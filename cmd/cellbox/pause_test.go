@@ -166,6 +166,44 @@ p = subprocess.Popen(['sleep', '1000'])
 	if got := out(c, idle.ID, "print(y)"); got != "idle" {
 		t.Errorf("the idle-paused session after resume: %q", got)
 	}
+	if err := c.DeleteSession(ctx, idle.ID); err != nil { // before it pauses again, taking the quota
+		t.Fatal(err)
+	}
+
+	// Forks: each a copy of the variables and the workspace, apart from each other and
+	// from the session, which runs on; their random numbers differ.
+	out(c, a.ID, "import numpy as np; base = 'from-a'; open('shared.txt', 'w').write('a')")
+	forked, err := c.Fork(ctx, a.ID, api.ForkRequest{Count: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(forked.Sessions) != 3 {
+		t.Fatalf("forks: %+v", forked)
+	}
+	draws := map[string]bool{}
+	for i, f := range forked.Sessions {
+		if f.ID == a.ID || f.State != api.StateIdle || f.IdleAction != api.IdleActionPause {
+			t.Errorf("fork %d: %+v", i, f)
+		}
+		got := out(c, f.ID, fmt.Sprintf("print(base, x, open('shared.txt').read(), np.random.randint(1 << 30))\nbase = 'fork%d'; open('shared.txt', 'w').write('fork%d')", i, i))
+		fields := strings.Fields(got)
+		if len(fields) != 4 || fields[0] != "from-a" || fields[2] != "a" {
+			t.Errorf("fork %d sees %q", i, got)
+		} else {
+			draws[fields[3]] = true
+		}
+	}
+	if len(draws) != 3 {
+		t.Errorf("the forks drew the same random numbers: %v", draws)
+	}
+	if got := out(c, a.ID, "print(base, open('shared.txt').read())"); got != "from-a a" {
+		t.Errorf("the forked session after its forks wrote: %q", got)
+	}
+	for _, f := range forked.Sessions {
+		if err := c.DeleteSession(ctx, f.ID); err != nil {
+			t.Error(err)
+		}
+	}
 
 	// A paused session outlives the server, by SIGTERM and by kill -9.
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
@@ -219,7 +257,11 @@ p = subprocess.Popen(['sleep', '1000'])
 	}
 
 	// A server that ends sessions on exit ends the paused ones too, and leaves nothing.
-	if _, err := c.Pause(ctx, idle.ID); err != nil {
+	last, err := c.CreateSession(ctx, api.CreateSessionRequest{IdleAction: api.IdleActionPause})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Pause(ctx, last.ID); err != nil {
 		t.Fatal(err)
 	}
 	srv.Cmd.Process.Signal(syscall.SIGTERM)

@@ -128,6 +128,20 @@ func (s *server) resume(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, sess)
 }
 
+func (s *server) fork(w http.ResponseWriter, r *http.Request) {
+	var req api.ForkRequest
+	if err := s.decode(w, r, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	res, err := s.m.Fork(r.Context(), r.PathValue("id"), req)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
 func (s *server) execute(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	var req api.ExecuteRequest

@@ -114,6 +114,7 @@ func New(m *session.Manager, opts Options) http.Handler {
 	mux.HandleFunc("POST /v1/sessions/{id}/restart", s.restart)
 	mux.HandleFunc("POST /v1/sessions/{id}/pause", s.pause)
 	mux.HandleFunc("POST /v1/sessions/{id}/resume", s.resume)
+	mux.HandleFunc("POST /v1/sessions/{id}/fork", s.fork)
 	mux.HandleFunc("POST /v1/sessions/{id}/commands", s.command)
 	mux.HandleFunc("DELETE /v1/sessions/{id}/contexts/{name}", s.deleteContext)
 	mux.HandleFunc("GET /v1/sessions/{id}/tools", s.sessionTools)

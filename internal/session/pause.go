@@ -113,6 +113,11 @@ func (m *Manager) pauseHeld(ctx context.Context, s *Session, wait bool) error {
 		return fmt.Errorf("session %s: files are being read or written: %w", s.id, errdefs.ErrFailedPrecondition)
 	}
 	defer s.wake.Unlock()
+	return m.pauseLocked(ctx, s)
+}
+
+// pauseLocked pauses s, whose turn the caller holds, and its wake lock for writing.
+func (m *Manager) pauseLocked(ctx context.Context, s *Session) error {
 	s.mu.Lock()
 	b, closed, paused := s.box, s.closed, !s.pausedAt.IsZero()
 	s.mu.Unlock()

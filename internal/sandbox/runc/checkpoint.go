@@ -43,7 +43,15 @@ const (
 	checkpointMeta   = "cellbox.json"
 	checkpointImages = "images"
 	criuWork         = "criu-work" // CRIU's logs of a restore, in the bundle
+	criuRestoreConf  = "criu-restore.conf"
 )
+
+// criuRestoreOptions is CRIU's configuration for a restore: its older way of restoring mount
+// namespaces. The newer one (mount-v2, CRIU 3.17's default) fails to mount a sandbox's
+// root when it is restored under another id than it was checkpointed as (a fork, or a
+// session resumed when its old cgroup is gone): "mnt-v2: Unable to mount
+// /tmp/.criu.mntns.X/mnt-N", N the root mount.
+const criuRestoreOptions = "mntns-compat-mode\n"
 
 // meta is what the backend keeps in a checkpoint beside the runtime's images.
 type meta struct {
@@ -140,6 +148,11 @@ func (s *Sandbox) Checkpoint(ctx context.Context, dir string, leaveRunning bool)
 	}
 	args := []string{"checkpoint", "--image-path", images}
 	if kind == "criu" {
+		// A restored sandbox's spec names the restore's CRIU configuration, which CRIU
+		// reads on a checkpoint too, and refuses there: empty it.
+		if err := os.WriteFile(filepath.Join(s.bundle, criuRestoreConf), nil, 0o600); err != nil {
+			return fmt.Errorf("checkpoint sandbox %s: %w", s.id, err)
+		}
 		// CRIU's log goes with the images: it is what explains a failed restore too.
 		args = append(args, "--work-path", images, "--tcp-established", "--file-locks")
 	}
@@ -236,8 +249,20 @@ func (b *Backend) Restore(ctx context.Context, spec sandbox.Spec, dir string) (s
 // restore writes the bundle with the guest's token, restores the container from images
 // and connects to the guest, told to listen again.
 func (s *Sandbox) restore(ctx context.Context, kind string, spec *specs.Spec, images, token string) error {
+	if kind == "criu" {
+		// runc hands CRIU the file this annotation names as its configuration.
+		if spec.Annotations == nil {
+			spec.Annotations = map[string]string{}
+		}
+		spec.Annotations["org.criu.config"] = filepath.Join(s.bundle, criuRestoreConf)
+	}
 	if err := s.writeBundle(spec, token); err != nil {
 		return fmt.Errorf("restore sandbox %s: %w", s.id, err)
+	}
+	if kind == "criu" {
+		if err := os.WriteFile(filepath.Join(s.bundle, criuRestoreConf), []byte(criuRestoreOptions), 0o600); err != nil {
+			return fmt.Errorf("restore sandbox %s: %w", s.id, err)
+		}
 	}
 	if _, err := os.Stat(images); err != nil {
 		return fmt.Errorf("restore sandbox %s: the checkpoint has no images: %w", s.id, errdefs.ErrFailedPrecondition)

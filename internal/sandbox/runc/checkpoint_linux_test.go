@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -135,10 +134,6 @@ print(x + 1, ticks[0] > n, p.poll() is None, open('/mnt/data/log.txt').read().sp
 	}
 
 	// A restored sandbox is checkpointed and restored again.
-	if os.Getenv("DEBUGCP") != "" {
-		out, _ := exec.Command("sh", "-c", "for p in $(runc --root "+b.root+" ps "+rs.ID()+" | awk 'NR>1{print $2}'); do echo == $p; grep -E 'Name|Uid|Cap|NSpid' /proc/$p/status; ls -l /proc/$p/ns/ 2>&1 | grep -E 'net|user'; cat /proc/$p/cgroup | head -2; done; ls -l /proc/self/ns/user").CombinedOutput()
-		t.Logf("%s", out)
-	}
 	if err := rc.Checkpoint(ctx); err != nil {
 		t.Fatal(err)
 	}
