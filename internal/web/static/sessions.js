@@ -2,7 +2,7 @@
 // in it, else in the notebook) or end it.
 
 import { html, useEffect, useState } from './vendor/preact-htm.js';
-import { ApiError, del, get, message, sessionPath } from './api.js';
+import { ApiError, del, get, message, post, sessionPath } from './api.js';
 import { ago } from './cells.js';
 
 const internet = { none: 'no internet', allowlist: 'internet: allowlist', public: 'public internet' };
@@ -50,6 +50,17 @@ export function Sessions({ active, go, onEnded }) {
     }
   }
 
+  // Pause writes the sandbox to disk and frees its memory; resume (or any run) brings it back.
+  async function pauseOrResume(s, what) {
+    setRowError({});
+    try {
+      await post(sessionPath(s.id) + '/' + what);
+      load();
+    } catch (e) {
+      setRowError({ [s.id]: `Could not ${what} it: ` + message(e) });
+    }
+  }
+
   return html`<section class="view sessions" hidden=${!active} aria-labelledby="sessions-title">
     <div class="toolbar">
       <h1 id="sessions-title">Sessions</h1>
@@ -65,6 +76,10 @@ export function Sessions({ active, go, onEnded }) {
           <div class="id"><code>${s.id}</code></div>
           <div class="facts small">
             <span class=${'state ' + s.state}>${s.state}</span>
+            ${s.state === 'paused' &&
+            html`<span title=${new Date(s.paused_at).toLocaleString()}
+              >paused ${ago(s.paused_at)}, ${Math.max(1, Math.round((s.checkpoint_bytes || 0) / 1048576))} MB on disk; a run resumes it</span
+            >`}
             <span title=${new Date(s.last_active_at).toLocaleString()}>last used ${ago(s.last_active_at)}</span>
             <span>started ${ago(s.created_at)}</span>
             <span>${s.execution_count} ${s.execution_count === 1 ? 'run' : 'runs'}</span>
@@ -72,6 +87,12 @@ export function Sessions({ active, go, onEnded }) {
           </div>
           <div class="row">
             <button type="button" aria-label=${'Open session ' + s.id} onClick=${() => open(s)}>Open</button>
+            ${s.state === 'paused' &&
+            html`<button type="button" aria-label=${'Resume session ' + s.id} onClick=${() => pauseOrResume(s, 'resume')}>Resume</button>`}
+            ${s.state === 'idle' &&
+            s.idle_action === 'pause' &&
+            html`<button type="button" aria-label=${'Pause session ' + s.id} title="Write it to disk and free its memory"
+              onClick=${() => pauseOrResume(s, 'pause')}>Pause</button>`}
             <button type="button" class="danger" aria-label=${'End session ' + s.id} onClick=${() => end(s)}>End</button>
           </div>
           ${rowError[s.id] && html`<p class="error" role="alert">${rowError[s.id]}</p>`}

@@ -283,6 +283,24 @@ try {
   check((await chat.locator('article.cell').count()) === 0, 'no cells in a new conversation');
   check((await message.inputValue()) === '', 'the message box is empty');
 
+  step('the sessions view pauses and resumes a pausable session');
+  const auth = { Authorization: 'Bearer ' + key, 'Content-Type': 'application/json' };
+  const made = await (await fetch(`${url}/v1/sessions`, { method: 'POST', headers: auth, body: JSON.stringify({ idle_action: 'pause' }) })).json();
+  const psid = made.id;
+  check(psid && made.idle_action === 'pause', `a pausable session: ${JSON.stringify(made)}`);
+  await fetch(`${url}/v1/sessions/${psid}/execute`, { method: 'POST', headers: auth, body: JSON.stringify({ code: 'kept = 7' }) });
+  await page.getByRole('link', { name: 'Sessions' }).click();
+  await page.locator('section.sessions').getByRole('button', { name: 'Refresh' }).click();
+  const prow = page.locator('li.session', { hasText: psid });
+  await prow.getByRole('button', { name: 'Pause session ' + psid }).click();
+  await prow.getByText(/MB on disk; a run resumes it/).waitFor();
+  check((await prow.locator('.state').innerText()) === 'paused', 'the paused session shows as paused');
+  await prow.getByRole('button', { name: 'Resume session ' + psid }).click();
+  await prow.locator('.state', { hasText: 'idle' }).waitFor();
+  const kept = await (await fetch(`${url}/v1/sessions/${psid}/execute`, { method: 'POST', headers: auth, body: JSON.stringify({ code: 'print(kept)' }) })).json();
+  check(kept.outputs?.[0]?.text === '7\n', `the resumed session's variable: ${JSON.stringify(kept.outputs)}`);
+  await fetch(`${url}/v1/sessions/${psid}`, { method: 'DELETE', headers: auth });
+
   step('the sessions view ends the session');
   await page.getByRole('link', { name: 'Sessions' }).click();
   await page.getByRole('button', { name: 'End session ' + sid }).click();
