@@ -410,6 +410,8 @@ func endedWhy(r session.EndReason) string {
 		return "its sandbox failed and could not be replaced"
 	case session.EndServerExit:
 		return "the server stopped"
+	case session.EndPausedRetention:
+		return "it stayed paused longer than the server keeps paused sessions"
 	}
 	return "idle too long, or deleted"
 }
