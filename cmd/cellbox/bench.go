@@ -228,6 +228,10 @@ const (
 	rowCharge  = "charge"
 	rowAvail   = "avail"
 	rowWork    = "work"
+	rowPause   = "pause"
+	rowResume  = "resume"
+	rowPaused  = "paused"
+	rowFork    = "fork"
 )
 
 // printTable prints one markdown table: a column per setup and flow, then the bare python3
@@ -261,6 +265,10 @@ func printTable(python string, n benchN, flows bool, cols []column) {
 		{rowCharge, "the same: its cgroup's charge, anon + shmem (no page cache) → sessions in 24 GiB", ""},
 		{rowAvail, "idle warm session: the host's available memory (MemAvailable) it takes, everything included (guest, kernel, page tables, the kernel's objects, the server's share) → sessions in 24 GiB", ""},
 		{rowWork, "a session after a pandas describe() and a PNG plot: the available memory it takes beyond an idle one", ""},
+		{rowPause, fmt.Sprintf("pause an idle session (pre-imports and a 1000×10 DataFrame) → its sandbox on disk and stopped, n=%d", n.starts), ""},
+		{rowResume, fmt.Sprintf("resume it: a cell on the paused session → its first result, n=%d", n.starts), ""},
+		{rowPaused, "a paused session: its checkpoint's size, and the host's available memory its pause gave back", ""},
+		{rowFork, fmt.Sprintf("fork a session into 10 (each a copy of its kernel and workspace, ready), n=%d", min(3, n.starts)), ""},
 	}
 	fmt.Print("| figure |")
 	for _, c := range cols {

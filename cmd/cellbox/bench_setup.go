@@ -52,10 +52,11 @@ type benchResult struct {
 	pss, charge                    float64 // idle memory per session, bytes
 	avail, work                    float64 // drops of the host's available memory per session, bytes
 	availN, workN                  int     // over how many sessions
+	paused                         *pauseResult
 }
 
 func (r *benchResult) column(name string) column {
-	return column{name: name, cells: map[string]string{
+	c := column{name: name, cells: map[string]string{
 		rowTrivial: stat(r.cell),
 		rowImport:  stat(r.first),
 		rowPlot:    stat(r.plot),
@@ -70,6 +71,10 @@ func (r *benchResult) column(name string) column {
 		rowAvail:   fmt.Sprintf("%.1f MiB → %d (n=%d)", r.avail/(1<<20), int(24*(1<<30)/r.avail), r.availN),
 		rowWork:    fmt.Sprintf("%.1f MiB (n=%d)", r.work/(1<<20), r.workN),
 	}}
+	if r.paused != nil {
+		r.paused.cells(c.cells)
+	}
+	return c
 }
 
 func (b *bench) progress(format string, a ...any) {
@@ -115,6 +120,10 @@ func (b *bench) run(ctx context.Context, n benchN) (*benchResult, error) {
 		return nil, err
 	}
 	if r.cold, err = b.oneShots(ctx, min(n.starts, 5), &api.Limits{MemoryMB: b.cfg.MemoryMB + 1}); err != nil {
+		return nil, err
+	}
+	b.progress("pause, resume and fork of 10 ×%d", n.starts)
+	if r.paused, err = b.pauseFigures(ctx, n.starts); err != nil {
 		return nil, err
 	}
 	b.progress("idle memory over %d warm sessions", n.idle)
