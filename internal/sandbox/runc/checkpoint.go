@@ -280,6 +280,18 @@ func (s *Sandbox) restore(ctx context.Context, kind string, spec *specs.Spec, im
 	}
 	rctx, cancel := context.WithTimeout(ctx, checkpointTimeout)
 	defer cancel()
+	if kind == "criu" {
+		// runc restore mounts the spec's bind mounts onto the root filesystem in the
+		// host's mount namespace for CRIU, and unmounts them after: two restores on the
+		// same (shared, read-only) root at once undo each other's ("mount /usr:/usr (via
+		// /proc/self/fd/9): no such file or directory"). One at a time, then.
+		select {
+		case s.b.restoring <- struct{}{}:
+			defer func() { <-s.b.restoring }()
+		case <-rctx.Done():
+			return fmt.Errorf("restore sandbox %s: %w", s.id, rctx.Err())
+		}
+	}
 	if err := s.launch(rctx, "restore", append(args, s.id)...); err != nil {
 		// The runtime failed to read back what it wrote: the checkpoint will not restore.
 		return fmt.Errorf("%v%s: %w", err, criuLogTail(kind, filepath.Join(work, "restore.log")), errdefs.ErrFailedPrecondition)

@@ -127,9 +127,10 @@ type Backend struct {
 	platform    string // gVisor's platform (choosePlatform)
 	current     bool   // a gVisor of 2025 or later (runscCurrent), whose sentry keeps more private
 	log         *slog.Logger
-	templates   *templates // nil: no kernel templates
-	cgroups     string     // the parent of the sandboxes' cgroups (Config.CgroupParent)
-	criu        string     // the CRIU binary (runc only); "": none recent enough, criuMissing says why
+	templates   *templates    // nil: no kernel templates
+	cgroups     string        // the parent of the sandboxes' cgroups (Config.CgroupParent)
+	restoring   chan struct{} // held by a runc restore (checkpoint.go)
+	criu        string        // the CRIU binary (runc only); "": none recent enough, criuMissing says why
 	criuMissing string
 
 	live sandbox.Live[*Sandbox]
@@ -214,6 +215,7 @@ func New(cfg Config) (*Backend, error) {
 		cgroups:   cmp.Or(cfg.CgroupParent, DefaultCgroupParent),
 		limitSwap: swapLimitSupported(),
 		gvisor:    filepath.Base(runtimePath) == "runsc",
+		restoring: make(chan struct{}, 1),
 		log:       log.With("backend", "runc"),
 	}
 	if err := os.MkdirAll(stateDir, 0o711); err != nil {
