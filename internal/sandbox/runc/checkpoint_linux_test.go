@@ -3,6 +3,7 @@ package runc
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,11 +17,23 @@ import (
 	"github.com/cellbox/cellbox/internal/testbin"
 )
 
-// checkpointBackend is a backend of runtime that checkpoints, with kernel templates (which
-// a checkpointable sandbox does without).
+// checkpointBackend is a backend of runtime that checkpoints, without kernel templates (a
+// checkpointable sandbox does without them; TestCheckpointNotCheckpointable has them).
 func checkpointBackend(t *testing.T, runtime string) *Backend {
 	t.Helper()
-	b := newBackend(t, runtime, testbin.Cellbox(t))
+	return checkpointBackendKernels(t, runtime, nil)
+}
+
+func checkpointBackendKernels(t *testing.T, runtime string, kernels *Kernels) *Backend {
+	t.Helper()
+	needRuntime(t, runtime)
+	// systrap: no 5 s probe of kvm per backend (the platform does not matter here).
+	b, err := New(Config{Runtime: runtime, StateDir: t.TempDir(), GuestBinary: testbin.Cellbox(t), Kernels: kernels,
+		GVisorPlatform: PlatformSystrap, Logger: testLog(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
 	if kind, missing := b.checkpointKind(); kind == "" {
 		testbin.Missing(t, "needs a runtime that checkpoints: %s", missing)
 	}
@@ -239,7 +252,7 @@ func mustList(t *testing.T, b *Backend) []byte {
 // A runc sandbox not made checkpointable (its kernel forked from a template) is refused
 // before anything is written, and runs on.
 func TestCheckpointNotCheckpointable(t *testing.T) {
-	b := checkpointBackend(t, "runc")
+	b := checkpointBackendKernels(t, "runc", &Kernels{Python: sandboxtest.Python})
 	sb, c := realGuest(t, b)
 	runCode(t, c, "x = 1")
 	if err := sb.Checkpoint(context.Background(), filepath.Join(t.TempDir(), "cp"), false); !errors.Is(err, errors.ErrUnsupported) {
@@ -248,4 +261,13 @@ func TestCheckpointNotCheckpointable(t *testing.T) {
 	if got := runCode(t, c, "print(x)"); strings.TrimSpace(got) != "1" {
 		t.Fatalf("after the refused checkpoint: %q", got)
 	}
+}
+
+// testLog logs at info, at debug with -v.
+func testLog(t *testing.T) *slog.Logger {
+	level := slog.LevelInfo
+	if testing.Verbose() {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 }
