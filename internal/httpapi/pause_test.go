@@ -18,11 +18,12 @@ func TestAttackPauseAndForkTenants(t *testing.T) {
 	testbin.NeedRunc(t)
 	k := startKeyed(t, func(c *config.Config) {
 		c.Backend, c.RootFS, c.Runtime = "runc", "host", "runc"
+		c.EndSessionsOnExit = true
 	})
 	alice, bob := "Authorization: Bearer "+aliceKey, "Authorization: Bearer "+bobKey
 	a := k.do(t, "POST", "/v1/sessions", `{"idle_action": "pause"}`, alice)
 	var s api.Session
-	if a.status != 200 || json.Unmarshal(a.body, &s) != nil {
+	if a.status != 201 || json.Unmarshal(a.body, &s) != nil {
 		t.Fatalf("create: %d %s", a.status, a.body)
 	}
 	if a := k.do(t, "POST", "/v1/sessions/"+s.ID+"/execute", `{"code": "secret = 'alice'"}`, alice); a.status != 200 {
