@@ -119,6 +119,14 @@ p = subprocess.Popen(['sleep', '1000'])
 	if s, _ := c.GetSession(ctx, a.ID); s.State != api.StateIdle || s.PausedAt != nil {
 		t.Errorf("after resume: %+v", s)
 	}
+	// The restored kernel is confined as before: its seccomp filter, no_new_privs, no
+	// capability; the guest (process 1) is not dumpable again, its /proc files its own.
+	const confined = "st = dict(l.split(':\\t', 1) for l in open('/proc/self/status').read().splitlines() if ':\\t' in l)\n" +
+		"print(st['Seccomp'].strip(), st['NoNewPrivs'].strip(), st['CapEff'].strip(), st['CapPrm'].strip())\n" +
+		"try:\n    open('/proc/1/environ').read(); print('guest readable')\nexcept PermissionError:\n    print('guest private')"
+	if got := out(c, a.ID, confined); got != "2 1 0000000000000000 0000000000000000\nguest private" {
+		t.Errorf("the resumed kernel's confinement: %q", got)
+	}
 
 	// Refusals: a busy session; on runc, one created to end when idle.
 	running := make(chan error, 1)
@@ -184,6 +192,9 @@ p = subprocess.Popen(['sleep', '1000'])
 	for i, f := range forked.Sessions {
 		if f.ID == a.ID || f.State != api.StateIdle || f.IdleAction != api.IdleActionPause {
 			t.Errorf("fork %d: %+v", i, f)
+		}
+		if got := out(c, f.ID, confined); got != "2 1 0000000000000000 0000000000000000\nguest private" {
+			t.Errorf("fork %d's confinement: %q", i, got)
 		}
 		got := out(c, f.ID, fmt.Sprintf("print(base, x, open('shared.txt').read(), np.random.randint(1 << 30))\nbase = 'fork%d'; open('shared.txt', 'w').write('fork%d')", i, i))
 		fields := strings.Fields(got)

@@ -61,6 +61,9 @@ type Checkpointer interface {
 	// errors.ErrUnsupported: this sandbox cannot be checkpointed (see Spec.Checkpointable).
 	// After any other error the sandbox runs on, and Conn is a new connection to its guest.
 	Checkpoint(ctx context.Context, dir string, leaveRunning bool) error
+	// Abandon tells a guest that was readied for a checkpoint that none comes: it listens
+	// again, and Conn is a new connection to it.
+	Abandon(ctx context.Context) error
 }
 
 // Restorer is a Backend that brings back checkpoints.

@@ -230,7 +230,11 @@ func (m *Manager) upload(ctx context.Context, u *uploader, guest func() *guestpr
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	info, rc, err := guest().GetFile(ctx, rel)
+	g := guest()
+	if g == nil {
+		return fmt.Errorf("the session was paused before its files were kept: %w", errdefs.ErrUnavailable)
+	}
+	info, rc, err := g.GetFile(ctx, rel)
 	if err != nil {
 		return err
 	}

@@ -25,11 +25,14 @@ import (
 // forksAtOnce bounds the forks restored at once.
 const forksAtOnce = 2
 
-// reseed is what a forked kernel runs first, quietly.
-const reseed = "import random as _r; _r.seed()\n" +
-	"import sys as _s\n" +
+// reseed is what a forked kernel runs first, quietly: new seeds for the random module's
+// and numpy's global generators, and fresh entropy for OpenSSL's (which tells a fork by its
+// pid, the same in every fork a checkpoint makes). Generators the user's code made itself
+// (random.Random(), numpy's default_rng()) are copied as they are.
+const reseed = "import os as _o, random as _r, ssl as _t, sys as _s\n" +
+	"_r.seed(); _t.RAND_add(_o.urandom(64), 64)\n" +
 	"if 'numpy' in _s.modules: _s.modules['numpy'].random.seed()\n" +
-	"del _r, _s"
+	"del _o, _r, _t, _s"
 
 // Fork makes req.Count new sessions from session id (see above).
 func (m *Manager) Fork(ctx context.Context, id string, req api.ForkRequest) (*api.ForkResult, error) {
@@ -62,21 +65,21 @@ func (m *Manager) Fork(ctx context.Context, id string, req api.ForkRequest) (*ap
 		}
 		slots = append(slots, slot)
 	}
-	_, done, err := m.adm.admit(ctx, s.tenant, kindPause, s.turn)
+	rctx, done, err := m.adm.admit(ctx, s.tenant, kindPause, s.turn)
 	if err != nil {
 		release()
 		return nil, err
 	}
 	defer done()
-	s.mu.Lock()
-	wasPaused := !s.pausedAt.IsZero()
-	s.mu.Unlock()
 	// The wake lock is held until the forks are made: the session stays paused, its
 	// checkpoint and workspace as they are.
-	if err := lockWithin(ctx, &s.wake); err != nil {
+	if err := lockWithin(rctx, &s.wake); err != nil {
 		release()
 		return nil, fmt.Errorf("fork: session %s: files are being read or written: %w", s.id, errdefs.ErrFailedPrecondition)
 	}
+	s.mu.Lock()
+	wasPaused := !s.pausedAt.IsZero()
+	s.mu.Unlock()
 	if err := m.pauseLocked(ctx, s); err != nil {
 		s.wake.Unlock()
 		release()
@@ -108,12 +111,15 @@ func (m *Manager) Fork(ctx context.Context, id string, req api.ForkRequest) (*ap
 	if err := errors.Join(errs...); err != nil {
 		for i, f := range forks {
 			if f != nil {
+				// Not kept for --retention: nobody saw it.
 				m.end(ctx, f.id, EndFailed)
+				m.store.Remove(ctx, f.id)
 			} else if errs[i] != nil {
 				slots[i]()
 			}
 		}
-		return nil, fmt.Errorf("fork session %s: %w", s.id, err)
+		m.log.Warn("a fork failed", "session_id", s.id, "err", err)
+		return nil, opaque(fmt.Sprintf("session %s could not be forked", s.id), err)
 	}
 	out := &api.ForkResult{Sessions: make([]api.Session, n)}
 	for i, f := range forks {
@@ -132,7 +138,8 @@ func (m *Manager) forkOne(ctx context.Context, s *Session, slot func()) (_ *Sess
 	now := time.Now()
 	f := &Session{tenant: s.tenant, language: s.language, idle: s.idle, idleAction: s.idleAction, created: now,
 		lastActive: now, turn: newTurn(), slot: slot, metadata: maps.Clone(s.metadata), keep: slices.Clone(s.keep),
-		network: s.network, policy: s.policy, ca: s.ca, tools: slices.Clone(s.tools), execCount: s.execCount}
+		network: s.network, policy: s.policy, ca: s.ca, tools: slices.Clone(s.tools), execCount: s.execCount,
+		expires: s.expires}
 	s.mu.Unlock()
 	id := m.newSessionID()
 	f.id = id
@@ -157,9 +164,13 @@ func (m *Manager) forkOne(ctx context.Context, s *Session, slot func()) (_ *Sess
 	b := &box{boxSpec: spec, id: id, ws: ws, sb: sb, guest: g}
 	b.trusted.Store(src.trusted.Load())
 	f.box = b
+	if err := m.trust(ctx, b, g, f.ca); err != nil { // one given while the source was paused
+		m.discard(ctx, b, false)
+		return nil, err
+	}
 	if res, err := g.ExecuteWith(ctx, api.ExecuteRequest{Code: reseed, TimeoutS: 10}, guestproto.ExecuteOptions{Quiet: true}); err != nil || res.Status != api.StatusOK {
 		m.discard(ctx, b, false)
-		return nil, fmt.Errorf("reseed the fork's random generators: %+v, %v", res, err)
+		return nil, fmt.Errorf("reseed the fork's random generators: %v: %w", resultText(res), errors.Join(err, errdefs.ErrUnavailable))
 	}
 	m.net.gw.Set(id, f.tenant, f.policy, m.net.limitsFor(f.tenant), f.ca)
 	if !m.register(f) {
@@ -170,4 +181,12 @@ func (m *Manager) forkOne(ctx context.Context, s *Session, slot func()) (_ *Sess
 	m.save(f)
 	m.metrics.sessionsCreated.WithLabelValues(f.tenant).Inc()
 	return f, nil
+}
+
+// resultText describes an execution's result for a log.
+func resultText(r *api.ExecuteResult) string {
+	if r == nil {
+		return "no result"
+	}
+	return "status " + r.Status
 }

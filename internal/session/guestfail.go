@@ -45,7 +45,7 @@ func (m *Manager) afterGuestFailure(ctx context.Context, s *Session, b *box, err
 	s.box = nb
 	ca := s.ca
 	s.mu.Unlock()
-	if err := m.trust(context.WithoutCancel(ctx), nb, ca); err != nil {
+	if err := m.trust(context.WithoutCancel(ctx), nb, nb.guest, ca); err != nil {
 		m.log.Warn("the new sandbox does not trust the session's certificate authority", "session_id", s.id, "err", err)
 	}
 	return &api.ExecuteResult{

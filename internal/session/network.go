@@ -226,7 +226,7 @@ func (n *network) limitsFor(tenant string) egress.Limits {
 // certificate authority and having its sandbox trust it when p carries secrets.
 func (m *Manager) applyNetwork(ctx context.Context, s *Session, p *egress.Policy) error {
 	s.mu.Lock()
-	ca, b := s.ca, s.box
+	ca, b, g := s.ca, s.box, s.box.guest
 	s.mu.Unlock()
 	if len(p.Secrets) > 0 && ca == nil {
 		var err error
@@ -234,7 +234,7 @@ func (m *Manager) applyNetwork(ctx context.Context, s *Session, p *egress.Policy
 			return fmt.Errorf("make the session's certificate authority: %w", err)
 		}
 	}
-	if err := m.trust(ctx, b, ca); err != nil {
+	if err := m.trust(ctx, b, g, ca); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -245,12 +245,13 @@ func (m *Manager) applyNetwork(ctx context.Context, s *Session, p *egress.Policy
 }
 
 // trust has box b's sandbox trust ca, once.
-func (m *Manager) trust(ctx context.Context, b *box, ca *egress.CA) error {
-	// A paused box has no guest: resume has the restored sandbox trust ca.
-	if ca == nil || b.trusted.Load() == ca || b.guest == nil {
+// g is b's guest as the caller read it (under the session's lock); nil: b is paused, and
+// resume has the restored sandbox trust ca.
+func (m *Manager) trust(ctx context.Context, b *box, g *guestproto.Client, ca *egress.CA) error {
+	if ca == nil || b.trusted.Load() == ca || g == nil {
 		return nil
 	}
-	if err := b.guest.Trust(ctx, ca.CertPEM()); err != nil {
+	if err := g.Trust(ctx, ca.CertPEM()); err != nil {
 		return err
 	}
 	b.trusted.Store(ca)

@@ -60,12 +60,12 @@ func (m *Manager) Pause(ctx context.Context, id string) (*api.Session, error) {
 	if err := m.checkPausable(s); err != nil {
 		return nil, err
 	}
-	_, release, err := m.adm.admit(ctx, s.tenant, kindPause, s.turn)
+	rctx, release, err := m.adm.admit(ctx, s.tenant, kindPause, s.turn)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	if err := m.pauseHeld(ctx, s, true); err != nil {
+	if err := m.pauseHeld(rctx, s, true); err != nil {
 		return nil, err
 	}
 	v := s.view()
@@ -76,9 +76,10 @@ func (m *Manager) Pause(ctx context.Context, id string) (*api.Session, error) {
 // that does not checkpoint, a sandbox that was not made checkpointable, a run or a spawned
 // program going on.
 func (m *Manager) checkPausable(s *Session) error {
-	kind, missing := m.checkpointKind()
+	kind, _ := m.checkpointKind()
 	if kind == "" {
-		return fmt.Errorf("this server cannot pause sessions: %s: %w", missing, errdefs.ErrFailedPrecondition)
+		// Why (no CRIU, which one) is in the server's log at start, for its operator.
+		return fmt.Errorf("this server cannot pause sessions: its sandboxes' runtime cannot checkpoint them: %w", errdefs.ErrFailedPrecondition)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -131,10 +132,13 @@ func (m *Manager) pauseLocked(ctx context.Context, s *Session) error {
 	if !ok {
 		return fmt.Errorf("this server's sandboxes cannot be paused: %w", errdefs.ErrFailedPrecondition)
 	}
-	if used, quota := m.pausedBytes(), m.cfg.PausedQuotaMB<<20; used >= quota {
+	if s.turn.spawning() > 0 { // started after checkPausable: it would be frozen mid-way
+		return fmt.Errorf("session %s has programs running in the background: pause it once they end: %w", s.id, errdefs.ErrFailedPrecondition)
+	}
+	if m.pausedBytes() >= m.cfg.PausedQuotaMB<<20 {
 		m.metrics.pauses.WithLabelValues("refused").Inc()
-		return fmt.Errorf("paused sessions take %d MiB of disk, this server's maximum (--paused-quota-mb %d): end or resume a paused session first: %w",
-			used>>20, m.cfg.PausedQuotaMB, errdefs.ErrResourceExhausted)
+		return fmt.Errorf("the disk this server keeps for paused sessions is full: end or resume a paused session first, or retry later: %w",
+			errdefs.ErrResourceExhausted)
 	}
 	// A pause, once begun, goes to its end: a caller going away must not leave the guest
 	// unlistening or a checkpoint half written.
@@ -149,23 +153,36 @@ func (m *Manager) pauseLocked(ctx context.Context, s *Session) error {
 	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
 		return fmt.Errorf("pause session %s: %w", s.id, err)
 	}
-	if err := b.guest.Checkpoint(ctx); err != nil {
-		m.metrics.pauses.WithLabelValues("failed").Inc()
-		return fmt.Errorf("pause session %s: %w", s.id, err)
-	}
-	b.guest.Close()
-	if err := cp.Checkpoint(ctx, dir, false); err != nil {
+	failed := func(err error, abandon bool) error {
 		os.RemoveAll(dir)
 		m.metrics.pauses.WithLabelValues("failed").Inc()
 		m.log.Warn("pause failed; the session runs on", "session_id", s.id, "err", err)
-		if derr := m.redial(ctx, b); derr != nil {
-			// Neither paused nor reachable: the next call replaces the sandbox.
-			m.log.Error("after a failed pause the session's guest cannot be reached", "session_id", s.id, "err", derr)
+		if abandon {
+			err = cp.Abandon(ctx)
 		}
-		return fmt.Errorf("pause session %s: %w", s.id, err)
+		if err == nil {
+			err = m.redial(ctx, s, b)
+		}
+		if err != nil {
+			// Neither paused nor reachable: the next call replaces the sandbox.
+			m.log.Error("after a failed pause the session's guest cannot be reached", "session_id", s.id, "err", err)
+		}
+		return opaque(fmt.Sprintf("session %s could not be paused: it runs on", s.id), err)
+	}
+	if err := b.guest.Checkpoint(ctx); err != nil {
+		return failed(err, true)
+	}
+	b.guest.Close()
+	if err := cp.Checkpoint(ctx, dir, false); err != nil {
+		return failed(err, false)
 	}
 	size := dirSize(dir)
 	s.mu.Lock()
+	if s.closed { // ended meanwhile: end found it running, and stopped nothing of this
+		s.mu.Unlock()
+		m.dropCheckpoint(s.id)
+		return notFound(s.id)
+	}
 	b.sb, b.guest = nil, nil
 	s.pausedAt, s.checkpointBytes = time.Now(), size
 	slot := s.slot
@@ -195,15 +212,35 @@ func lockWithin(ctx context.Context, mu interface{ TryLock() bool }) error {
 }
 
 // redial dials b's guest again after a checkpoint that failed, which leaves the sandbox
-// running with a new connection (sandbox.Checkpointer).
-func (m *Manager) redial(ctx context.Context, b *box) error {
+// running with a new connection (sandbox.Checkpointer), unless s ended meanwhile.
+func (m *Manager) redial(ctx context.Context, s *Session, b *box) error {
 	g, err := guestproto.Dial(ctx, b.sb.Conn())
 	if err != nil {
 		return err
 	}
 	m.serveEgress(g, b.id)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		g.Close()
+		return notFound(s.id)
+	}
 	b.guest = g
 	return nil
+}
+
+// opaque is err as a caller may see it: msg, of err's kind (failed_precondition,
+// resource_exhausted, not_found; else unavailable), without err's details (a runtime's
+// words, the host's paths), which the log has.
+func opaque(msg string, err error) error {
+	kind := errdefs.ErrUnavailable
+	for _, k := range []error{errdefs.ErrFailedPrecondition, errdefs.ErrResourceExhausted, errdefs.ErrNotFound} {
+		if errors.Is(err, k) {
+			kind = k
+			break
+		}
+	}
+	return fmt.Errorf("%s: %w", msg, kind)
 }
 
 // Resume resumes session id if it is paused.
@@ -273,7 +310,8 @@ func (m *Manager) resume(ctx context.Context, s *Session) error {
 		slot()
 		m.metrics.resumes.WithLabelValues("failed").Inc()
 		if !errors.Is(err, errdefs.ErrFailedPrecondition) {
-			return fmt.Errorf("resume session %s: %w", s.id, err)
+			m.log.Warn("a paused session could not be resumed; it stays paused", "session_id", s.id, "err", err)
+			return opaque(fmt.Sprintf("session %s could not be resumed now: it stays paused; retry later", s.id), err)
 		}
 		m.log.Error("a paused session's checkpoint did not restore; the session ended (its files are kept)", "session_id", s.id, "tenant", s.tenant, "err", err)
 		m.end(context.WithoutCancel(ctx), s.id, EndFailed)
@@ -296,7 +334,7 @@ func (m *Manager) resume(ctx context.Context, s *Session) error {
 	s.mu.Unlock()
 	// Its checkpoint has the authority it trusted when paused; one given since a restart
 	// of the server (a restored session's, whose box forgot it) is installed again.
-	if err := m.trust(ctx, b, ca); err != nil {
+	if err := m.trust(ctx, b, g, ca); err != nil {
 		m.log.Warn("a resumed session's sandbox could not be made to trust its certificate authority", "session_id", s.id, "err", err)
 	}
 	m.save(s)

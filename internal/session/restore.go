@@ -76,11 +76,18 @@ func (m *Manager) recover(ctx context.Context) ([]record, error) {
 		return false
 	})
 	kept := func(id string) bool { return keep[id] }
+	// A paused session has no sandbox: one of its id runs only when a resume was cut short
+	// (its record still says paused), and is stopped; the checkpoint stays.
+	paused := map[string]bool{}
+	for _, r := range live {
+		paused[r.ID] = r.PausedAt != nil
+	}
+	running := func(id string) bool { return keep[id] && !paused[id] }
 	// Workspaces first: a sandbox left running keeps its own mount of its workspace.
 	if err := m.store.Recover(kept); err != nil {
 		return nil, err
 	}
-	if err := m.backend.Cleanup(ctx, kept); err != nil {
+	if err := m.backend.Cleanup(ctx, running); err != nil {
 		return nil, fmt.Errorf("clean up sandboxes of an earlier run: %w", err)
 	}
 	return live, nil

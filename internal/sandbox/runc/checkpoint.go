@@ -15,6 +15,7 @@ import (
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 
 	"github.com/cellbox/cellbox/internal/errdefs"
 	"github.com/cellbox/cellbox/internal/sandbox"
@@ -135,10 +136,6 @@ func (s *Sandbox) Checkpoint(ctx context.Context, dir string, leaveRunning bool)
 	if err := os.MkdirAll(images, 0o700); err != nil {
 		return fmt.Errorf("checkpoint sandbox %s: %w", s.id, err)
 	}
-	// The guest's log is open in it: a restore needs the file where it was, as it was.
-	if err := copyFile(filepath.Join(s.bundle, runDir, sandbox.GuestLog), filepath.Join(dir, sandbox.GuestLog)); err != nil {
-		return fmt.Errorf("checkpoint sandbox %s: keep the guest's log: %w", s.id, err)
-	}
 	m, err := json.Marshal(meta{Kind: kind, Rootfs: spec.Root.Path, Token: s.token})
 	if err == nil {
 		err = os.WriteFile(filepath.Join(dir, checkpointMeta), m, 0o600)
@@ -170,14 +167,33 @@ func (s *Sandbox) Checkpoint(ctx context.Context, dir string, leaveRunning bool)
 		}
 		return err
 	}
+	// The guest's log is open in the sandbox: a restore needs the file where it was, as it
+	// was when the processes were dumped (read now, before the guest may write more). The
+	// sandbox's root could have put anything there: read as readRunFile reads, and no more
+	// than the guest ever writes (it caps its log).
+	logErr := keepGuestLog(filepath.Join(s.bundle, runDir), filepath.Join(dir, sandbox.GuestLog))
 	if !leaveRunning {
-		return s.Stop(ctx)
+		if err := s.Stop(ctx); err != nil {
+			return err
+		}
+		if logErr != nil {
+			return fmt.Errorf("checkpoint sandbox %s: keep the guest's log: %v: %w", s.id, logErr, errdefs.ErrFailedPrecondition)
+		}
+		return nil
 	}
 	s.relisten(ctx)
 	if err := s.connect(ctx, "checkpoint"); err != nil {
 		return err
 	}
 	return nil
+}
+
+// Abandon tells a guest readied for a checkpoint that none comes (see sandbox.Checkpointer).
+func (s *Sandbox) Abandon(ctx context.Context) error {
+	if err := s.relisten(ctx); err != nil {
+		return err
+	}
+	return s.connect(ctx, "abandon a checkpoint of")
 }
 
 // relisten tells the guest to listen again (SIGUSR1 to process 1).
@@ -267,7 +283,7 @@ func (s *Sandbox) restore(ctx context.Context, kind string, spec *specs.Spec, im
 	if _, err := os.Stat(images); err != nil {
 		return fmt.Errorf("restore sandbox %s: the checkpoint has no images: %w", s.id, errdefs.ErrFailedPrecondition)
 	}
-	if err := copyFile(filepath.Join(filepath.Dir(images), sandbox.GuestLog), filepath.Join(s.bundle, runDir, sandbox.GuestLog)); err != nil {
+	if err := copyFile(filepath.Join(filepath.Dir(images), sandbox.GuestLog), filepath.Join(s.bundle, runDir, sandbox.GuestLog), maxGuestLog); err != nil {
 		return fmt.Errorf("restore sandbox %s: the checkpoint's guest log: %v: %w", s.id, err, errdefs.ErrFailedPrecondition)
 	}
 	args := []string{"restore", "--detach", "--image-path", images, "--bundle", s.bundle, "--pid-file", s.pidFile()}
@@ -328,18 +344,36 @@ func criuLogTail(kind, path string) string {
 	return " (CRIU: " + string(bytes.Join(errs, []byte("; "))) + ")"
 }
 
-// copyFile copies the regular file src to dst (made 0600, or truncated).
-func copyFile(src, dst string) error {
+// maxGuestLog bounds the guest's log a checkpoint keeps: the guest caps what it writes
+// (guest.maxLog, 1 MiB) and a Go runtime's crash adds some.
+const maxGuestLog = 4 << 20
+
+// keepGuestLog copies the guest's log from the run folder runDir (which the sandbox writes)
+// to dst.
+func keepGuestLog(runDir, dst string) error {
+	data, err := readRunFile(runDir, sandbox.GuestLog, maxGuestLog)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(dst, data, 0o600)
+}
+
+// copyFile copies the regular file src (a checkpoint's, written by the backend) to dst, a
+// new file (never through a link), at most max bytes.
+func copyFile(src, dst string, max int64) error {
 	in, err := os.Open(src)
 	if err != nil {
 		return err
 	}
 	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err := os.Remove(dst); err != nil && !errors.Is(err, os.ErrNotExist) { // a link is removed, not followed
+		return err
+	}
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return err
 	}
-	if _, err := io.Copy(out, in); err != nil {
+	if _, err := io.Copy(out, io.LimitReader(in, max)); err != nil {
 		out.Close()
 		return err
 	}

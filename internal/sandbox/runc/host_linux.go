@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -180,3 +181,37 @@ func unpinNullNetns(root string) {
 	for unix.Unmount(filepath.Join(root, "null-netns"), unix.MNT_DETACH) == nil {
 	}
 }
+
+// readRunFile reads at most max bytes of the regular file name in dir, a folder the sandbox
+// writes (the run folder): never through a link, never a FIFO or a device (opened
+// non-blocking, then checked), and only a file with one link. errTooLarge: it holds more.
+func readRunFile(dir, name string, max int64) ([]byte, error) {
+	d, err := os.OpenFile(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	fd, err := unix.Openat(int(d.Fd()), name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: name, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), name)
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink != 1 {
+		return nil, fmt.Errorf("%s is not a plain file", name)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > max {
+		return data[:max], errTooLarge
+	}
+	return data, nil
+}
+
+var errTooLarge = errors.New("larger than expected")

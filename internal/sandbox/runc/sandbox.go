@@ -227,19 +227,16 @@ func (s *Sandbox) dial(ctx context.Context) (net.Conn, error) {
 }
 
 // logHead returns the beginning of the sandbox's logs, the runtime's and the guest's, to
-// explain a failure.
+// explain a failure. The guest's is in the run folder, which the sandbox writes: it is read
+// as readRunFile reads (no link followed, no FIFO waited on).
 func (s *Sandbox) logHead() []byte {
 	var out []byte
-	for _, name := range []string{logName, filepath.Join(runDir, sandbox.GuestLog)} {
-		f, err := os.Open(filepath.Join(s.bundle, name))
-		if err != nil {
-			continue
-		}
-		b, _ := io.ReadAll(io.LimitReader(f, logHead))
+	if f, err := os.Open(filepath.Join(s.bundle, logName)); err == nil {
+		out, _ = io.ReadAll(io.LimitReader(f, logHead))
 		f.Close()
-		out = append(out, b...)
 	}
-	return out
+	b, _ := readRunFile(filepath.Join(s.bundle, runDir), sandbox.GuestLog, logHead)
+	return append(out, b...)
 }
 
 // logHead caps what is read of a sandbox's log.
