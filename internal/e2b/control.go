@@ -55,6 +55,9 @@ func (h *Handler) controlRoutes() http.Handler {
 	mux.HandleFunc("GET /sandboxes/{id}", h.info)
 	mux.HandleFunc("DELETE /sandboxes/{id}", h.kill)
 	mux.HandleFunc("POST /sandboxes/{id}/timeout", h.setTimeout)
+	mux.HandleFunc("POST /sandboxes/{id}/pause", h.pause)
+	mux.HandleFunc("POST /sandboxes/{id}/resume", h.resume)
+	mux.HandleFunc("POST /sandboxes/{id}/fork", h.fork)
 	mux.HandleFunc("PUT /sandboxes/{id}/network", h.setNetwork)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, r, fmt.Errorf("%s %s is not part of cellbox's E2B-compatible API (docs/e2b.md lists what is): %w",
@@ -100,8 +103,9 @@ type listed struct {
 
 type detail struct {
 	listed
-	EnvdAccessToken string  `json:"envdAccessToken"`
-	Domain          *string `json:"domain"`
+	EnvdAccessToken string    `json:"envdAccessToken"`
+	Domain          *string   `json:"domain"`
+	Lifecycle       lifecycle `json:"lifecycle"`
 	// AllowInternetAccess and Network say what the session's policy is, in E2B's terms
 	// (networkView).
 	AllowInternetAccess *bool          `json:"allowInternetAccess,omitempty"`
@@ -117,9 +121,18 @@ func (h *Handler) sandboxOf(r *http.Request, id, template string) sandbox {
 		EnvdVersion: envdVersion, EnvdAccessToken: tok, TrafficAccessToken: tok}
 }
 
+// listedOf is s as E2B lists it. Its end is when it pauses or ends: its lifetime's
+// deadline, or its idle timeout's; a paused sandbox's, when it was paused (as E2B says).
 func (h *Handler) listedOf(s api.Session) listed {
 	end := s.LastActiveAt.Add(time.Duration(s.IdleTimeoutS) * time.Second)
-	if s.ExpiresAt != nil {
+	state := "running"
+	if s.State == api.StatePaused {
+		state = "paused"
+	}
+	switch {
+	case s.PausedAt != nil:
+		end = *s.PausedAt
+	case s.ExpiresAt != nil:
 		end = *s.ExpiresAt
 	}
 	md := s.Metadata
@@ -129,7 +142,7 @@ func (h *Handler) listedOf(s api.Session) listed {
 	template := h.templateOf(s.Image)
 	return listed{SandboxID: s.ID, TemplateID: template, Alias: template, ClientID: clientID,
 		StartedAt: s.CreatedAt, EndAt: end.UTC(), CPUCount: int(math.Ceil(s.Limits.CPUs)),
-		MemoryMB: s.Limits.MemoryMB, DiskSizeMB: s.Limits.DiskMB, Metadata: md, State: "running",
+		MemoryMB: s.Limits.MemoryMB, DiskSizeMB: s.Limits.DiskMB, Metadata: md, State: state,
 		EnvdVersion: envdVersion}
 }
 
@@ -152,15 +165,36 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		EnvVars             map[string]string `json:"envVars"`
 		AllowInternetAccess *bool             `json:"allow_internet_access"`
 		Network             *networkConfig    `json:"network"`
+		// AutoPause: the timeout pauses the sandbox instead of ending it
+		// (lifecycle: {onTimeout: "pause"}); AutoPauseMemory false asks for a pause that
+		// keeps only the files, which cellbox does not make.
+		AutoPause       *bool `json:"autoPause"`
+		AutoPauseMemory *bool `json:"autoPauseMemory"`
 	}
 	if err := h.decode(w, r, &req); err != nil {
 		h.writeError(w, r, err)
 		return
 	}
-	life, err := timeoutSeconds(req.Timeout, defaultTimeout)
+	timeout, err := timeoutSeconds(req.Timeout, defaultTimeout)
 	if err != nil {
 		h.writeError(w, r, err)
 		return
+	}
+	// E2B's timeout is the session's lifetime, which ends it; for a sandbox whose timeout
+	// pauses it, it is the idle timeout instead, with no lifetime (pause.go).
+	life, idle, action := timeout, h.opts.MaxIdleTimeout, ""
+	if req.AutoPause != nil && *req.AutoPause {
+		if req.AutoPauseMemory != nil && !*req.AutoPauseMemory {
+			h.writeError(w, r, errKeepsMemory)
+			return
+		}
+		if timeout > h.opts.MaxIdleTimeout {
+			h.writeError(w, r, fmt.Errorf("timeout %d s: a sandbox that pauses on timeout pauses after that long without activity, "+
+				"at most this server's longest idle timeout, %d s (--max-idle-timeout): %w",
+				int(timeout.Seconds()), int(h.opts.MaxIdleTimeout.Seconds()), errdefs.ErrInvalidArgument))
+			return
+		}
+		life, idle, action = 0, timeout, api.IdleActionPause
 	}
 	// E2B's SDKs send allow_internet_access: true unless told otherwise, so true alone is
 	// no request for more than the server gives by default (--egress): an operator's "none
@@ -178,7 +212,8 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		Env:          req.EnvVars,
 		Metadata:     req.Metadata,
 		LifetimeS:    int(life.Seconds()),
-		IdleTimeoutS: int(h.opts.MaxIdleTimeout.Seconds()),
+		IdleTimeoutS: int(idle.Seconds()),
+		IdleAction:   action,
 		Image:        imageOf(req.TemplateID),
 		Network:      network,
 	})
@@ -194,37 +229,13 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, h.sandboxOf(r, s.ID, template))
 }
 
-func (h *Handler) connect(w http.ResponseWriter, r *http.Request) {
-	var req struct {
-		Timeout *int `json:"timeout"`
-	}
-	if err := h.decode(w, r, &req); err != nil {
-		h.writeError(w, r, err)
-		return
-	}
-	id := r.PathValue("id")
-	s, err := h.m.Get(r.Context(), id)
-	if err == nil && req.Timeout != nil {
-		// Connecting extends the sandbox's life, never shortens it.
-		var life time.Duration
-		if life, err = timeoutSeconds(req.Timeout, 0); err == nil && (s.ExpiresAt == nil || time.Now().Add(life).After(*s.ExpiresAt)) {
-			_, err = h.m.SetLifetime(r.Context(), id, life)
-		}
-	}
-	if err != nil {
-		h.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, h.sandboxOf(r, id, h.templateOf(s.Image)))
-}
-
 func (h *Handler) info(w http.ResponseWriter, r *http.Request) {
 	s, err := h.m.Get(r.Context(), r.PathValue("id"))
 	if err != nil {
 		h.writeError(w, r, err)
 		return
 	}
-	d := detail{listed: h.listedOf(*s), EnvdAccessToken: h.token(session.Tenant(r.Context()), s.ID)}
+	d := detail{listed: h.listedOf(*s), EnvdAccessToken: h.token(session.Tenant(r.Context()), s.ID), Lifecycle: lifecycleOf(*s)}
 	d.AllowInternetAccess, d.Network = networkView(s.Network)
 	writeJSON(w, http.StatusOK, d)
 }
@@ -242,8 +253,14 @@ func (h *Handler) setTimeout(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	life, err := timeoutSeconds(req.Timeout, 0)
+	var s *api.Session
 	if err == nil {
-		_, err = h.m.SetLifetime(r.Context(), r.PathValue("id"), life)
+		s, err = h.m.Get(r.Context(), r.PathValue("id"))
+	}
+	// A sandbox whose timeout pauses it keeps its idle timeout: the session API has no
+	// call to change one, and a lifetime would end the sandbox (docs/e2b.md).
+	if err == nil && !pausesOnTimeout(*s) {
+		_, err = h.m.SetLifetime(r.Context(), s.ID, life)
 	}
 	if err != nil {
 		h.writeError(w, r, err)
@@ -284,35 +301,48 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, r, err)
 		return
 	}
-	running := true
-	if v := q.Get("state"); v != "" {
-		running = false
-		for _, s := range strings.Split(v, ",") {
-			running = running || s == "running"
-		}
+	states, err := stateFilter(q.Get("state"), strings.HasPrefix(r.URL.Path, "/v2/"))
+	if err != nil {
+		h.writeError(w, r, err)
+		return
 	}
 	out := []listed{}
-	var all []api.Session
-	if running { // in a cluster, the other nodes' too (httpapi gathers them)
-		all = h.m.List(r.Context())
-		if h.opts.Elsewhere != nil {
-			all = append(all, h.opts.Elsewhere(r.Context())...)
-		}
+	all := h.m.List(r.Context()) // in a cluster, the other nodes' too (httpapi gathers them)
+	if h.opts.Elsewhere != nil {
+		all = append(all, h.opts.Elsewhere(r.Context())...)
 	}
 	sort.Slice(all, func(i, j int) bool { return cursorOf(all[i]).before(cursorOf(all[j])) })
 	var last cursor
 	for _, s := range all {
-		if after != nil && !after.before(cursorOf(s)) || !matches(s.Metadata, filter) {
+		ls := h.listedOf(s)
+		if after != nil && !after.before(cursorOf(s)) || !matches(s.Metadata, filter) || !states[ls.State] {
 			continue
 		}
 		if len(out) == limit {
 			w.Header().Set("X-Next-Token", last.String())
 			break
 		}
-		out = append(out, h.listedOf(s))
+		out = append(out, ls)
 		last = cursorOf(s)
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// stateFilter parses the list's state filter, E2B's states comma-joined. Without one, v2
+// lists running and paused sandboxes, the deprecated GET /sandboxes running ones only, as
+// on E2B.
+func stateFilter(v string, v2 bool) (map[string]bool, error) {
+	if v == "" {
+		return map[string]bool{"running": true, "paused": v2}, nil
+	}
+	out := map[string]bool{}
+	for _, st := range strings.Split(v, ",") {
+		if st != "running" && st != "paused" {
+			return nil, fmt.Errorf("state %.50q: want running or paused, or both comma-separated: %w", st, errdefs.ErrInvalidArgument)
+		}
+		out[st] = true
+	}
+	return out, nil
 }
 
 // cursor is a position in the list, ordered by creation, then id.

@@ -2,6 +2,7 @@ package e2b
 
 import (
 	"errors"
+	"fmt"
 	"net/url"
 	"strings"
 	"testing"
@@ -75,6 +76,49 @@ func TestMetadataFilter(t *testing.T) {
 	for _, bad := range []string{"novalue", "a=b=c", "a=%zz", "%zz"} {
 		if _, err := metadataFilter(bad); !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Errorf("metadataFilter(%q): %v; want invalid argument", bad, err)
+		}
+	}
+}
+
+func TestStateFilter(t *testing.T) {
+	for _, c := range []struct {
+		v               string
+		v2              bool
+		running, paused bool
+	}{
+		{"", true, true, true},
+		{"", false, true, false}, // GET /sandboxes lists running sandboxes, as on E2B
+		{"paused", true, false, true},
+		{"running", false, true, false},
+		{"running,paused", false, true, true},
+	} {
+		got, err := stateFilter(c.v, c.v2)
+		if err != nil || got["running"] != c.running || got["paused"] != c.paused {
+			t.Errorf("stateFilter(%q, v2 %v) = %v, %v", c.v, c.v2, got, err)
+		}
+	}
+	for _, bad := range []string{"sleeping", "running,", "Running"} {
+		if _, err := stateFilter(bad, true); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("stateFilter(%q): %v; want invalid argument", bad, err)
+		}
+	}
+}
+
+// A refused pause is a 400, which E2B's SDK throws; any 409 it would read as "already
+// paused".
+func TestRefused(t *testing.T) {
+	plain := &api.Session{IdleAction: api.IdleActionEnd}
+	err := refused(plain, fmt.Errorf("not pausable: %w", errdefs.ErrFailedPrecondition))
+	if status(err) != 400 || !strings.Contains(err.Error(), "not pausable") || !strings.Contains(err.Error(), "onTimeout: 'pause'") {
+		t.Errorf("refused: %d %v", status(err), err)
+	}
+	err = refused(&api.Session{IdleAction: api.IdleActionPause}, fmt.Errorf("busy: %w", errdefs.ErrFailedPrecondition))
+	if status(err) != 400 || strings.Contains(err.Error(), "onTimeout") {
+		t.Errorf("refused, a sandbox that pauses: %d %v", status(err), err)
+	}
+	for _, other := range []error{errdefs.ErrNotFound, errdefs.ErrResourceExhausted} {
+		if err := refused(plain, other); err != other {
+			t.Errorf("refused(%v) = %v; want it as it was", other, err)
 		}
 	}
 }

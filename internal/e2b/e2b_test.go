@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -765,7 +766,15 @@ func TestControlPlaneErrors(t *testing.T) {
 		{"bad token", "GET", "/v2/sandboxes?nextToken=zzz", "", []string{"X-API-Key: " + aliceKey}, 400, "nextToken"},
 		{"bad limit", "GET", "/v2/sandboxes?limit=100000", "", []string{"X-API-Key: " + aliceKey}, 400, "limit"},
 		{"unknown sandbox", "DELETE", "/sandboxes/nope", "", []string{"X-API-Key: " + aliceKey}, 404, `"code":404`},
-		{"unsupported call", "POST", "/sandboxes/x/pause", "", []string{"X-API-Key: " + aliceKey}, 404, "not part of"},
+		{"unsupported call", "POST", "/sandboxes/x/snapshots", "", []string{"X-API-Key: " + aliceKey}, 404, "not part of"},
+		{"pause unknown", "POST", "/sandboxes/nope/pause", "", []string{"X-API-Key: " + aliceKey}, 404, `"code":404`},
+		{"resume unknown", "POST", "/sandboxes/nope/resume", "", []string{"X-API-Key: " + aliceKey}, 404, `"code":404`},
+		{"fork unknown", "POST", "/sandboxes/nope/fork", `{"count":2}`, []string{"X-API-Key: " + aliceKey, json}, 404, `"code":404`},
+		{"fork none", "POST", "/sandboxes/nope/fork", `{"count":0}`, []string{"X-API-Key: " + aliceKey, json}, 400, "at least 1"},
+		{"pause, files only", "POST", "/sandboxes/nope/pause", `{"memory":false}`, []string{"X-API-Key: " + aliceKey, json}, 400, "keeps only the files"},
+		{"create, pause keeping files only", "POST", "/v2/sandboxes", `{"autoPause":true,"autoPauseMemory":false}`, []string{"X-API-Key: " + aliceKey, json}, 400, "keeps only the files"},
+		{"create, pause after more than the idle maximum", "POST", "/v2/sandboxes", `{"autoPause":true,"timeout":90000}`, []string{"X-API-Key: " + aliceKey, json}, 400, "--max-idle-timeout"},
+		{"bad state", "GET", "/v2/sandboxes?state=running,sleeping", "", []string{"X-API-Key: " + aliceKey}, 400, "running or paused"},
 		{"not JSON", "POST", "/v2/sandboxes", `{`, []string{"X-API-Key: " + aliceKey, json}, 400, "not valid JSON"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -774,5 +783,221 @@ func TestControlPlaneErrors(t *testing.T) {
 				t.Errorf("%d %s; want %d containing %q", st, body, c.status, c.want)
 			}
 		})
+	}
+}
+
+// needPause calls Missing unless the tests' runtime can pause sandboxes, and returns it.
+func needPause(t *testing.T) string {
+	t.Helper()
+	switch rt := testserver.Runtime(); rt {
+	case "runc":
+		testbin.NeedProgram(t, "criu", "criu (scripts/criu.sh builds it; make deps installs it)")
+		return rt
+	case "runsc":
+		return rt
+	default:
+		testbin.Missing(t, "pausing needs runc (with CRIU) or runsc, not %s", rt)
+		return rt
+	}
+}
+
+// TestPause pauses and resumes sandboxes through E2B's SDK: by hand and by their timeout,
+// listed as paused, resumed by connect (and by a call) with their variables; a fork; the
+// refusals. Pausing takes CRIU on runc (make deps installs it), or runsc.
+func TestPause(t *testing.T) {
+	rt := needPause(t)
+	run := strconv.FormatInt(time.Now().UnixNano(), 36)
+	r := runClient(t, aliceKey, "pause", run)
+	var id, idleID string
+	r.get(t, "sandboxId", &id)
+	r.get(t, "idleId", &idleID)
+	ex := func(name string) execution {
+		t.Helper()
+		var e execution
+		r.get(t, name, &e)
+		return e
+	}
+	type info struct {
+		State     string
+		Lifecycle *struct {
+			OnTimeout  string
+			AutoResume bool
+		}
+		SecondsLeft int
+	}
+	infoOf := func(name string) info {
+		t.Helper()
+		var i info
+		r.get(t, name, &i)
+		return i
+	}
+	type listedSandbox struct{ ID, State string }
+	listOf := func(name string) []listedSandbox {
+		t.Helper()
+		var l []listedSandbox
+		r.get(t, name, &l)
+		return l
+	}
+	boolOf := func(name string) bool {
+		t.Helper()
+		var b bool
+		r.get(t, name, &b)
+		return b
+	}
+
+	t.Run("by hand", func(t *testing.T) {
+		if e := ex("set"); e.errName() != "" {
+			t.Fatalf("x = 41: %+v", e)
+		}
+		// The timeout (300 s by default) is the idle timeout: no lifetime.
+		if i := infoOf("info"); i.State != "running" || i.Lifecycle == nil || i.Lifecycle.OnTimeout != "pause" || !i.Lifecycle.AutoResume ||
+			i.SecondsLeft < 250 || i.SecondsLeft > 300 {
+			t.Errorf("getInfo of a sandbox that pauses on timeout: %+v", i)
+		}
+		r.threw(t, "busy", "SandboxError", "in the background")
+		if !boolOf("pause") || boolOf("pauseAgain") {
+			t.Errorf("pause: %s, again: %s; want true, then false", r["pause"], r["pauseAgain"])
+		}
+		if i := infoOf("infoPaused"); i.State != "paused" || i.SecondsLeft > 0 {
+			t.Errorf("getInfo of a paused sandbox: %+v; want paused, ended when it was paused", i)
+		}
+	})
+
+	t.Run("listed", func(t *testing.T) {
+		// The run has one sandbox yet, paused.
+		if l := listOf("listPaused"); len(l) != 1 || l[0].ID != id || l[0].State != "paused" {
+			t.Errorf("list of paused sandboxes: %+v", l)
+		}
+		if l := listOf("listRunning"); len(l) != 0 {
+			t.Errorf("list of running sandboxes: %+v; want none", l)
+		}
+		if l := listOf("listAll"); len(l) != 1 || l[0].State != "paused" {
+			t.Errorf("list without a state: %+v; want the paused sandbox", l)
+		}
+		var v1 []string
+		r.get(t, "listV1", &v1)
+		if containsS(v1, id) {
+			t.Errorf("GET /sandboxes (running only, as on E2B) lists the paused sandbox: %v", v1)
+		}
+	})
+
+	t.Run("connect resumes", func(t *testing.T) {
+		if e := ex("connect"); e.text() != "42" {
+			t.Errorf("x + 1 after connect: %+v", e)
+		}
+		if i := infoOf("infoResumed"); i.State != "running" || i.Lifecycle == nil || i.Lifecycle.OnTimeout != "pause" {
+			t.Errorf("after connect: %+v", i)
+		}
+	})
+
+	t.Run("timeout pauses", func(t *testing.T) {
+		var paused, resumed string
+		r.get(t, "idlePaused", &paused)
+		r.get(t, "idleResumed", &resumed)
+		if e := ex("idleSet"); e.errName() != "" || paused != "paused" {
+			t.Errorf("a sandbox of timeout 3 s, idle: %s (y = 7: %+v)", paused, e)
+		}
+		if e := ex("callResumes"); e.text() != "7" || resumed != "running" {
+			t.Errorf("runCode on the paused sandbox: %+v, then %s", e, resumed)
+		}
+		// setTimeout and connect leave a sandbox that pauses on timeout without a lifetime,
+		// which would end it.
+		for _, step := range []string{"setTimeoutPausing", "legacyConnect"} {
+			if i := infoOf(step); i.State != "running" || i.Lifecycle == nil || i.Lifecycle.OnTimeout != "pause" || i.SecondsLeft > 3 {
+				t.Errorf("%s: %+v; want running, pausing within its 3 s", step, i)
+			}
+		}
+	})
+
+	t.Run("fork", func(t *testing.T) {
+		var f struct {
+			Forks []struct {
+				ID, X, Threw, Message string
+			}
+			Other, Source string
+			Info          info
+		}
+		r.get(t, "fork", &f)
+		if len(f.Forks) != 2 || f.Forks[0].X != "41" || f.Forks[1].X != "41" || f.Forks[0].ID == f.Forks[1].ID ||
+			f.Forks[0].ID == id || f.Forks[1].ID == id {
+			t.Errorf("fork of 2: %+v", f.Forks)
+		}
+		if f.Other != "41" || f.Source != "41" {
+			t.Errorf("a fork's change reached the other fork (%s) or the source (%s)", f.Other, f.Source)
+		}
+		if f.Info.State != "running" || f.Info.Lifecycle == nil || f.Info.Lifecycle.OnTimeout != "pause" {
+			t.Errorf("a fork of a sandbox that pauses on timeout: %+v", f.Info)
+		}
+	})
+
+	t.Run("not created to pause", func(t *testing.T) {
+		if i := infoOf("plainInfo"); i.Lifecycle == nil || i.Lifecycle.OnTimeout != "kill" {
+			t.Errorf("getInfo of a plain sandbox: %+v", i)
+		}
+		if rt == "runc" {
+			// Its kernel is forked from a template shared with other sandboxes.
+			r.threw(t, "pausePlain", "SandboxError", "onTimeout: 'pause'")
+			r.threw(t, "forkPlain", "SandboxError", "onTimeout: 'pause'")
+		} else if !boolOf("pausePlain") {
+			t.Errorf("pause of a plain sandbox on %s: %s", rt, r["pausePlain"])
+		}
+	})
+
+	t.Run("refusals", func(t *testing.T) {
+		r.threw(t, "pauseUnknown", "SandboxNotFoundError", "0123456789abcdef01234567")
+		r.threw(t, "connectUnknown", "SandboxNotFoundError", "0123456789abcdef01234567")
+		r.threw(t, "keepMemoryFalse", "SandboxError", "keeps only the files")
+		r.threw(t, "createKeepMemoryFalse", "SandboxError", "keeps only the files")
+		var killed []bool
+		r.get(t, "killed", &killed)
+		if slices.Contains(killed, false) {
+			t.Errorf("kill: %v", killed)
+		}
+	})
+}
+
+// TestPauseRaw: the statuses of pause and of E2B's deprecated resume, over raw HTTP.
+func TestPauseRaw(t *testing.T) {
+	needPause(t)
+	key := []string{"X-API-Key: " + aliceKey, "Content-Type: application/json"}
+	st, _, body := raw(t, "POST", "/v2/sandboxes", strings.NewReader(`{"templateID":"code-interpreter-v1","autoPause":true,"timeout":600}`), key...)
+	var c created
+	if st != http.StatusCreated || json.Unmarshal([]byte(body), &c) != nil {
+		t.Fatalf("create: %d %s", st, body)
+	}
+	t.Cleanup(func() { raw(t, "DELETE", "/sandboxes/"+c.SandboxID, nil, key...) })
+	if st, body := execute(t, c, "z = 5"); st != 200 || strings.Contains(body, `"error"`) {
+		t.Fatalf("z = 5: %d %s", st, body)
+	}
+	for _, step := range []struct {
+		name, path, body string
+		status           int
+		want             string
+	}{
+		{"resume a running sandbox", "resume", "", 409, "already running"},
+		{"pause", "pause", "", 204, ""},
+		{"pause again", "pause", "{}", 409, "already paused"},
+		{"resume", "resume", `{"timeout":60}`, 201, c.SandboxID},
+		{"resume again", "resume", "", 409, "already running"},
+		{"pause, memory true", "pause", `{"memory":true}`, 204, ""},
+		{"connect", "connect", `{"timeout":60}`, 201, c.SandboxID},
+		{"connect to a running sandbox", "connect", `{"timeout":60}`, 200, c.SandboxID},
+	} {
+		st, _, body := raw(t, "POST", "/sandboxes/"+c.SandboxID+"/"+step.path, strings.NewReader(step.body), key...)
+		if st != step.status || !strings.Contains(body, step.want) {
+			t.Fatalf("%s: %d %s; want %d containing %q", step.name, st, body, step.status, step.want)
+		}
+	}
+	if st, body := execute(t, c, "z"); st != 200 || !strings.Contains(body, `"text":"5"`) {
+		t.Errorf("z after two pauses: %d %s", st, body)
+	}
+	// Neither timeout gave the sandbox a lifetime: its end is its idle timeout's.
+	st, _, body = raw(t, "GET", "/sandboxes/"+c.SandboxID, nil, key...)
+	var d struct {
+		EndAt     time.Time
+		Lifecycle struct{ OnTimeout string }
+	}
+	if json.Unmarshal([]byte(body), &d) != nil || st != 200 || d.Lifecycle.OnTimeout != "pause" || time.Until(d.EndAt) < 500*time.Second {
+		t.Errorf("after resume and connect with timeout 60: %d %s", st, body)
 	}
 }

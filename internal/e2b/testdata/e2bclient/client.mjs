@@ -5,7 +5,8 @@
 // Scenarios: program (the issue's unmodified E2B program), sdk (every call, errors
 // included), tenant <sandboxID> (another key's view of that sandbox), legacy (e2b 2.49,
 // whose control plane paths differ), network <url> (egress settings on create and
-// updateNetwork, with curl through the sandbox's proxy to url). Each prints one JSON report on stdout: what the SDK
+// updateNetwork, with curl through the sandbox's proxy to url), pause <run> (pause, resume
+// and fork). Each prints one JSON report on stdout: what the SDK
 // returned or threw at each step, for the Go test to check. Nothing is asserted here.
 import fs from 'node:fs';
 import { Sandbox } from '@e2b/code-interpreter';
@@ -375,7 +376,107 @@ async function network() {
   await step('updateUnknown', async () => Sandbox.updateNetwork('0123456789abcdef01234567', { allowInternetAccess: false }));
 }
 
-const scenarios = { program, sdk, tenant, wrongKey, legacy, network };
+// pause drives pause and resume: a sandbox created to pause on timeout, paused by hand
+// (refused while a command runs in the background), listed as paused, resumed by connect
+// with its variables; another paused by its timeout and resumed by a call; a fork of two;
+// a sandbox created without lifecycle (runc refuses to pause it: the Go test knows which
+// runtime); the refusals. Every sandbox is killed at the end.
+async function pause() {
+  const [run] = args;
+  const ids = (list) => list.map((s) => ({ id: s.sandboxId, state: s.state }));
+  const listOf = async (query) => ids(await Sandbox.list({ query: { metadata: { run }, ...query } }).nextItems());
+  const info = async (sbx) => {
+    const i = await sbx.getInfo();
+    return { state: i.state, lifecycle: i.lifecycle ?? null, secondsLeft: Math.round((i.endAt.getTime() - Date.now()) / 1000) };
+  };
+  const kill = [];
+
+  const sbx = await Sandbox.create({ lifecycle: { onTimeout: 'pause' }, metadata: { run } });
+  kill.push(sbx);
+  report.sandboxId = sbx.sandboxId;
+  await step('set', async () => summary(await sbx.runCode('x = 41')));
+  await step('info', async () => info(sbx));
+  await step('busy', async () => {
+    const cmd = await sbx.commands.run('sleep 60', { background: true });
+    try {
+      return await sbx.pause();
+    } finally {
+      await cmd.kill();
+      await cmd.wait().catch(() => {});
+    }
+  });
+  await step('pause', async () => sbx.pause());
+  await step('pauseAgain', async () => sbx.betaPause());
+  await step('infoPaused', async () => info(sbx));
+  await step('listPaused', async () => listOf({ state: ['paused'] }));
+  await step('listRunning', async () => listOf({ state: ['running'] }));
+  await step('listAll', async () => listOf({}));
+  await step('listV1', async () => {
+    const res = await fetch(`${process.env.E2B_API_URL}/sandboxes`, { headers: { 'X-API-Key': process.env.E2B_API_KEY } });
+    return (await res.json()).map((s) => s.sandboxID);
+  });
+  await step('connect', async () => {
+    const again = await Sandbox.connect(sbx.sandboxId);
+    return summary(await again.runCode('x + 1'));
+  });
+  await step('infoResumed', async () => info(sbx));
+
+  // The timeout pauses: after 3 s without activity (the server looks every 2 s).
+  const idle = await Sandbox.create({ lifecycle: { onTimeout: 'pause' }, timeoutMs: 3_000, metadata: { run } });
+  kill.push(idle);
+  report.idleId = idle.sandboxId;
+  await step('idleSet', async () => summary(await idle.runCode('y = 7')));
+  await step('idlePaused', async () => {
+    const deadline = Date.now() + 60_000;
+    let state;
+    while ((state = (await idle.getInfo()).state) !== 'paused' && Date.now() < deadline) {
+      await new Promise((resolve) => setTimeout(resolve, 250));
+    }
+    return state;
+  });
+  await step('callResumes', async () => summary(await idle.runCode('y')));
+  await step('idleResumed', async () => (await idle.getInfo()).state);
+  await step('setTimeoutPausing', async () => {
+    await idle.setTimeout(600_000);
+    return info(idle);
+  });
+  // E2B 2.49 sends {"timeout": 300} on every connect: no lifetime for a sandbox that pauses.
+  await step('legacyConnect', async () => {
+    await idle.pause();
+    const { Sandbox: Old } = await import('e2b-2.49');
+    await Old.connect(idle.sandboxId);
+    return info(idle);
+  });
+
+  await step('fork', async () => {
+    const forks = await sbx.fork({ count: 2 });
+    kill.push(...forks.filter((f) => !(f instanceof Error)));
+    const out = [];
+    for (const f of forks) {
+      out.push(f instanceof Error ? { threw: f.constructor.name, message: f.message } : { id: f.sandboxId, x: (await f.runCode('x')).text ?? null });
+    }
+    await forks[0].runCode('x = 100');
+    return { forks: out, other: (await forks[1].runCode('x')).text ?? null, source: (await sbx.runCode('x')).text ?? null, info: await info(forks[0]) };
+  });
+
+  const plain = await Sandbox.create({ metadata: { run } });
+  kill.push(plain);
+  await step('plainInfo', async () => info(plain));
+  await step('pausePlain', async () => plain.pause());
+  await step('forkPlain', async () => {
+    const forks = await plain.fork();
+    kill.push(...forks.filter((f) => !(f instanceof Error)));
+    return forks.length;
+  });
+
+  await step('pauseUnknown', async () => Sandbox.pause('0123456789abcdef01234567'));
+  await step('connectUnknown', async () => Sandbox.connect('0123456789abcdef01234567'));
+  await step('keepMemoryFalse', async () => sbx.pause({ keepMemory: false }));
+  await step('createKeepMemoryFalse', async () => Sandbox.create({ lifecycle: { onTimeout: { action: 'pause', keepMemory: false } } }));
+  await step('killed', async () => Promise.all(kill.map((k) => k.kill())));
+}
+
+const scenarios = { program, sdk, tenant, wrongKey, legacy, network, pause };
 try {
   await scenarios[scenario]();
 } catch (e) {
