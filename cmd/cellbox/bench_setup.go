@@ -122,12 +122,13 @@ func (b *bench) run(ctx context.Context, n benchN) (*benchResult, error) {
 	if r.cold, err = b.oneShots(ctx, min(n.starts, 5), &api.Limits{MemoryMB: b.cfg.MemoryMB + 1}); err != nil {
 		return nil, err
 	}
-	b.progress("pause, resume and fork of 10 ×%d", n.starts)
-	if r.paused, err = b.pauseFigures(ctx, n.starts); err != nil {
-		return nil, err
-	}
 	b.progress("idle memory over %d warm sessions", n.idle)
 	if err := b.idleMemory(ctx, n.idle, r); err != nil {
+		return nil, err
+	}
+	// Last: its sessions' ends would free memory while the idle memory is measured.
+	b.progress("pause, resume and fork of 10 ×%d", n.starts)
+	if r.paused, err = b.pauseFigures(ctx, n.starts); err != nil {
 		return nil, err
 	}
 	return r, nil

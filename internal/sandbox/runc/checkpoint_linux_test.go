@@ -72,6 +72,22 @@ func dialGuest(t *testing.T, sb sandbox.Sandbox, configure bool) *guestproto.Cli
 	return c
 }
 
+// checkpoint readies c's guest and checkpoints sb into a new folder, which it returns;
+// leave: the sandbox runs on.
+func checkpoint(t *testing.T, sb *Sandbox, c *guestproto.Client, leave bool) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := c.Checkpoint(ctx); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "cp")
+	if err := sb.Checkpoint(ctx, dir, leave); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 func TestCheckpointRestoreRunc(t *testing.T)  { testCheckpointRestore(t, "runc") }
 func TestCheckpointRestoreRunsc(t *testing.T) { testCheckpointRestore(t, "runsc") }
 
@@ -95,15 +111,9 @@ f = open('/mnt/data/log.txt', 'w')
 f.write('before\n'); f.flush()
 p = subprocess.Popen(['sleep', '1000'])
 `)
+	dir := checkpoint(t, sb, c, false)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if err := c.Checkpoint(ctx); err != nil {
-		t.Fatal(err)
-	}
-	dir := filepath.Join(t.TempDir(), "cp")
-	if err := sb.Checkpoint(ctx, dir, false); err != nil {
-		t.Fatal(err)
-	}
 	select {
 	case <-sb.Done():
 	default:
@@ -147,13 +157,7 @@ print(x + 1, ticks[0] > n, p.poll() is None, open('/mnt/data/log.txt').read().sp
 	}
 
 	// A restored sandbox is checkpointed and restored again.
-	if err := rc.Checkpoint(ctx); err != nil {
-		t.Fatal(err)
-	}
-	dir2 := filepath.Join(t.TempDir(), "cp2")
-	if err := rs.(*Sandbox).Checkpoint(ctx, dir2, false); err != nil {
-		t.Fatal(err)
-	}
+	dir2 := checkpoint(t, rs.(*Sandbox), rc, false)
 	again, err := b.Restore(ctx, sandbox.Spec{ID: sandboxtest.ID(), Workspace: ws, Limits: sandbox.Limits{MemoryMB: 512, Pids: 128}}, dir2)
 	if err != nil {
 		t.Fatal(err)
@@ -172,14 +176,7 @@ func testCheckpointLeaveRunning(t *testing.T, runtime string) {
 	b := checkpointBackend(t, runtime)
 	sb, c := checkpointableGuest(t, b, sandboxtest.Workspace(t))
 	runCode(t, c, "x = 1")
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	if err := c.Checkpoint(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := sb.Checkpoint(ctx, filepath.Join(t.TempDir(), "cp"), true); err != nil {
-		t.Fatal(err)
-	}
+	checkpoint(t, sb, c, true)
 	c2 := dialGuest(t, sb, false)
 	if got := runCode(t, c2, "print(x + 1)"); strings.TrimSpace(got) != "2" {
 		t.Fatalf("after a checkpoint that left it running: %q", got)
@@ -194,15 +191,9 @@ func TestRestoreDamagedRunsc(t *testing.T) { testRestoreDamaged(t, "runsc") }
 func testRestoreDamaged(t *testing.T, runtime string) {
 	b := checkpointBackend(t, runtime)
 	sb, c := checkpointableGuest(t, b, sandboxtest.Workspace(t))
+	dir := checkpoint(t, sb, c, false)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if err := c.Checkpoint(ctx); err != nil {
-		t.Fatal(err)
-	}
-	dir := filepath.Join(t.TempDir(), "cp")
-	if err := sb.Checkpoint(ctx, dir, false); err != nil {
-		t.Fatal(err)
-	}
 	restore := func(dir string) error {
 		id := sandboxtest.ID()
 		s, err := b.Restore(ctx, sandbox.Spec{ID: id, Workspace: sandboxtest.Workspace(t), Limits: sandbox.Limits{MemoryMB: 512, Pids: 128}}, dir)
