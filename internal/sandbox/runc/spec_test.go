@@ -61,7 +61,7 @@ func TestSpecProcess(t *testing.T) {
 	want := []string{guestPath, "guest", "--workspace", "/mnt/data", "--cgroup", "/sys/fs/cgroup",
 		"--user-uid", "1000", "--user-gid", "1000",
 		"--listen", "/.cellbox/run/guest.sock", "--token-file", "/.cellbox/run/token", "--mpl-cache", mplCachePath,
-		"--egress-listen", "127.0.0.1:3128", "--orphan-exit", "24h0m0s"}
+		"--egress-listen", "127.0.0.1:3128", "--orphan-exit", "24h0m0s", "--log", "/.cellbox/run/guest.log"}
 	if !slices.Equal(p.Args, want) {
 		t.Errorf("args %q, want %q", p.Args, want)
 	}

@@ -436,3 +436,35 @@ func TestTemplateOfAnOlderBuildEnds(t *testing.T) {
 		t.Error("another image's template ended")
 	}
 }
+
+// TestTemplateDropsWorkspaceMounts: a mount under Kernels.Detach (a workspace) made before
+// the template starts is not in the template's mount namespace, where it would stay
+// mounted after the server unmounts it (its file system unsynced to its image).
+func TestTemplateDropsWorkspaceMounts(t *testing.T) {
+	needRuntime(t, "runc")
+	ws := t.TempDir()
+	mp := filepath.Join(ws, "w1")
+	os.Mkdir(mp, 0o700)
+	if err := unix.Mount("tmpfs", mp, "tmpfs", 0, "size=1m"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(mp, unix.MNT_DETACH) })
+	b := newBackendKernels(t, "runc", testbin.Cellbox(t), nil, &Kernels{Python: sandboxtest.Python, Detach: []string{ws}})
+	realGuest(t, b) // its template is up
+	var mountinfo string
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, d := range dirs {
+		cmdline, _ := os.ReadFile(d + "/cmdline")
+		st, _ := os.ReadFile(d + "/status")
+		if strings.Contains(string(cmdline), pyrunner.TemplateScriptEnv) && strings.Contains(string(st), fmt.Sprintf("\nPPid:\t%d\n", os.Getpid())) {
+			mi, _ := os.ReadFile(d + "/mountinfo")
+			mountinfo = string(mi)
+		}
+	}
+	if mountinfo == "" {
+		t.Fatal("no template process among this test's children")
+	}
+	if strings.Contains(mountinfo, mp) {
+		t.Errorf("the template's mount namespace keeps %s", mp)
+	}
+}
