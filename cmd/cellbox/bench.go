@@ -215,23 +215,24 @@ type column struct {
 
 // The rows of the table, by key.
 const (
-	rowTrivial = "trivial"
-	rowImport  = "import"
-	rowPlot    = "plot"
-	rowOnce    = "once"
-	rowCold    = "cold"
-	rowLimits  = "limits"
-	rowEnv     = "env"
-	rowRestart = "restart"
-	rowBurst   = "restart-burst"
-	rowPSS     = "pss"
-	rowCharge  = "charge"
-	rowAvail   = "avail"
-	rowWork    = "work"
-	rowPause   = "pause"
-	rowResume  = "resume"
-	rowPaused  = "paused"
-	rowFork    = "fork"
+	rowTrivial    = "trivial"
+	rowImport     = "import"
+	rowPlot       = "plot"
+	rowOnce       = "once"
+	rowCold       = "cold"
+	rowLimits     = "limits"
+	rowEnv        = "env"
+	rowRestart    = "restart"
+	rowBurst      = "restart-burst"
+	rowPSS        = "pss"
+	rowCharge     = "charge"
+	rowAvail      = "avail"
+	rowWork       = "work"
+	rowPause      = "pause"
+	rowResume     = "resume"
+	rowPaused     = "paused"
+	rowFork       = "fork"
+	rowResumedPSS = "resumed-pss"
 )
 
 // printTable prints one markdown table: a column per setup and flow, then the bare python3
@@ -268,6 +269,7 @@ func printTable(python string, n benchN, flows bool, cols []column) {
 		{rowPause, fmt.Sprintf("pause an idle session (pre-imports and a 1000×10 DataFrame) → its sandbox on disk and stopped, n=%d", n.starts), ""},
 		{rowResume, fmt.Sprintf("resume it: a cell on the paused session → its first result, n=%d", n.starts), ""},
 		{rowPaused, "a paused session: its checkpoint's size, and the host's available memory its pause gave back", ""},
+		{rowResumedPSS, "a pausable session (under runc its kernel started in its sandbox, not forked from the template): PSS of its processes, mean of 5", ""},
 		{rowFork, fmt.Sprintf("fork a session into 10 (each a copy of its kernel and workspace, ready), n=%d", min(3, n.starts)), ""},
 	}
 	fmt.Print("| figure |")

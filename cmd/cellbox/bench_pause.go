@@ -23,6 +23,8 @@ type pauseResult struct {
 	fork            []time.Duration
 	bytes           float64 // checkpoint bytes per paused session
 	freed           float64 // host's available memory a pause gives back, per session
+	pssBefore       float64 // PSS of a pausable session's processes before its pause, bytes
+	pssAfter        float64 // the same after its resume (and one cell)
 	forkN, sessions int
 }
 
@@ -53,6 +55,10 @@ func (b *bench) pauseFigures(ctx context.Context, n int) (*pauseResult, error) {
 	}
 	r.pausable, r.sessions = true, n
 	time.Sleep(time.Second) // the kernels' memory settles
+	var err error
+	if r.pssBefore, err = b.meanPSS(ctx, ids); err != nil {
+		return nil, err
+	}
 	before, err := memAvailable()
 	if err != nil {
 		return nil, err
@@ -81,6 +87,9 @@ func (b *bench) pauseFigures(ctx context.Context, n int) (*pauseResult, error) {
 		}
 		r.resume = append(r.resume, time.Since(t))
 	}
+	if r.pssAfter, err = b.meanPSS(ctx, ids); err != nil {
+		return nil, err
+	}
 	// Fork of 10, a few times: the source runs between them.
 	for range min(3, n) {
 		t := time.Now()
@@ -105,4 +114,23 @@ func (r *pauseResult) cells(c map[string]string) {
 	c[rowResume] = stat(r.resume)
 	c[rowPaused] = fmt.Sprintf("%.1f MB on disk; %.1f MiB of memory back (n=%d)", r.bytes/1e6, r.freed/(1<<20), r.sessions)
 	c[rowFork] = stat(r.fork)
+	c[rowResumedPSS] = fmt.Sprintf("%.1f MiB before its pause, %.1f MiB after its resume", r.pssBefore/(1<<20), r.pssAfter/(1<<20))
+}
+
+// meanPSS is the mean PSS of the processes of the sessions ids (at most the first 5).
+func (b *bench) meanPSS(ctx context.Context, ids []string) (float64, error) {
+	ids = ids[:min(len(ids), 5)]
+	var sum float64
+	for _, id := range ids {
+		key, err := b.cgroupKey(ctx, id)
+		if err != nil {
+			return 0, err
+		}
+		p, _, err := cgroupMemory(key)
+		if err != nil {
+			return 0, err
+		}
+		sum += p
+	}
+	return sum / float64(len(ids)), nil
 }
