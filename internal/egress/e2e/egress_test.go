@@ -258,6 +258,7 @@ print(attempt(lambda: socket.create_connection((%q, 443), timeout=5)))`, e.h.Add
 	})
 	t.Run("live_change_closes_connections", func(t *testing.T) {
 		done := make(chan *api.CommandResult, 1)
+		started := time.Now().Add(-time.Second)
 		go func() {
 			r, _ := e.c.Command(context.Background(), id, api.CommandRequest{Cmd: []string{"curl", "-fsS", "--max-time", "60", "http://" + slowName + "/"}, TimeoutS: 90})
 			done <- r
@@ -267,8 +268,9 @@ print(attempt(lambda: socket.create_connection((%q, 443), timeout=5)))`, e.h.Add
 			if err != nil {
 				return err
 			}
+			// This download's connection, with its first byte through: mid-way.
 			for _, c := range l.Connections {
-				if c.Host == slowName && c.Open {
+				if c.Host == slowName && c.Open && c.BytesIn > 0 && c.Time.After(started) {
 					return nil
 				}
 			}

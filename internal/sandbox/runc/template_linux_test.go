@@ -32,11 +32,14 @@ func kernelPid(t *testing.T, sb *Sandbox) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", guest, guest))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := strings.Fields(string(data))
+	// A forked kernel becomes the guest's child when the process that forked it has exited,
+	// which may be a moment after the guest has the kernel's pid (and the kernel answers).
+	var f []string
+	testbin.Eventually(5*time.Second, func() bool {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", guest, guest))
+		f = strings.Fields(string(data))
+		return err == nil && len(f) == 1
+	})
 	if len(f) != 1 {
 		t.Fatalf("the guest's children: %q, want the kernel alone", f)
 	}
