@@ -147,9 +147,14 @@ func (m *Manager) forkOne(ctx context.Context, s *Session, slot func()) (_ *Sess
 	if err != nil {
 		return nil, fmt.Errorf("create a workspace: %w", err)
 	}
+	var b *box // once restored
 	defer func() {
 		if err != nil {
-			m.store.Remove(context.WithoutCancel(ctx), id)
+			if b != nil {
+				m.discard(ctx, b, false) // its sandbox, and the workspace
+			} else {
+				m.store.Remove(context.WithoutCancel(ctx), id)
+			}
 		}
 	}()
 	// Nothing writes the source meanwhile: its sandbox is checkpointed and stopped. Links
@@ -161,21 +166,19 @@ func (m *Manager) forkOne(ctx context.Context, s *Session, slot func()) (_ *Sess
 	if err != nil {
 		return nil, err
 	}
-	b := &box{boxSpec: spec, id: id, ws: ws, sb: sb, guest: g}
+	b = &box{boxSpec: spec, id: id, ws: ws, sb: sb, guest: g}
 	b.trusted.Store(src.trusted.Load())
 	f.box = b
 	if err := m.trust(ctx, b, g, f.ca); err != nil { // one given while the source was paused
-		m.discard(ctx, b, false)
 		return nil, err
 	}
-	if res, err := g.ExecuteWith(ctx, api.ExecuteRequest{Code: reseed, TimeoutS: 10}, guestproto.ExecuteOptions{Quiet: true}); err != nil || res.Status != api.StatusOK {
-		m.discard(ctx, b, false)
+	res, err := g.ExecuteWith(ctx, api.ExecuteRequest{Code: reseed, TimeoutS: 10}, guestproto.ExecuteOptions{Quiet: true})
+	if err != nil || res.Status != api.StatusOK {
 		return nil, fmt.Errorf("reseed the fork's random generators: %v: %w", resultText(res), errors.Join(err, errdefs.ErrUnavailable))
 	}
 	m.net.gw.Set(id, f.tenant, f.policy, m.net.limitsFor(f.tenant), f.ca)
 	if !m.register(f) {
 		m.net.gw.End(id)
-		m.discard(ctx, b, false)
 		return nil, errShuttingDown
 	}
 	m.save(f)

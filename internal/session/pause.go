@@ -78,8 +78,7 @@ func (m *Manager) Pause(ctx context.Context, id string) (*api.Session, error) {
 func (m *Manager) checkPausable(s *Session) error {
 	kind, _ := m.checkpointKind()
 	if kind == "" {
-		// Why (no CRIU, which one) is in the server's log at start, for its operator.
-		return fmt.Errorf("this server cannot pause sessions: its sandboxes' runtime cannot checkpoint them: %w", errdefs.ErrFailedPrecondition)
+		return errCannotPause
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -103,9 +102,6 @@ func (m *Manager) checkPausable(s *Session) error {
 // (until ctx ends); else a session with one is left alone (the idle reaper), reported as
 // errBusy.
 func (m *Manager) pauseHeld(ctx context.Context, s *Session, wait bool) error {
-	if err := m.checkPausable(s); err != nil {
-		return err
-	}
 	if !wait {
 		if !s.wake.TryLock() {
 			return errBusy
@@ -128,12 +124,14 @@ func (m *Manager) pauseLocked(ctx context.Context, s *Session) error {
 	case paused:
 		return nil
 	}
+	// Again, with the turn and the wake lock held: a spawned program may have started since
+	// the caller's first look, and would be frozen mid-way.
+	if err := m.checkPausable(s); err != nil {
+		return err
+	}
 	cp, ok := b.sb.(sandbox.Checkpointer)
 	if !ok {
 		return fmt.Errorf("this server's sandboxes cannot be paused: %w", errdefs.ErrFailedPrecondition)
-	}
-	if s.turn.spawning() > 0 { // started after checkPausable: it would be frozen mid-way
-		return fmt.Errorf("session %s has programs running in the background: pause it once they end: %w", s.id, errdefs.ErrFailedPrecondition)
 	}
 	if m.pausedBytes() >= m.cfg.PausedQuotaMB<<20 {
 		m.metrics.pauses.WithLabelValues("refused").Inc()
@@ -157,15 +155,16 @@ func (m *Manager) pauseLocked(ctx context.Context, s *Session) error {
 		os.RemoveAll(dir)
 		m.metrics.pauses.WithLabelValues("failed").Inc()
 		m.log.Warn("pause failed; the session runs on", "session_id", s.id, "err", err)
+		var rerr error
 		if abandon {
-			err = cp.Abandon(ctx)
+			rerr = cp.Abandon(ctx)
 		}
-		if err == nil {
-			err = m.redial(ctx, s, b)
+		if rerr == nil {
+			rerr = m.redial(ctx, s, b)
 		}
-		if err != nil {
+		if rerr != nil {
 			// Neither paused nor reachable: the next call replaces the sandbox.
-			m.log.Error("after a failed pause the session's guest cannot be reached", "session_id", s.id, "err", err)
+			m.log.Error("after a failed pause the session's guest cannot be reached", "session_id", s.id, "err", rerr)
 		}
 		return opaque(fmt.Sprintf("session %s could not be paused: it runs on", s.id), err)
 	}
@@ -195,6 +194,10 @@ func (m *Manager) pauseLocked(ctx context.Context, s *Session) error {
 	m.log.Info("session paused", "session_id", s.id, "tenant", s.tenant, "checkpoint_mb", size>>20, "took", time.Since(start).Round(time.Millisecond))
 	return nil
 }
+
+// errCannotPause refuses a pause on a server whose runtime cannot checkpoint. Why (no CRIU,
+// which one is installed) is in the server's log at start, for its operator, not here.
+var errCannotPause = fmt.Errorf("this server cannot pause sessions: its sandboxes' runtime cannot checkpoint them: %w", errdefs.ErrFailedPrecondition)
 
 // errBusy: the idle reaper found file calls in flight, and left the session alone.
 var errBusy = errors.New("session busy")
@@ -411,17 +414,11 @@ func (m *Manager) dropCheckpoint(id string) {
 func (m *Manager) restorePaused(ctx context.Context, s *Session, r record) string {
 	ws, err := m.store.Dir(r.ID)
 	if err == nil {
-		_, err = os.Stat(filepath.Join(m.checkpointDir(r.ID)))
+		_, err = os.Stat(m.checkpointDir(r.ID))
 	}
 	if err != nil {
-		m.log.Error("could not restore a paused session; it ended (its files are kept, if any)", "session_id", r.ID, "tenant", r.Tenant, "err", err)
-		m.records.remove(r.ID)
 		m.dropCheckpoint(r.ID)
-		if err := m.store.Release(ctx, r.ID); err != nil {
-			m.log.Warn("release workspace", "session_id", r.ID, "err", err)
-		}
-		m.events.publish(Event{Kind: SessionEnded, SessionID: r.ID, Tenant: r.Tenant, Reason: EndFailed})
-		return "ended"
+		return m.endUnrestored(ctx, r, err)
 	}
 	s.box = &box{boxSpec: r.spec(), id: r.ID, ws: ws}
 	s.pausedAt, s.checkpointBytes = *r.PausedAt, r.CheckpointBytes

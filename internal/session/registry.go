@@ -53,9 +53,9 @@ func (m *Manager) Create(ctx context.Context, req api.CreateSessionRequest) (*ap
 	default:
 		return nil, fmt.Errorf("idle_action %q: want %q or %q: %w", req.IdleAction, api.IdleActionEnd, api.IdleActionPause, errdefs.ErrInvalidArgument)
 	}
-	if kind, missing := m.checkpointKind(); action == api.IdleActionPause && kind == "" {
+	if kind, _ := m.checkpointKind(); action == api.IdleActionPause && kind == "" {
 		if req.IdleAction != "" {
-			return nil, fmt.Errorf("idle_action \"pause\": this server cannot pause sessions: %s: %w", missing, errdefs.ErrFailedPrecondition)
+			return nil, fmt.Errorf("idle_action \"pause\": %w", errCannotPause)
 		}
 		action = api.IdleActionEnd // the server's default, which New warned of
 	}

@@ -67,21 +67,14 @@ func (m *Manager) recover(ctx context.Context) ([]record, error) {
 			m.log.Warn("remove session record", "session_id", r.ID, "err", err)
 		}
 	}
-	m.sweepCheckpoints(func(id string) bool {
-		for _, r := range live {
-			if r.ID == id && r.PausedAt != nil {
-				return true
-			}
-		}
-		return false
-	})
-	kept := func(id string) bool { return keep[id] }
-	// A paused session has no sandbox: one of its id runs only when a resume was cut short
-	// (its record still says paused), and is stopped; the checkpoint stays.
 	paused := map[string]bool{}
 	for _, r := range live {
 		paused[r.ID] = r.PausedAt != nil
 	}
+	m.sweepCheckpoints(func(id string) bool { return paused[id] })
+	kept := func(id string) bool { return keep[id] }
+	// A paused session has no sandbox: one of its id runs only when a resume was cut short
+	// (its record still says paused), and is stopped; the checkpoint stays.
 	running := func(id string) bool { return keep[id] && !paused[id] }
 	// Workspaces first: a sandbox left running keeps its own mount of its workspace.
 	if err := m.store.Recover(kept); err != nil {
@@ -166,13 +159,7 @@ func (m *Manager) restoreOne(ctx context.Context, r record) string {
 		}
 	}
 	if err != nil {
-		m.log.Error("could not restore a session; it ended (its files are kept)", "session_id", r.ID, "tenant", r.Tenant, "err", err)
-		m.records.remove(r.ID)
-		if err := m.store.Release(ctx, r.ID); err != nil {
-			m.log.Warn("release workspace", "session_id", r.ID, "err", err)
-		}
-		m.events.publish(Event{Kind: SessionEnded, SessionID: r.ID, Tenant: r.Tenant, Reason: EndFailed})
-		return "ended"
+		return m.endUnrestored(ctx, r, err)
 	}
 	s.box = b
 	m.restoreTools(s, r)
@@ -189,6 +176,18 @@ func (m *Manager) restoreOne(ctx context.Context, r record) string {
 	m.save(s)
 	m.log.Info("session restored", "session_id", s.id, "tenant", s.tenant, "how", how)
 	return how
+}
+
+// endUnrestored ends the session of r, which could not be restored (err says why): its
+// record goes, its workspace is released (kept for --retention), and "ended" is returned.
+func (m *Manager) endUnrestored(ctx context.Context, r record, err error) string {
+	m.log.Error("could not restore a session; it ended (its files are kept)", "session_id", r.ID, "tenant", r.Tenant, "err", err)
+	m.records.remove(r.ID)
+	if err := m.store.Release(ctx, r.ID); err != nil {
+		m.log.Warn("release workspace", "session_id", r.ID, "err", err)
+	}
+	m.events.publish(Event{Kind: SessionEnded, SessionID: r.ID, Tenant: r.Tenant, Reason: EndFailed})
+	return "ended"
 }
 
 // attachBox attaches to the sandbox of r and dials its guest, whose kernel is configured
