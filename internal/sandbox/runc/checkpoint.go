@@ -112,12 +112,6 @@ func (b *Backend) checkpointKind() (kind, missing string) {
 	return "criu", ""
 }
 
-// checkpointable reports whether a sandbox of spec is made so that it can be checkpointed.
-func (b *Backend) checkpointable(spec sandbox.Spec) bool {
-	kind, _ := b.checkpointKind()
-	return kind == "gvisor" || kind == "criu" && spec.Checkpointable
-}
-
 // Checkpoint writes the sandbox into dir (see sandbox.Checkpointer). The guest must have
 // been readied (it no longer listens). On failure the guest is told to listen again.
 func (s *Sandbox) Checkpoint(ctx context.Context, dir string, leaveRunning bool) error {
@@ -159,13 +153,7 @@ func (s *Sandbox) Checkpoint(ctx context.Context, dir string, leaveRunning bool)
 	if _, err := s.b.commandFor(ctx, checkpointTimeout, append(args, s.id)...); err != nil {
 		err = fmt.Errorf("checkpoint sandbox %s: %w%s", s.id, err, criuLogTail(kind, filepath.Join(images, "dump.log")))
 		// The sandbox runs on: a new connection to its guest, told to listen again.
-		if rerr := s.relisten(ctx); rerr != nil {
-			return errors.Join(err, rerr)
-		}
-		if cerr := s.connect(ctx, "checkpoint"); cerr != nil {
-			return errors.Join(err, cerr)
-		}
-		return err
+		return errors.Join(err, s.Abandon(ctx))
 	}
 	// The guest's log is open in the sandbox: a restore needs the file where it was, as it
 	// was when the processes were dumped (read now, before the guest may write more). The
@@ -181,11 +169,7 @@ func (s *Sandbox) Checkpoint(ctx context.Context, dir string, leaveRunning bool)
 		}
 		return nil
 	}
-	s.relisten(ctx)
-	if err := s.connect(ctx, "checkpoint"); err != nil {
-		return err
-	}
-	return nil
+	return s.Abandon(ctx)
 }
 
 // Abandon tells a guest readied for a checkpoint that none comes (see sandbox.Checkpointer).
@@ -249,9 +233,7 @@ func (b *Backend) Restore(ctx context.Context, spec sandbox.Spec, dir string) (s
 	if err != nil {
 		return nil, err
 	}
-	if in.rootfs != m.Rootfs {
-		in.rootfs = m.Rootfs // the build the processes map files of, which may not be the newest
-	}
+	in.rootfs = m.Rootfs // the build the processes map files of, which may not be the newest
 	if !b.live.Add(spec.ID, s) {
 		return nil, fmt.Errorf("sandbox %s exists already: %w", spec.ID, errdefs.ErrFailedPrecondition)
 	}
@@ -275,11 +257,6 @@ func (s *Sandbox) restore(ctx context.Context, kind string, spec *specs.Spec, im
 	if err := s.writeBundle(spec, token); err != nil {
 		return fmt.Errorf("restore sandbox %s: %w", s.id, err)
 	}
-	if kind == "criu" {
-		if err := os.WriteFile(filepath.Join(s.bundle, criuRestoreConf), []byte(criuRestoreOptions), 0o600); err != nil {
-			return fmt.Errorf("restore sandbox %s: %w", s.id, err)
-		}
-	}
 	if _, err := os.Stat(images); err != nil {
 		return fmt.Errorf("restore sandbox %s: the checkpoint has no images: %w", s.id, errdefs.ErrFailedPrecondition)
 	}
@@ -289,6 +266,9 @@ func (s *Sandbox) restore(ctx context.Context, kind string, spec *specs.Spec, im
 	args := []string{"restore", "--detach", "--image-path", images, "--bundle", s.bundle, "--pid-file", s.pidFile()}
 	work := filepath.Join(s.bundle, criuWork)
 	if kind == "criu" {
+		if err := os.WriteFile(filepath.Join(s.bundle, criuRestoreConf), []byte(criuRestoreOptions), 0o600); err != nil {
+			return fmt.Errorf("restore sandbox %s: %w", s.id, err)
+		}
 		if err := os.Mkdir(work, 0o700); err != nil {
 			return fmt.Errorf("restore sandbox %s: %w", s.id, err)
 		}

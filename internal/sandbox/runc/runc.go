@@ -321,11 +321,12 @@ func (b *Backend) prepare(spec sandbox.Spec) (*Sandbox, specInput, error) {
 		return nil, specInput{}, fmt.Errorf("sandbox %s: workspace is not an absolute path of a folder: %w", spec.ID, errdefs.ErrInvalidArgument)
 	}
 	s := &Sandbox{id: spec.ID, b: b, bundle: filepath.Join(b.bundles, spec.ID)}
+	kind, _ := b.checkpointKind()
 	in := specInput{
 		spec: spec, rootfs: b.rootfs, binds: b.binds, guest: b.guest, mplCache: b.mplCache, run: filepath.Join(s.bundle, runDir),
 		uid: b.uid, gid: b.gid, limitSwap: b.limitSwap, goarch: runtime.GOARCH, gvisor: b.gvisor, cgroups: b.cgroups,
 		// gVisor checkpoints any sandbox; runc with CRIU those in a user namespace.
-		userns: !b.gvisor && spec.Checkpointable && b.checkpointable(spec),
+		userns: spec.Checkpointable && kind == "criu",
 	}
 	if spec.Image != "" {
 		im, err := b.image(spec)

@@ -131,18 +131,8 @@ func TestTemplateConfined(t *testing.T) {
 	needRuntime(t, "runc")
 	b := newBackend(t, "runc", testbin.Cellbox(t))
 	realGuest(t, b) // its template is up
-	var status string
-	dirs, _ := filepath.Glob("/proc/[0-9]*")
-	for _, d := range dirs {
-		cmdline, _ := os.ReadFile(d + "/cmdline")
-		st, _ := os.ReadFile(d + "/status")
-		if strings.Contains(string(cmdline), pyrunner.TemplateScriptEnv) && strings.Contains(string(st), fmt.Sprintf("\nPPid:\t%d\n", os.Getpid())) {
-			status = string(st)
-		}
-	}
-	if status == "" {
-		t.Fatal("no template process among this test's children")
-	}
+	st, _ := os.ReadFile(templateProc(t) + "/status")
+	status := string(st)
 	// SETGID, SETUID, SETPCAP, SYS_CHROOT, SYS_PTRACE, SYS_ADMIN, SYS_RESOURCE; less what this test's
 	// own root lacks (a container's root may have no SYS_RESOURCE).
 	self, _ := os.ReadFile("/proc/self/status")
@@ -454,20 +444,26 @@ func TestTemplateDropsWorkspaceMounts(t *testing.T) {
 	t.Cleanup(func() { unix.Unmount(mp, unix.MNT_DETACH) })
 	b := newBackendKernels(t, "runc", testbin.Cellbox(t), nil, &Kernels{Python: sandboxtest.Python, Detach: []string{ws}})
 	realGuest(t, b) // its template is up
-	var mountinfo string
+	mountinfo, _ := os.ReadFile(templateProc(t) + "/mountinfo")
+	if len(mountinfo) == 0 {
+		t.Fatal("the template's mountinfo is empty")
+	}
+	if strings.Contains(string(mountinfo), mp) {
+		t.Errorf("the template's mount namespace keeps %s", mp)
+	}
+}
+
+// templateProc is the /proc folder of the kernel template among this test's children.
+func templateProc(t *testing.T) string {
+	t.Helper()
 	dirs, _ := filepath.Glob("/proc/[0-9]*")
 	for _, d := range dirs {
 		cmdline, _ := os.ReadFile(d + "/cmdline")
 		st, _ := os.ReadFile(d + "/status")
 		if strings.Contains(string(cmdline), pyrunner.TemplateScriptEnv) && strings.Contains(string(st), fmt.Sprintf("\nPPid:\t%d\n", os.Getpid())) {
-			mi, _ := os.ReadFile(d + "/mountinfo")
-			mountinfo = string(mi)
+			return d
 		}
 	}
-	if mountinfo == "" {
-		t.Fatal("no template process among this test's children")
-	}
-	if strings.Contains(mountinfo, mp) {
-		t.Errorf("the template's mount namespace keeps %s", mp)
-	}
+	t.Fatal("no template process among this test's children")
+	return ""
 }
