@@ -87,17 +87,24 @@ fi
 # installed as /usr/local/bin/runsc, ahead of Debian's /usr/bin/runsc in PATH. A build that
 # fails fails this script. Sandboxes that outlive a server across the swap are then driven
 # by the new runsc's commands (kill, delete): end them first (docs/security.md).
-runsc_dst=/usr/local/bin/runsc
-# GO (from make, which finds it before sudo's PATH would not) names the go command.
-if built=$("${sudo[@]}" env ${GO:+GO="$GO"} "$(dirname "$0")/runsc.sh"); then
-	if ! cmp -s "$built" "$runsc_dst"; then
-		say "installing $runsc_dst ($("$built" --version | head -n 1))"
-		"${sudo[@]}" install -m 0755 "$built" "$runsc_dst"
+# install_built DST WHY CMD...: CMD builds a binary (cached) and prints its path, which is
+# installed as DST when it differs; a build that fails says WHY and fails this script.
+install_built() {
+	local dst=$1 why=$2 built
+	shift 2
+	if ! built=$("$@"); then
+		say "$why"
+		exit 1
 	fi
-else
-	say "could not build gVisor's runsc (above): cellbox's gVisor is that build (Debian's runsc is of 2022, and not supported)"
-	exit 1
-fi
+	if ! cmp -s "$built" "$dst"; then
+		say "installing $dst ($("$built" --version | head -n 1))"
+		"${sudo[@]}" install -m 0755 "$built" "$dst"
+	fi
+}
+# GO (from make, which finds it before sudo's PATH would not) names the go command.
+install_built /usr/local/bin/runsc \
+	"could not build gVisor's runsc (above): cellbox's gVisor is that build (Debian's runsc is of 2022, and not supported)" \
+	"${sudo[@]}" env ${GO:+GO="$GO"} "$(dirname "$0")/runsc.sh"
 
 # CRIU, for checkpoints of runc sandboxes: Debian 12's criu 3.17 fails `criu check` on
 # current kernels (its vDSO layout), and 4.1.1 cannot checkpoint a TCP socket on them. CRIU
@@ -105,13 +112,6 @@ fi
 # dependencies from apt) and installed as /usr/local/sbin/criu, ahead of Debian's
 # /usr/sbin/criu in PATH. A build that fails fails this script; when Debian's pool no
 # longer has the tarball, CELLBOX_CRIU_TARBALL names a copy (scripts/criu.sh says more).
-criu_dst=/usr/local/sbin/criu
-if built=$("${sudo[@]}" env ${CELLBOX_CRIU_TARBALL:+CELLBOX_CRIU_TARBALL="$CELLBOX_CRIU_TARBALL"} "$(dirname "$0")/criu.sh"); then
-	if ! cmp -s "$built" "$criu_dst"; then
-		say "installing $criu_dst ($("$built" --version | head -n 1))"
-		"${sudo[@]}" install -m 0755 "$built" "$criu_dst"
-	fi
-else
-	say "could not build CRIU (above): cellbox's checkpoints need it (Debian 12's criu 3.17 does not work on current kernels)"
-	exit 1
-fi
+install_built /usr/local/sbin/criu \
+	"could not build CRIU (above): cellbox's checkpoints need it (Debian 12's criu 3.17 does not work on current kernels)" \
+	"${sudo[@]}" env ${CELLBOX_CRIU_TARBALL:+CELLBOX_CRIU_TARBALL="$CELLBOX_CRIU_TARBALL"} "$(dirname "$0")/criu.sh"
