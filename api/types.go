@@ -246,13 +246,16 @@ type ClusterView struct {
 
 // ClusterNode is one node of a cluster, as its Lease says.
 type ClusterNode struct {
-	Name      string    `json:"name"`
-	Live      bool      `json:"live"`               // it serves its sessions
-	Stopping  bool      `json:"stopping,omitempty"` // it said it is stopping (a restart)
-	Sessions  int       `json:"sessions"`           // all tenants'
-	Room      int       `json:"room"`               // how many more sessions it takes
-	Warm      int       `json:"warm"`               // warm sandboxes: a new session there takes milliseconds
-	RenewedAt time.Time `json:"renewed_at"`         // its Lease's last renewal
+	Name     string `json:"name"`
+	Live     bool   `json:"live"`               // it serves its sessions
+	Stopping bool   `json:"stopping,omitempty"` // it said it is stopping (a restart)
+	// Draining: its Kubernetes Node is cordoned; it takes no new sessions and moves its
+	// sessions to other nodes.
+	Draining  bool      `json:"draining,omitempty"`
+	Sessions  int       `json:"sessions"`   // all tenants'
+	Room      int       `json:"room"`       // how many more sessions it takes
+	Warm      int       `json:"warm"`       // warm sandboxes: a new session there takes milliseconds
+	RenewedAt time.Time `json:"renewed_at"` // its Lease's last renewal
 }
 
 // ExecuteRequest is the body of POST /v1/sessions/{id}/execute.

@@ -6,6 +6,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -697,6 +698,10 @@ func newTestCluster(t testing.TB, names ...string) *testCluster {
 		tc.cp.Kubectl(t, "apply", "--dry-run=server", "-k", dir)
 	}
 	tc.cp.Kubectl(t, "apply", "-k", "../../deploy/kubernetes/base")
+	// Kubernetes Nodes of the nodes' names, which a cordon marks (no kubelet behind them).
+	for _, n := range names {
+		tc.cp.Apply(t, "apiVersion: v1\nkind: Node\nmetadata:\n  name: "+n+"\n")
+	}
 	token := strings.TrimSpace(tc.cp.Kubectl(t, "-n", "cellbox", "create", "token", "cellbox"))
 	tc.kubeconfig = tc.cp.WriteKubeconfig(t, "cellbox-node", token)
 	// The service account may not touch anything but Leases.
@@ -706,6 +711,7 @@ func newTestCluster(t testing.TB, names ...string) *testCluster {
 	tc.key = "cbk_" + hex.EncodeToString(randBytes(t, 16))
 	tc.otherKey = "cbk_" + hex.EncodeToString(randBytes(t, 16))
 	t.Setenv("CELLBOX_API_KEYS", tc.key+","+tc.otherKey)
+	t.Setenv("CELLBOX_CLUSTER_SECRET", hex.EncodeToString(randBytes(t, 16)))
 	t.Cleanup(func() { // sessions live on when a node stops: end them
 		for _, n := range tc.names {
 			endSessions(t, tc.states[n])
@@ -933,4 +939,141 @@ func percentile(times []time.Duration, p int) time.Duration {
 	s := slices.Clone(times)
 	slices.Sort(s)
 	return s[min(len(s)-1, len(s)*p/100)]
+}
+
+// TestClusterDrain: `kubectl cordon` of a node's Kubernetes Node moves its sessions to the
+// other node, paused with their memory: variables, files and symlinks come through, a
+// session paused before stays paused, a session that cannot be paused stays (and works),
+// and any node then routes the moved sessions' ids to where they went. The move's
+// endpoint takes the cluster's secret only. Uncordoned, the node takes new sessions again.
+func TestClusterDrain(t *testing.T) {
+	testbin.NeedProgram(t, "criu", "criu (scripts/criu.sh builds it; make deps installs it)")
+	tc := newTestCluster(t, "node-a", "node-b")
+	ctx := t.Context()
+	a, b := tc.clients["node-a"], tc.clients["node-b"]
+	// Sessions made through node-a; placing spreads them, so keep those that land on it.
+	onA := func(req api.CreateSessionRequest) string {
+		t.Helper()
+		for range 20 {
+			s, err := a.CreateSession(ctx, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.nodeOf(t, s.ID) == "node-a" {
+				return s.ID
+			}
+			a.DeleteSession(ctx, s.ID)
+		}
+		t.Fatal("no session landed on node-a in 20")
+		return ""
+	}
+	pausable := api.CreateSessionRequest{IdleAction: api.IdleActionPause}
+	running, paused, stuck := onA(pausable), onA(pausable), onA(api.CreateSessionRequest{})
+	mustRun(t, a, running, "import os, threading\nx = 42\nos.makedirs('/mnt/data/sub', exist_ok=True)\n"+
+		"open('/mnt/data/sub/notes.txt', 'w').write('kept')\nos.symlink('/etc/hostname', '/mnt/data/link')", "")
+	mustRun(t, a, paused, "y = 'slept'", "")
+	if _, err := a.Pause(ctx, paused); err != nil {
+		t.Fatal(err)
+	}
+	mustRun(t, a, stuck, "z = 3", "")
+
+	tc.cp.Kubectl(t, "cordon", "node-a")
+	testbin.WaitFor(t, 3*time.Minute, "node-a's two pausable sessions moved to node-b", func() error {
+		m, err := scrape(ctx, tc.nodes["node-b"].URL, tc.key)
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(m, `cellbox_session_moves_total{direction="in"} 2`) {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	v, err := b.Cluster(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range v.Nodes {
+		if n.Name == "node-a" && (!n.Draining || !n.Live) {
+			t.Errorf("node-a as node-b sees it: %+v; want live and draining", n)
+		}
+	}
+	// Through either node: the sessions are where they went, as they were.
+	for _, c := range []*client.Client{a, b} {
+		mustRun(t, c, running, "print(x, open('/mnt/data/sub/notes.txt').read(), os.readlink('/mnt/data/link'))", "42 kept /etc/hostname\n")
+		mustRun(t, c, stuck, "print(z)", "3\n")
+	}
+	if s, err := a.GetSession(ctx, paused); err != nil || s.State != api.StatePaused {
+		t.Errorf("the session paused before the drain, after it: %+v, %v; want paused", s, err)
+	}
+	mustRun(t, a, paused, "print(y)", "slept\n")
+	// The other tenant finds none of them, through either node.
+	for _, n := range []string{"node-a", "node-b"} {
+		c := client.New(tc.nodes[n].URL, client.WithAPIKey(tc.otherKey))
+		if _, err := c.Execute(ctx, running, api.ExecuteRequest{Code: "print(x)"}); !client.IsNotFound(err) {
+			t.Errorf("the other tenant runs code in the moved session through %s: %v; want not found", n, err)
+		}
+	}
+	// A draining node takes no new sessions: they all go to node-b.
+	for range 3 {
+		s, err := a.CreateSession(ctx, api.CreateSessionRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := tc.nodeOf(t, s.ID); n != "node-b" {
+			t.Errorf("a session made while node-a drains went to %s", n)
+		}
+		a.DeleteSession(ctx, s.ID)
+	}
+	// The move's endpoint takes the cluster's secret, not an API key, nor nothing.
+	for _, key := range []string{tc.key, "", "wrong"} {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPut, tc.nodes["node-b"].URL+"/v1/cluster/sessions/"+running, strings.NewReader("x"))
+		if key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusUnauthorized {
+			t.Errorf("a move with key %q: %s; want 401", key, res.Status)
+		}
+	}
+	// A restart of node-b keeps them, and says so in its Lease again.
+	tc.nodes["node-b"].Cmd.Process.Signal(syscall.SIGTERM)
+	<-tc.nodes["node-b"].Exited
+	tc.start(t, "node-b")
+	tc.waitLive(t, "node-a", "node-b")
+	testbin.WaitFor(t, time.Minute, "the moved session through node-a after node-b restarted", func() error {
+		_, err := a.Execute(ctx, running, api.ExecuteRequest{Code: "print(x)"})
+		return err
+	})
+	mustRun(t, a, running, "print(x)", "42\n")
+
+	tc.cp.Kubectl(t, "uncordon", "node-a")
+	testbin.WaitFor(t, time.Minute, "node-a serving again", func() error {
+		v, err := tc.clients["node-b"].Cluster(ctx) // its new address
+		if err != nil {
+			return err
+		}
+		for _, n := range v.Nodes {
+			if n.Name == "node-a" && n.Draining {
+				return errors.New("still draining")
+			}
+		}
+		return nil
+	})
+}
+
+// scrape GETs a node's /metrics.
+func scrape(ctx context.Context, url, key string) (string, error) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	return string(b), err
 }

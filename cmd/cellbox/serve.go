@@ -43,7 +43,8 @@ func serveMain(args []string) int {
 	log := server.NewLogger(cfg.LogLevel)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	s, err := server.Start(ctx, cfg, server.Options{Logger: log, Keys: keys})
+	// The cluster's secret likewise: from the environment only (a Kubernetes Secret).
+	s, err := server.Start(ctx, cfg, server.Options{Logger: log, Keys: keys, ClusterSecret: os.Getenv("CELLBOX_CLUSTER_SECRET")})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "cellbox serve:", err)
 		return 1

@@ -14,6 +14,7 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -49,10 +50,17 @@ const (
 	annRoom       = "cellbox.dev/room"
 	annWarm       = "cellbox.dev/warm"
 	annState      = "cellbox.dev/state"
+	annMovedIn    = "cellbox.dev/moved-in"
 	stateServing  = "serving"
+	stateDraining = "draining"
 	stateStopping = "stopping"
 	leasePrefix   = "cellbox-"
 )
+
+// MaxMovedIn caps the sessions moved from other nodes that a node's Lease lists (about 40
+// bytes each, against the 256 KiB a Kubernetes object's annotations may take); a node
+// holding as many takes no more.
+const MaxMovedIn = 4000
 
 // Config says how a node registers and what it publishes.
 type Config struct {
@@ -65,8 +73,17 @@ type Config struct {
 	LeaseDuration time.Duration
 	// Load reports this node's sessions, how many more it takes (--max-sessions minus the
 	// sessions it has), and its warm sandboxes (a new session there takes milliseconds).
-	Load   func() Load
-	Logger *slog.Logger
+	Load func() Load
+	// MovedIn lists the sessions here that were moved from another node (a drain), each
+	// with how many times it has moved; nil: none. Published in the Lease: a session id
+	// names the node that made it, and these say where it went (Route).
+	MovedIn func() map[string]int
+	// Cordoned, when set, is told when this node's Kubernetes Node (of the node's name) is
+	// cordoned (kubectl cordon or drain: true) or uncordoned (false), as read once a
+	// renewal; the first reading is told only when cordoned. Reading Nodes needs the
+	// manifests' ClusterRole; without it, or without a Node of this name, nothing is told.
+	Cordoned func(bool)
+	Logger   *slog.Logger
 }
 
 // Load is what a node publishes of itself.
@@ -88,6 +105,9 @@ type Member struct {
 	Renewed  time.Time
 	Duration time.Duration
 	Stopping bool // it said it is stopping (a restart, a rolling update)
+	// Draining: it moves its sessions to other nodes and takes no new ones (its
+	// Kubernetes Node is cordoned); it still serves the sessions it has.
+	Draining bool
 	Here     bool // this node
 	// Live: it serves its sessions, as far as this node can tell. It renewed its Lease
 	// within its duration and is not stopping. While this node itself cannot renew its
@@ -106,6 +126,8 @@ type Cluster struct {
 	log    *slog.Logger
 
 	stopped       atomic.Bool
+	draining      atomic.Bool
+	nudged        atomic.Bool // renew at the next tick: what the Lease says changed
 	publishedWarm atomic.Bool // what the Lease last said: warm sandboxes or none
 	stopRenew     context.CancelFunc
 	stopWatch     context.CancelFunc
@@ -117,6 +139,24 @@ type Cluster struct {
 
 	heardMu sync.Mutex
 	heard   map[string]time.Time // Lease name → when this node saw it last renewed
+
+	movedMu sync.Mutex
+	claims  map[string]map[string]int // Lease name → the sessions moved in that it lists
+	sent    map[string]claim          // sessions this node moved away, until a Lease claims them
+
+	cordon struct {
+		off     bool // the Node may not be read: stop trying
+		missing bool // there is no Node of the name (said once)
+		seen    bool
+		was     bool
+	}
+}
+
+// claim is where a moved session is: the node (its Lease's name) and how many times it
+// moved; the highest count is where it is now.
+type claim struct {
+	lease string
+	moves int
 }
 
 type placed struct {
@@ -146,7 +186,8 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
 	c := &Cluster{cfg: cfg, tag: config.NodeTag(cfg.Node), client: client, params: runtime.NewParameterCodec(scheme),
-		log: cfg.Logger, placed: map[string]placed{}, heard: map[string]time.Time{}, done: make(chan struct{})}
+		log: cfg.Logger, placed: map[string]placed{}, heard: map[string]time.Time{}, done: make(chan struct{}),
+		claims: map[string]map[string]int{}, sent: map[string]claim{}}
 	if err := c.renew(ctx, stateServing); err != nil {
 		return nil, fmt.Errorf("register node %s: Lease %s/%s%s: %w", cfg.Node, cfg.Namespace, leasePrefix, cfg.Node, err)
 	}
@@ -171,10 +212,16 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 			AddFunc:    func(o any) { c.hear(nil, o) },
 			UpdateFunc: func(old, o any) { c.hear(old, o) },
 			DeleteFunc: func(o any) {
+				if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+					o = d.Obj
+				}
 				if l, ok := o.(*coordv1.Lease); ok {
 					c.heardMu.Lock()
 					delete(c.heard, l.Name)
 					c.heardMu.Unlock()
+					c.movedMu.Lock()
+					delete(c.claims, l.Name)
+					c.movedMu.Unlock()
 				}
 			},
 		},
@@ -190,7 +237,108 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	renewCtx, stopRenew := context.WithCancel(context.WithoutCancel(ctx))
 	c.stopRenew = stopRenew
 	go c.renewLoop(renewCtx)
+	if cfg.Cordoned != nil {
+		go c.watchCordon(renewCtx)
+	}
 	return c, nil
+}
+
+// state is what this node's Lease says of it while it renews.
+func (c *Cluster) state() string {
+	if c.draining.Load() {
+		return stateDraining
+	}
+	return stateServing
+}
+
+// Nudge renews this node's Lease within a quarter second: what it publishes changed (a
+// session moved in or out).
+func (c *Cluster) Nudge() { c.nudged.Store(true) }
+
+// Drain says in this node's Lease that it is draining (true: other nodes send it no new
+// sessions, and it moves its sessions away) or serving again (false).
+func (c *Cluster) Drain(on bool) {
+	if c.draining.Swap(on) != on {
+		c.Nudge()
+	}
+}
+
+// MovedTo notes that session id, which was here, is now on node after its moves-th move:
+// requests for it go there at once, before that node's Lease says so.
+func (c *Cluster) MovedTo(id, node string, moves int) {
+	c.movedMu.Lock()
+	c.sent[id] = claim{lease: leasePrefix + node, moves: moves}
+	c.movedMu.Unlock()
+}
+
+// movedTo is the Lease of the node a moved session is on, as the Leases and this node's own
+// moves say; false for a session that never moved (its id says its node).
+func (c *Cluster) movedTo(id string) (string, bool) {
+	c.movedMu.Lock()
+	defer c.movedMu.Unlock()
+	best, ok := c.sent[id]
+	for lease, ids := range c.claims {
+		if n, has := ids[id]; has && (!ok || n > best.moves) {
+			best, ok = claim{lease: lease, moves: n}, true
+		}
+	}
+	return best.lease, ok
+}
+
+// watchCordon reads this node's Kubernetes Node every third of the Lease duration and
+// tells Cordoned when its spec.unschedulable changes.
+func (c *Cluster) watchCordon(ctx context.Context) {
+	t := time.NewTicker(c.cfg.LeaseDuration / 3)
+	defer t.Stop()
+	for !c.cordon.off {
+		c.readCordon(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// readCordon reads the Node once (see watchCordon).
+func (c *Cluster) readCordon(ctx context.Context) {
+	rctx, cancel := context.WithTimeout(ctx, c.cfg.LeaseDuration/3)
+	defer cancel()
+	raw, err := c.client.Get().AbsPath("/api/v1/nodes", c.cfg.Node).DoRaw(rctx)
+	switch {
+	case apierrors.IsForbidden(err):
+		c.cordon.off = true
+		c.log.Warn("this node may not read its Kubernetes Node (the manifests' ClusterRole cellbox-node-reader), so a cordon or drain of it will not move its sessions",
+			"node", c.cfg.Node, "err", err)
+		return
+	case apierrors.IsNotFound(err):
+		if !c.cordon.missing {
+			c.cordon.missing = true
+			c.log.Info("no Kubernetes Node of this node's name (--cluster-node): a cordon cannot be seen until there is one", "node", c.cfg.Node)
+		}
+		return
+	}
+	var node struct {
+		Spec struct {
+			Unschedulable bool `json:"unschedulable"`
+		} `json:"spec"`
+	}
+	if err == nil {
+		err = json.Unmarshal(raw, &node)
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			c.log.Warn("read this node's Kubernetes Node", "node", c.cfg.Node, "err", err)
+		}
+		return
+	}
+	on := node.Spec.Unschedulable
+	if c.cordon.seen && on == c.cordon.was || !c.cordon.seen && !on {
+		c.cordon.seen, c.cordon.was = true, on
+		return
+	}
+	c.cordon.seen, c.cordon.was = true, on
+	c.cfg.Cordoned(on)
 }
 
 // Leave says in this node's Lease that it is stopping (the other nodes then answer its
@@ -241,12 +389,13 @@ func (c *Cluster) renewLoop(ctx context.Context) {
 		case <-t.C:
 		}
 		warm := c.cfg.Load().Warm > 0
-		if time.Now().Before(next) && warm == c.publishedWarm.Load() {
+		if time.Now().Before(next) && warm == c.publishedWarm.Load() && !c.nudged.Load() {
 			continue
 		}
+		c.nudged.Store(false)
 		lapse := time.Unix(0, c.renewedAt.Load()).Add(c.cfg.LeaseDuration)
 		rctx, cancel := context.WithTimeout(ctx, max(period, time.Until(lapse)))
-		err := c.renew(rctx, stateServing)
+		err := c.renew(rctx, c.state())
 		cancel()
 		if err == nil {
 			next, backoff = time.Now().Add(period), tick
@@ -325,6 +474,22 @@ func (c *Cluster) record(l *coordv1.Lease, state string) *coordv1.Lease {
 	l.Annotations[annRoom] = strconv.Itoa(load.Room)
 	l.Annotations[annWarm] = strconv.Itoa(load.Warm)
 	l.Annotations[annState] = state
+	delete(l.Annotations, annMovedIn)
+	if c.cfg.MovedIn != nil {
+		if in := c.cfg.MovedIn(); len(in) > 0 {
+			if len(in) > MaxMovedIn {
+				c.log.Warn("more sessions moved in than a Lease lists; the rest are not found through other nodes", "sessions", len(in), "listed", MaxMovedIn)
+				for id := range in {
+					if len(in) <= MaxMovedIn {
+						break
+					}
+					delete(in, id)
+				}
+			}
+			data, _ := json.Marshal(in)
+			l.Annotations[annMovedIn] = string(data)
+		}
+	}
 	now := metav1.NewMicroTime(time.Now())
 	holder := holderIdentity(c.cfg.Node)
 	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != holder {
@@ -343,7 +508,11 @@ func (c *Cluster) record(l *coordv1.Lease, state string) *coordv1.Lease {
 // not taken for down, nor one whose clock is ahead for up past its Lease.
 func (c *Cluster) hear(old, o any) {
 	l, ok := o.(*coordv1.Lease)
-	if !ok || l.Spec.RenewTime == nil {
+	if !ok {
+		return
+	}
+	c.noteClaims(l)
+	if l.Spec.RenewTime == nil {
 		return
 	}
 	now := time.Now()
@@ -358,6 +527,30 @@ func (c *Cluster) hear(old, o any) {
 	c.heardMu.Lock()
 	c.heard[l.Name] = at
 	c.heardMu.Unlock()
+}
+
+// noteClaims keeps the sessions moved in that a node's Lease lists. A Lease that is not a
+// node's (member) claims nothing, and ids that are not session ids are dropped.
+func (c *Cluster) noteClaims(l *coordv1.Lease) {
+	var in map[string]int
+	if _, ok := c.member(l, time.Now()); ok && l.Annotations[annMovedIn] != "" {
+		if err := json.Unmarshal([]byte(l.Annotations[annMovedIn]), &in); err != nil {
+			c.log.Warn("a node's Lease lists moved sessions that do not parse; ignored", "lease", l.Name, "err", err)
+			in = nil
+		}
+		for id := range in {
+			if _, ok := tagOf(id); !ok {
+				delete(in, id)
+			}
+		}
+	}
+	c.movedMu.Lock()
+	defer c.movedMu.Unlock()
+	if len(in) == 0 {
+		delete(c.claims, l.Name)
+		return
+	}
+	c.claims[l.Name] = in
 }
 
 // holderIdentity names this process: the pod (POD_NAME, set by the manifests), else the
@@ -403,7 +596,7 @@ func (c *Cluster) member(o any, now time.Time) (Member, bool) {
 		return Member{}, false
 	}
 	m := Member{Name: strings.TrimPrefix(l.Name, leasePrefix), Tag: l.Annotations[annTag],
-		Stopping: l.Annotations[annState] == stateStopping}
+		Stopping: l.Annotations[annState] == stateStopping, Draining: l.Annotations[annState] == stateDraining}
 	if m.Tag != config.NodeTag(m.Name) {
 		return Member{}, false
 	}
@@ -424,7 +617,7 @@ func (c *Cluster) member(o any, now time.Time) (Member, bool) {
 		load := c.cfg.Load()
 		m.Sessions, m.Room, m.Warm = load.Sessions, load.Room, load.Warm
 		m.URL, m.Renewed, m.Duration = c.cfg.URL, now, c.cfg.LeaseDuration
-		m.Stopping = c.stopped.Load()
+		m.Stopping, m.Draining = c.stopped.Load(), c.draining.Load()
 		m.Live = !m.Stopping
 		return m, true
 	}
@@ -438,35 +631,51 @@ func (c *Cluster) member(o any, now time.Time) (Member, bool) {
 // live; an error matching errdefs.ErrUnavailable, saying why, when it is not.
 func (c *Cluster) Route(id string) (*Member, error) {
 	tag, ok := tagOf(id)
-	if !ok || tag == c.tag {
+	if !ok {
 		return nil, nil
 	}
 	now := time.Now()
+	if lease, moved := c.movedTo(id); moved {
+		if o, ok := c.watched(lease); ok {
+			if m, ok := c.member(o, now); ok {
+				return c.routeTo(id, m, now)
+			}
+		}
+		// The node it moved to left no Lease: by its id, then.
+	}
+	if tag == c.tag {
+		return nil, nil
+	}
 	for _, o := range c.store.List() {
 		if l, ok := o.(*coordv1.Lease); !ok || l.Annotations[annTag] != tag {
 			continue // cheaply, before member reads the Lease: this runs for every request
 		}
-		m, ok := c.member(o, now)
-		if !ok {
-			continue
-		}
-		switch {
-		case m.Live:
-			return &m, nil
-		case m.URL == nil:
-			return nil, fmt.Errorf("session %s is on cluster node %s, whose Lease has no address other nodes can reach: %w", id, m.Name, errdefs.ErrUnavailable)
-		case m.Stopping && now.Sub(m.Renewed) < restartingFor:
-			// A stopping node renews its Lease no more: its age is how long it has been away.
-			return nil, fmt.Errorf("session %s is on cluster node %s, which is restarting: its sessions come back when it is up again; retry in a few seconds: %w", id, m.Name, errdefs.ErrUnavailable)
-		case m.Stopping:
-			return nil, fmt.Errorf("session %s is on cluster node %s, which stopped %s ago and has not come back: its sessions are unavailable until it does: %w",
-				id, m.Name, now.Sub(m.Renewed).Round(time.Second), errdefs.ErrUnavailable)
-		default:
-			return nil, fmt.Errorf("session %s is on cluster node %s, which has not been heard from for %s: it is down or cut off, and its sessions are unavailable until it is back: %w",
-				id, m.Name, now.Sub(m.Renewed).Round(time.Second), errdefs.ErrUnavailable)
+		if m, ok := c.member(o, now); ok {
+			return c.routeTo(id, m, now)
 		}
 	}
 	return nil, nil
+}
+
+// routeTo is Route's answer for session id on node m.
+func (c *Cluster) routeTo(id string, m Member, now time.Time) (*Member, error) {
+	switch {
+	case m.Here:
+		return nil, nil
+	case m.Live:
+		return &m, nil
+	case m.URL == nil:
+		return nil, fmt.Errorf("session %s is on cluster node %s, whose Lease has no address other nodes can reach: %w", id, m.Name, errdefs.ErrUnavailable)
+	case m.Stopping && now.Sub(m.Renewed) < restartingFor:
+		// A stopping node renews its Lease no more: its age is how long it has been away.
+		return nil, fmt.Errorf("session %s is on cluster node %s, which is restarting: its sessions come back when it is up again; retry in a few seconds: %w", id, m.Name, errdefs.ErrUnavailable)
+	case m.Stopping:
+		return nil, fmt.Errorf("session %s is on cluster node %s, which stopped %s ago and has not come back: its sessions are unavailable until it does: %w",
+			id, m.Name, now.Sub(m.Renewed).Round(time.Second), errdefs.ErrUnavailable)
+	default:
+		return nil, fmt.Errorf("session %s is on cluster node %s, which has not been heard from for %s: it is down or cut off, and its sessions are unavailable until it is back: %w",
+			id, m.Name, now.Sub(m.Renewed).Round(time.Second), errdefs.ErrUnavailable)
+	}
 }
 
 // restartingFor is how long a stopped node is said to be restarting; past it, it is said
@@ -492,7 +701,7 @@ func (c *Cluster) Place() []Member {
 	c.mu.Lock()
 	for _, o := range c.store.List() {
 		m, ok := c.member(o, now)
-		if !ok || !m.Live {
+		if !ok || !m.Live || m.Draining {
 			continue
 		}
 		if p, ok := c.placed[m.Name]; ok && !m.Here {

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -260,5 +262,116 @@ func route(c *Cluster, id, node, want string) func() error {
 			return fmt.Errorf("Route(%s's id) = %v; want unavailable, %q", node, err, want)
 		}
 		return nil
+	}
+}
+
+// Sessions moved between nodes (a drain): the node that has one lists it in its Lease with
+// how many times it moved, and every node routes its id there, the highest count winning;
+// the node it left routes it at once (MovedTo). A Lease that is not a node's claims
+// nothing. A draining node is not placed on but still routed to; a cordon of its
+// Kubernetes Node is told to Cordoned, and so is the uncordon.
+func TestMovedSessions(t *testing.T) {
+	cp := clustertest.Start(t)
+	kube, err := KubeConfig(cp.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp.Apply(t, "apiVersion: v1\nkind: Node\nmetadata:\n  name: c\n")
+	type movedIn struct {
+		sync.Mutex
+		ids map[string]int
+	}
+	in := map[string]*movedIn{}
+	cordons := make(chan bool, 4)
+	node := func(name string) *Cluster {
+		u, _ := url.Parse("http://127.0.0.1:1")
+		mi := &movedIn{ids: map[string]int{}}
+		in[name] = mi
+		cfg := Config{Kube: kube, Namespace: "default", Node: name, URL: u, LeaseDuration: 3 * time.Second,
+			Load: func() Load { return Load{Room: 10, Warm: 1} },
+			MovedIn: func() map[string]int {
+				mi.Lock()
+				defer mi.Unlock()
+				return maps.Clone(mi.ids)
+			}}
+		if name == "c" {
+			cfg.Cordoned = func(on bool) { cordons <- on }
+		}
+		c, err := Start(t.Context(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Leave(context.Background()); c.Close() })
+		return c
+	}
+	a, b, c := node("a"), node("b"), node("c")
+	id := config.NodeTag("a") + strings.Repeat("1", 24)
+	claim := func(n *Cluster, moves int) {
+		in[n.Name()].Lock()
+		in[n.Name()].ids[id] = moves
+		in[n.Name()].Unlock()
+		n.Nudge()
+	}
+	testbin.WaitFor(t, 30*time.Second, "b sees c", route(b, config.NodeTag("c")+strings.Repeat("0", 24), "c", ""))
+	if m, err := b.Route(id); err != nil || m == nil || m.Name != "a" {
+		t.Fatalf("Route(a's id) before it moved = %+v, %v; want a", m, err)
+	}
+	a.MovedTo(id, "b", 1)
+	if m, err := a.Route(id); err != nil || m == nil || m.Name != "b" {
+		t.Errorf("on a, which moved it to b: Route = %+v, %v; want b at once", m, err)
+	}
+	claim(b, 1)
+	testbin.WaitFor(t, 30*time.Second, "c routes the moved session to b", route(c, id, "b", ""))
+	if m, err := b.Route(id); m != nil || err != nil {
+		t.Errorf("on b, which has it: Route = %+v, %v; want here", m, err)
+	}
+	// It moves on, to c: c's higher count wins while b's Lease still lists it.
+	claim(c, 2)
+	for _, n := range []*Cluster{a, b} {
+		testbin.WaitFor(t, 30*time.Second, n.Name()+" routes the session to c", route(n, id, "c", ""))
+	}
+	// A Lease that is not a node's (its tag is not its name's) claims nothing.
+	cp.Apply(t, fmt.Sprintf(`apiVersion: coordination.k8s.io/v1
+kind: Lease
+metadata:
+  name: cellbox-evil
+  namespace: default
+  labels: {app.kubernetes.io/name: cellbox}
+  annotations: {cellbox.dev/url: "http://127.0.0.1:9", cellbox.dev/node-tag: %q, cellbox.dev/state: serving, cellbox.dev/moved-in: '{"%s": 99}'}
+spec: {holderIdentity: x, leaseDurationSeconds: 30, renewTime: %q}
+`, config.NodeTag("a"), id, microTime(time.Now())))
+	time.Sleep(time.Second) // the watch delivers it; nothing may change
+	if err := route(a, id, "c", "")(); err != nil {
+		t.Errorf("after a Lease not of a node claimed it: %v", err)
+	}
+
+	// c is cordoned: told so; it drains, so no new session goes there, but its sessions
+	// are still routed to it.
+	cp.Kubectl(t, "cordon", "c")
+	select {
+	case on := <-cordons:
+		if !on {
+			t.Fatal("Cordoned(false) on a cordon")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the cordon was not told in 30 s")
+	}
+	c.Drain(true)
+	testbin.WaitFor(t, 30*time.Second, "a sees c draining", func() error {
+		for _, m := range a.Place() {
+			if m.Name == "c" {
+				return errors.New("c still placed on")
+			}
+		}
+		return route(a, id, "c", "")()
+	})
+	cp.Kubectl(t, "uncordon", "c")
+	select {
+	case on := <-cordons:
+		if on {
+			t.Fatal("Cordoned(true) on an uncordon")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the uncordon was not told in 30 s")
 	}
 }

@@ -28,6 +28,7 @@ type Cluster interface {
 	Place() []cluster.Member
 	Placed(node string)
 	Members() []cluster.Member
+	Nudge()
 }
 
 // ForwardedHeader marks a request one node forwards to another, with the sender's name. A
@@ -62,6 +63,14 @@ func (s *server) routeInCluster(w http.ResponseWriter, r *http.Request, pattern 
 		r = r.WithContext(context.WithValue(r.Context(), nodesKey{}, s))
 	}
 	if r.Header.Get(ForwardedHeader) != "" {
+		// Sent here by a node that has not yet seen that the session moved (a drain) to a
+		// node other than this one: not served here, where it is not (never two hops).
+		if id := idIn(r.URL.Path, "/v1/sessions/"); strings.Contains(pattern, " /v1/sessions/{id}") && !s.m.Has(id) {
+			if m, _ := s.opts.Cluster.Route(id); m != nil {
+				s.writeError(w, r, fmt.Errorf("this session moved to cluster node %s a moment ago: retry: %w", m.Name, errdefs.ErrUnavailable))
+				return r, true
+			}
+		}
 		return r, false
 	}
 	switch {
@@ -231,6 +240,9 @@ type failer func(w http.ResponseWriter, r *http.Request, err error)
 
 // toNodeOf forwards r to the node session id names, when that is another node.
 func (s *server) toNodeOf(w http.ResponseWriter, r *http.Request, id string, fail failer) bool {
+	if s.m.Has(id) { // moved here, before this node's own Lease says so
+		return false
+	}
 	m, err := s.opts.Cluster.Route(id)
 	if err != nil {
 		fail(w, r, err)
@@ -541,7 +553,7 @@ func (s *server) clusterView(w http.ResponseWriter, r *http.Request) {
 	}
 	view := api.ClusterView{Node: c.Name(), Nodes: []api.ClusterNode{}}
 	for _, m := range c.Members() {
-		view.Nodes = append(view.Nodes, api.ClusterNode{Name: m.Name, Live: m.Live, Stopping: m.Stopping,
+		view.Nodes = append(view.Nodes, api.ClusterNode{Name: m.Name, Live: m.Live, Stopping: m.Stopping, Draining: m.Draining,
 			Sessions: m.Sessions, Room: m.Room, Warm: m.Warm, RenewedAt: m.Renewed.UTC()})
 	}
 	writeJSON(w, http.StatusOK, view)

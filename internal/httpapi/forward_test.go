@@ -28,6 +28,7 @@ func (n nodes) Route(string) (*cluster.Member, error) { return nil, nil }
 func (n nodes) Place() []cluster.Member               { return n }
 func (n nodes) Placed(string)                         {}
 func (n nodes) Members() []cluster.Member             { return n }
+func (n nodes) Nudge()                                {}
 func node(t *testing.T, name, u string) cluster.Member {
 	return cluster.Member{Name: name, URL: mustURL(t, u), Live: true}
 }

@@ -14,7 +14,9 @@ import (
 	"time"
 
 	"github.com/cellbox/cellbox/api"
+	"github.com/cellbox/cellbox/internal/cluster"
 	"github.com/cellbox/cellbox/internal/errdefs"
+	"github.com/cellbox/cellbox/internal/move"
 )
 
 func (s *server) createSession(w http.ResponseWriter, r *http.Request) {
@@ -351,4 +353,26 @@ func (s *server) deleteFile(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// moveIn takes a session another node of the cluster moves here (package move): the
+// request carries the cluster's secret, not an API key.
+func (s *server) moveIn(w http.ResponseWriter, r *http.Request) {
+	key, _ := presentedKey(r.Header)
+	if !move.SecretMatches(s.opts.ClusterSecret, key) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="cellbox"`)
+		s.writeError(w, r, fmt.Errorf("moving a session here needs the cluster's secret: %w", errdefs.ErrUnauthenticated))
+		return
+	}
+	if s.m.MovedInCount() >= cluster.MaxMovedIn {
+		s.writeError(w, r, fmt.Errorf("this node holds as many moved sessions as its Lease can list: %w", errdefs.ErrResourceExhausted))
+		return
+	}
+	sess, err := move.Receive(r.Context(), s.m, r.PathValue("id"), r.Body, r.URL.Query().Get("paused") == "true")
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.opts.Cluster.Nudge()
+	writeJSON(w, http.StatusOK, sess)
 }

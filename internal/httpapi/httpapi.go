@@ -27,6 +27,7 @@ import (
 	"github.com/cellbox/cellbox/internal/errdefs"
 	"github.com/cellbox/cellbox/internal/errdefs/errhttp"
 	"github.com/cellbox/cellbox/internal/links"
+	"github.com/cellbox/cellbox/internal/move"
 	"github.com/cellbox/cellbox/internal/llm"
 	"github.com/cellbox/cellbox/internal/session"
 	"github.com/cellbox/cellbox/internal/tool"
@@ -71,6 +72,9 @@ type Options struct {
 	// session's node, new sessions to the node with the most room, and gathers the session
 	// list from every node (forward.go); nil: a single server.
 	Cluster Cluster
+	// ClusterSecret, in a cluster, is the secret the nodes share to move sessions between
+	// them (PUT /v1/cluster/sessions/{id}, package move); "": no session moves here.
+	ClusterSecret string
 	// LinkKeys is the folder of the tenants' keys that sign links (links.go); "": keys in
 	// memory, whose links end with the process.
 	LinkKeys string
@@ -134,6 +138,9 @@ func New(m *session.Manager, opts Options) http.Handler {
 	mux.HandleFunc("POST /v1/agent", s.agent)
 	mux.HandleFunc("GET /v1/providers", s.providers)
 	mux.HandleFunc("GET /v1/cluster", s.clusterView)
+	if opts.Cluster != nil && opts.ClusterSecret != "" {
+		mux.HandleFunc("PUT "+move.Path+"{id}", s.moveIn)
+	}
 	mux.HandleFunc("POST /v1/conversations", s.conversations(s.createConversation))
 	mux.HandleFunc("GET /v1/conversations", s.conversations(s.listConversations))
 	mux.HandleFunc("GET /v1/conversations/{id}", s.conversations(s.getConversation))
@@ -243,6 +250,7 @@ func (s *server) authenticate(r *http.Request, pattern string) (*http.Request, e
 		return s.authenticateLink(r)
 	}
 	if s.opts.Keys.Len() == 0 || pattern == "GET /healthz" || (pattern == "GET /metrics" && s.opts.MetricsPublic) ||
+		pattern == "PUT "+move.Path+"{id}" || // the cluster's secret, checked by moveIn
 		pattern == "GET /{$}" || pattern == "GET /assets/" {
 		return r, nil
 	}

@@ -412,6 +412,8 @@ func endedWhy(r session.EndReason) string {
 		return "the server stopped"
 	case session.EndPausedRetention:
 		return "it stayed paused longer than the server keeps paused sessions"
+	case session.EndMoved:
+		return "it moved to another node of the cluster"
 	}
 	return "idle too long, or deleted"
 }

@@ -37,6 +37,7 @@ import (
 	"github.com/cellbox/cellbox/internal/image"
 	"github.com/cellbox/cellbox/internal/llm"
 	"github.com/cellbox/cellbox/internal/mcpserver"
+	"github.com/cellbox/cellbox/internal/move"
 	"github.com/cellbox/cellbox/internal/openai"
 	"github.com/cellbox/cellbox/internal/sandbox"
 	"github.com/cellbox/cellbox/internal/sandbox/docker"
@@ -62,6 +63,7 @@ type Server struct {
 	http      *http.Server     // nil with NoListen
 	python    *http.Server     // the python tool server's; nil: none
 	cluster   *cluster.Cluster // nil unless --cluster
+	drain     *move.Drainer    // with cluster
 	unlock    func()           // of the state dir
 }
 
@@ -78,6 +80,9 @@ type Options struct {
 	// Keys are the API keys the HTTP API requires (auth.Load); nil: none, and then Start
 	// refuses an --addr beyond loopback unless --insecure-no-auth.
 	Keys *auth.Keys
+	// ClusterSecret is the secret the nodes of a cluster share to move sessions between
+	// them when a node is drained ($CELLBOX_CLUSTER_SECRET); "": sessions do not move.
+	ClusterSecret string
 }
 
 // NewLogger returns the text logger on stderr at the given level name.
@@ -327,7 +332,8 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (_ *Server, err
 		return nil, err
 	}
 	if cfg.Cluster != "" {
-		if s.cluster, err = joinCluster(ctx, cfg, ln.Addr(), m, log); err != nil {
+		s.drain = &move.Drainer{M: m, Secret: opts.ClusterSecret, Log: log, Client: &http.Client{}}
+		if s.cluster, err = joinCluster(ctx, cfg, ln.Addr(), m, s.drain, log); err != nil {
 			ln.Close()
 			m.Shutdown(ctx)
 			return nil, err
@@ -355,6 +361,7 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (_ *Server, err
 		Conversations:  convs,
 		Web:            webPage(cfg),
 		Cluster:        routes,
+		ClusterSecret:  opts.ClusterSecret,
 		LinkKeys:       filepath.Join(cfg.StateDir, "links"),
 		PublicURL:      cfg.PublicURL,
 	})
@@ -388,7 +395,7 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (_ *Server, err
 
 // joinCluster registers this server as a node of the cluster on Kubernetes (package
 // cluster) and watches the others.
-func joinCluster(ctx context.Context, cfg config.Config, addr net.Addr, m *session.Manager, log *slog.Logger) (*cluster.Cluster, error) {
+func joinCluster(ctx context.Context, cfg config.Config, addr net.Addr, m *session.Manager, d *move.Drainer, log *slog.Logger) (*cluster.Cluster, error) {
 	kube, err := cluster.KubeConfig(cfg.Kubeconfig)
 	if err != nil {
 		return nil, err
@@ -403,8 +410,15 @@ func joinCluster(ctx context.Context, cfg config.Config, addr net.Addr, m *sessi
 	}
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	c, err := cluster.Start(sctx, cluster.Config{Kube: kube, Namespace: ns, Node: cfg.ClusterNode, URL: u,
-		LeaseDuration: cfg.ClusterLeaseDuration, Logger: log,
+	// The drain is told of a cordon only once the cluster it drains into is there.
+	var c *cluster.Cluster
+	ready := make(chan struct{})
+	cordoned := func(on bool) {
+		<-ready
+		d.Cordoned(on)
+	}
+	c, err = cluster.Start(sctx, cluster.Config{Kube: kube, Namespace: ns, Node: cfg.ClusterNode, URL: u,
+		LeaseDuration: cfg.ClusterLeaseDuration, Logger: log, MovedIn: m.MovedIn, Cordoned: cordoned,
 		Load: func() cluster.Load {
 			n, warm := m.Stats()
 			return cluster.Load{Sessions: n, Room: max(cfg.MaxSessions-n, 0), Warm: warm}
@@ -412,6 +426,8 @@ func joinCluster(ctx context.Context, cfg config.Config, addr net.Addr, m *sessi
 	if err != nil {
 		return nil, fmt.Errorf("join the cluster: %w", err)
 	}
+	d.C = c
+	close(ready)
 	log.Info("cluster node registered", "node", cfg.ClusterNode, "namespace", ns, "url", u.String(), "session_id_prefix", c.Tag())
 	return c, nil
 }
@@ -508,6 +524,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		// First, so the other nodes send nothing new here and answer this node's sessions
 		// "restarting" while it is away; watching the others ends last, as requests still
 		// running may be forwarded ones.
+		s.drain.Close()
 		errs = append(errs, s.cluster.Leave(ctx))
 		defer s.cluster.Close()
 	}

@@ -47,6 +47,8 @@ const (
 	EndFailed EndReason = "failed"
 	// EndPausedRetention: it stayed paused longer than --paused-retention.
 	EndPausedRetention EndReason = "paused_retention"
+	// EndMoved: it moved to another node of the cluster (a drain), where it lives on.
+	EndMoved EndReason = "moved"
 )
 
 // Event is something that happened to a session.

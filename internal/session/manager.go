@@ -96,6 +96,10 @@ type Session struct {
 	// not. checkpointBytes is the disk its checkpoint takes.
 	pausedAt        time.Time
 	checkpointBytes int64
+	// moving: it is paused and on its way to another node (move.go): calls are refused.
+	// moves: how many times it moved between nodes.
+	moving bool
+	moves  int
 }
 
 // New starts a Manager. Sessions outlive the server process when the backend can attach

@@ -14,6 +14,7 @@ type metrics struct {
 	poolMisses   prometheus.Counter
 
 	pauses, resumes             *prometheus.CounterVec // by result
+	moves                       *prometheus.CounterVec // by direction: in, out
 	pauseSeconds, resumeSeconds prometheus.Histogram
 
 	// By tenant: the operator's names of API keys, so a bounded set ("" without keys).
@@ -65,12 +66,15 @@ func newMetrics(reg prometheus.Registerer, m *Manager) *metrics {
 			Name: "cellbox_tenant_executions_total",
 			Help: "Executions (kind=execute, one-shots included) and commands (kind=command) started, by tenant.",
 		}, []string{"tenant", "kind"}),
+		moves: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cellbox_session_moves_total", Help: "Sessions moved between cluster nodes, by direction: in (to this node), out (from it).",
+		}, []string{"direction"}),
 	}
 	if reg == nil {
 		return mt
 	}
 	reg.MustRegister(mt.executions, mt.duration, mt.sandboxStart, mt.poolHits, mt.poolMisses, mt.sessionsCreated, mt.runs,
-		mt.pauses, mt.resumes, mt.pauseSeconds, mt.resumeSeconds,
+		mt.pauses, mt.resumes, mt.moves, mt.pauseSeconds, mt.resumeSeconds,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cellbox_paused_bytes", Help: "Disk the paused sessions' checkpoints take."},
 			func() float64 { return float64(m.pausedBytes()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cellbox_sessions", Help: "Live sessions."},

@@ -268,12 +268,15 @@ func (m *Manager) use(ctx context.Context, s *Session) (*box, func(), error) {
 	for {
 		s.wake.RLock()
 		s.mu.Lock()
-		b, closed, paused := s.box, s.closed, !s.pausedAt.IsZero()
+		b, closed, paused, moving := s.box, s.closed, !s.pausedAt.IsZero(), s.moving
 		s.mu.Unlock()
 		switch {
 		case closed:
 			s.wake.RUnlock()
 			return nil, nil, notFound(s.id)
+		case moving:
+			s.wake.RUnlock()
+			return nil, nil, errMoving(s.id)
 		case !paused:
 			return b, s.wake.RUnlock, nil
 		}

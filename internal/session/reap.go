@@ -54,7 +54,7 @@ func (m *Manager) endIdle(ctx context.Context, now time.Time) {
 		s.mu.Lock()
 		paused := !s.pausedAt.IsZero()
 		idle := !s.closed && !paused && s.turn.spawning() == 0 && now.Sub(s.lastActive) > s.idle
-		expired := !s.closed && paused && now.Sub(s.pausedAt) > m.cfg.PausedRetention
+		expired := !s.closed && paused && !s.moving && now.Sub(s.pausedAt) > m.cfg.PausedRetention
 		pause := idle && s.idleAction == api.IdleActionPause
 		s.mu.Unlock()
 		switch {

@@ -56,6 +56,8 @@ type record struct {
 	// CheckpointBytes; nil: it has a sandbox.
 	PausedAt        *time.Time `json:"paused_at,omitempty"`
 	CheckpointBytes int64      `json:"checkpoint_bytes,omitempty"`
+	// Moves is how many times the session moved between cluster nodes (move.go).
+	Moves int `json:"moves,omitempty"`
 }
 
 // saveEvery throttles the records written for activity alone (cells, commands, file
@@ -178,6 +180,7 @@ func (s *Session) recordLocked() record {
 	return record{
 		PausedAt:        pausedAt,
 		CheckpointBytes: s.checkpointBytes,
+		Moves:           s.moves,
 		IdleAction:      s.idleAction,
 		Checkpointable:  s.box.checkpointable,
 		ID:              s.id,

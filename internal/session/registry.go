@@ -237,8 +237,15 @@ func (m *Manager) List(ctx context.Context) []api.Session {
 // Delete ends a session: everything in its sandbox is killed; its workspace is kept for
 // the retention period.
 func (m *Manager) Delete(ctx context.Context, id string) error {
-	if _, err := m.lookup(ctx, id); err != nil {
+	s, err := m.lookup(ctx, id)
+	if err != nil {
 		return err
+	}
+	s.mu.Lock()
+	moving := s.moving
+	s.mu.Unlock()
+	if moving {
+		return errMoving(id)
 	}
 	return m.end(ctx, id, EndDeleted)
 }
@@ -298,6 +305,15 @@ func (m *Manager) Owners(each func(id, tenant string) bool) {
 			return
 		}
 	}
+}
+
+// Has reports whether session id (any tenant's) is here; it tells the caller nothing else.
+// For routing within a cluster, never to answer an API's caller.
+func (m *Manager) Has(id string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, ok := m.sessions[id]
+	return ok
 }
 
 // Owner returns the tenant of the live session id. It is only for a front door that

@@ -1,7 +1,6 @@
 package session
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -121,14 +120,7 @@ func (m *Manager) restore(ctx context.Context, recs []record) {
 
 // restoreOne restores the session of r and says how: attached, replaced, ended or left.
 func (m *Manager) restoreOne(ctx context.Context, r record) string {
-	s := &Session{id: r.ID, tenant: r.Tenant, language: r.Language,
-		idle: time.Duration(r.IdleTimeoutS * float64(time.Second)), created: r.CreatedAt,
-		lastActive: r.LastActiveAt, execCount: r.ExecutionCount, notice: r.Notice, turn: newTurn(),
-		metadata: r.Metadata, keep: r.Artifacts}
-	if r.ExpiresAt != nil {
-		s.expires = *r.ExpiresAt // the reaper's first round ends it if it passes meanwhile
-	}
-	s.idleAction = cmp.Or(r.IdleAction, api.IdleActionEnd)
+	s := sessionOf(r)
 	if r.PausedAt != nil {
 		return m.restorePaused(ctx, s, r)
 	}

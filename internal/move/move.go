@@ -1,0 +1,273 @@
+// Package move moves paused sessions between the nodes of a cluster: a node being drained
+// (its Kubernetes Node cordoned) sends each of its sessions to a node that takes new ones,
+// as one tar stream of the session's record, checkpoint and workspace, over HTTP with the
+// cluster's shared secret (docs/kubernetes.md, "Draining a node").
+//
+// The stream is a security boundary twice over. The sender walks a workspace that
+// untrusted code wrote: it never follows a symlink (they travel as symlinks), opens files
+// with O_NOFOLLOW, and sends only folders, regular files and symlinks. The receiver writes
+// under os.Root (nothing escapes the two folders it is given, whatever the names or links
+// say), caps sizes and counts, and keeps owners within the sandbox's range.
+//
+// Not for: pausing and restoring (package session), or routing requests to where a
+// session went (package cluster).
+package move
+
+import (
+	"archive/tar"
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/cellbox/cellbox/api"
+	"github.com/cellbox/cellbox/internal/errdefs"
+	"github.com/cellbox/cellbox/internal/session"
+)
+
+// The stream's parts: the record first, then the checkpoint's files, then the workspace's.
+const (
+	recordName    = "record.json"
+	checkpointDir = "checkpoint/"
+	workspaceDir  = "workspace/"
+)
+
+const (
+	maxRecord  = 1 << 20   // a session's record (env, tools, CA) fits in far less
+	maxEntries = 1_000_000 // files, folders and links in one move
+	maxOwner   = 65535     // a sandbox's files belong to ids it maps: 0..65535 at most
+)
+
+// Path is where a node takes a moved session: PUT Path + id.
+const Path = "/v1/cluster/sessions/"
+
+// SecretMatches reports whether got is the cluster's secret, in constant time.
+func SecretMatches(secret, got string) bool {
+	if secret == "" {
+		return false
+	}
+	a, b := sha256.Sum256([]byte(secret)), sha256.Sum256([]byte(got))
+	return subtle.ConstantTimeCompare(a[:], b[:]) == 1
+}
+
+// write writes o as the stream: its record, then its checkpoint (files the host wrote),
+// then its workspace (what the session's code wrote: see the package comment).
+func write(w io.Writer, o *session.Outgoing) error {
+	tw := tar.NewWriter(w)
+	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: recordName, Mode: 0o600, Size: int64(len(o.Record))}); err != nil {
+		return err
+	}
+	if _, err := tw.Write(o.Record); err != nil {
+		return err
+	}
+	if err := writeTree(tw, o.Checkpoint, checkpointDir, false); err != nil {
+		return fmt.Errorf("the checkpoint: %w", err)
+	}
+	if err := writeTree(tw, o.Workspace, workspaceDir, true); err != nil {
+		return fmt.Errorf("the workspace: %w", err)
+	}
+	return tw.Close()
+}
+
+// writeTree adds the tree under dir (not dir itself) as prefix and its relative paths.
+// links: symlinks travel as such; else a symlink is an error. Anything but folders,
+// regular files and symlinks (a FIFO, a socket) is left out.
+func writeTree(tw *tar.Writer, dir, prefix string, links bool) error {
+	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if p == dir {
+			return nil
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err != nil {
+			return err
+		}
+		name := prefix + filepath.ToSlash(rel)
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		h := &tar.Header{Name: name, Mode: int64(fi.Mode().Perm() | fi.Mode()&fs.ModeSticky), ModTime: fi.ModTime()}
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			h.Uid, h.Gid = int(st.Uid), int(st.Gid)
+		}
+		if fi.Mode()&fs.ModeSticky != 0 {
+			h.Mode = int64(fi.Mode().Perm()) | 0o1000
+		}
+		switch {
+		case d.IsDir():
+			h.Typeflag, h.Name = tar.TypeDir, name+"/"
+			return tw.WriteHeader(h)
+		case d.Type()&fs.ModeSymlink != 0:
+			if !links {
+				return fmt.Errorf("%s is a symlink", rel)
+			}
+			target, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			h.Typeflag, h.Linkname = tar.TypeSymlink, target
+			return tw.WriteHeader(h)
+		case d.Type().IsRegular():
+			return writeFile(tw, p, h)
+		}
+		return nil
+	})
+}
+
+// writeFile adds the regular file at p, opened without following a link and checked to
+// be the file walked.
+func writeFile(tw *tar.Writer, p string, h *tar.Header) error {
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("%s changed while it was sent", h.Name)
+	}
+	h.Typeflag, h.Size = tar.TypeReg, fi.Size()
+	if err := tw.WriteHeader(h); err != nil {
+		return err
+	}
+	n, err := io.Copy(tw, io.LimitReader(f, fi.Size()))
+	if err == nil && n != fi.Size() {
+		err = fmt.Errorf("%s changed while it was sent", h.Name)
+	}
+	return err
+}
+
+// Receive takes the session of a stream (write) into m. stayPaused: it was paused before
+// it moved, and is paused again here once it has been seen to resume.
+func Receive(ctx context.Context, m *session.Manager, id string, body io.Reader, stayPaused bool) (*api.Session, error) {
+	tr := tar.NewReader(body)
+	h, err := tr.Next()
+	if err != nil || h.Name != recordName || h.Typeflag != tar.TypeReg || h.Size > maxRecord {
+		return nil, fmt.Errorf("the stream does not begin with the session's record: %w", errdefs.ErrInvalidArgument)
+	}
+	rec, err := io.ReadAll(tr)
+	if err != nil {
+		return nil, fmt.Errorf("read the session's record: %w", errdefs.ErrInvalidArgument)
+	}
+	return m.MoveIn(ctx, id, rec, stayPaused, func(checkpoint, workspace string, maxCheckpoint, maxWorkspace int64) error {
+		return readTrees(tr, checkpoint, workspace, maxCheckpoint, maxWorkspace)
+	})
+}
+
+// readTrees writes the stream's remaining entries into the two folders (see the package
+// comment).
+func readTrees(tr *tar.Reader, checkpoint, workspace string, maxCheckpoint, maxWorkspace int64) error {
+	cp, err := os.OpenRoot(checkpoint)
+	if err != nil {
+		return err
+	}
+	defer cp.Close()
+	ws, err := os.OpenRoot(workspace)
+	if err != nil {
+		return err
+	}
+	defer ws.Close()
+	type times struct {
+		name  string
+		mtime time.Time
+	}
+	var files []times
+	var cpBytes, wsBytes int64
+	for n := 0; ; n++ {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("read the stream: %v: %w", err, errdefs.ErrInvalidArgument)
+		}
+		if n >= maxEntries {
+			return fmt.Errorf("more than %d files in one move: %w", maxEntries, errdefs.ErrResourceExhausted)
+		}
+		root, budget, used, inWorkspace := cp, maxCheckpoint, &cpBytes, false
+		name, ok := strings.CutPrefix(h.Name, checkpointDir)
+		if !ok {
+			name, ok = strings.CutPrefix(h.Name, workspaceDir)
+			root, budget, used, inWorkspace = ws, maxWorkspace, &wsBytes, true
+		}
+		name = strings.TrimSuffix(name, "/")
+		if !ok || name == "" || !filepath.IsLocal(name) || path.Clean(name) != name {
+			return fmt.Errorf("the stream names %q, outside the session's folders: %w", h.Name, errdefs.ErrInvalidArgument)
+		}
+		mode := fs.FileMode(h.Mode) & (fs.ModePerm | 0o1000)
+		if mode&0o1000 != 0 {
+			mode = mode&fs.ModePerm | fs.ModeSticky
+		}
+		switch h.Typeflag {
+		case tar.TypeDir:
+			if err = root.Mkdir(name, 0o700); err == nil {
+				err = root.Chmod(name, mode)
+			}
+		case tar.TypeReg:
+			if h.Size < 0 || *used+h.Size > budget {
+				return fmt.Errorf("the moved session's files are larger than its disk quota: %w", errdefs.ErrResourceExhausted)
+			}
+			*used += h.Size
+			err = writeEntry(root, name, mode, tr, h.Size)
+			files = append(files, times{name: h.Name, mtime: h.ModTime})
+		case tar.TypeSymlink:
+			if !inWorkspace {
+				return fmt.Errorf("the checkpoint holds a symlink: %w", errdefs.ErrInvalidArgument)
+			}
+			// The target is not followed here, ever: it is text the session's code reads.
+			err = root.Symlink(h.Linkname, name)
+		default:
+			return fmt.Errorf("the stream holds %q of a kind a move does not send: %w", h.Name, errdefs.ErrInvalidArgument)
+		}
+		if err != nil {
+			return fmt.Errorf("write %s: %w", h.Name, err)
+		}
+		if inWorkspace {
+			if h.Uid < 0 || h.Uid > maxOwner || h.Gid < 0 || h.Gid > maxOwner {
+				return fmt.Errorf("%s belongs to an id outside a sandbox's: %w", h.Name, errdefs.ErrInvalidArgument)
+			}
+			if err := root.Lchown(name, h.Uid, h.Gid); err != nil {
+				return fmt.Errorf("write %s: %w", h.Name, err)
+			}
+		}
+	}
+	for _, f := range files {
+		root, name := cp, strings.TrimPrefix(f.name, checkpointDir)
+		if strings.HasPrefix(f.name, workspaceDir) {
+			root, name = ws, strings.TrimPrefix(f.name, workspaceDir)
+		}
+		root.Chtimes(name, f.mtime, f.mtime)
+	}
+	return nil
+}
+
+// writeEntry writes a new regular file of size bytes from r.
+func writeEntry(root *os.Root, name string, mode fs.FileMode, r io.Reader, size int64) error {
+	f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = io.CopyN(f, r, size)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil { // exactly the mode sent, whatever this process's umask
+		err = root.Chmod(name, mode)
+	}
+	return err
+}

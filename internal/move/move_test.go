@@ -1,0 +1,191 @@
+package move
+
+import (
+	"archive/tar"
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/cellbox/cellbox/internal/errdefs"
+	"github.com/cellbox/cellbox/internal/session"
+)
+
+// A session's folders go through the stream as they are: files with their modes and
+// owners, folders, symlinks as symlinks (their targets never read), FIFOs left out.
+func TestRoundTrip(t *testing.T) {
+	src, dst := t.TempDir(), t.TempDir()
+	cp, ws := filepath.Join(src, "cp"), filepath.Join(src, "ws")
+	secret := filepath.Join(src, "host-secret")
+	mustWrite(t, secret, "host only", 0o600)
+	for _, d := range []string{cp + "/images", ws + "/sub/deeper"} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustWrite(t, cp+"/cellbox.json", `{"kind":"criu"}`, 0o600)
+	mustWrite(t, cp+"/images/pages-1.img", strings.Repeat("p", 70000), 0o600)
+	mustWrite(t, ws+"/data.csv", "a,b\n1,2\n", 0o644)
+	mustWrite(t, ws+"/sub/deeper/run.sh", "#!/bin/sh\n", 0o755)
+	mustWrite(t, ws+"/private", "mine", 0o600)
+	if err := os.Chmod(ws+"/sub", os.ModeSticky|0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(secret, ws+"/leak"); err != nil { // what a guest would try
+		t.Fatal(err)
+	}
+	if err := os.Symlink("data.csv", ws+"/sub/rel"); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(ws+"/fifo", 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if os.Geteuid() == 0 {
+		if err := os.Lchown(ws+"/data.csv", 1000, 1000); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var buf bytes.Buffer
+	o := &session.Outgoing{ID: "abc", Record: []byte(`{"id":"abc"}`), Checkpoint: cp, Workspace: ws}
+	if err := write(&buf, o); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(buf.String(), "host only") {
+		t.Fatal("the stream holds the content of a file a workspace symlink points to")
+	}
+	tr := tar.NewReader(&buf)
+	h, err := tr.Next()
+	if err != nil || h.Name != recordName {
+		t.Fatalf("first entry %+v, %v; want the record", h, err)
+	}
+	dcp, dws := filepath.Join(dst, "cp"), filepath.Join(dst, "ws")
+	os.Mkdir(dcp, 0o700)
+	os.Mkdir(dws, 0o755)
+	if err := readTrees(tr, dcp, dws, 1<<20, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []struct {
+		path, content string
+		mode          os.FileMode
+	}{
+		{"cp/cellbox.json", `{"kind":"criu"}`, 0o600},
+		{"cp/images/pages-1.img", strings.Repeat("p", 70000), 0o600},
+		{"ws/data.csv", "a,b\n1,2\n", 0o644},
+		{"ws/sub/deeper/run.sh", "#!/bin/sh\n", 0o755},
+		{"ws/private", "mine", 0o600},
+	} {
+		p := filepath.Join(dst, f.path)
+		got, err := os.ReadFile(p)
+		fi, serr := os.Lstat(p)
+		if err != nil || serr != nil || string(got) != f.content || fi.Mode() != f.mode {
+			t.Errorf("%s: %q %v, %v %v; want %q, %v", f.path, got, fi.Mode(), err, serr, f.content, f.mode)
+		}
+	}
+	if fi, err := os.Lstat(dws + "/sub"); err != nil || fi.Mode() != os.ModeDir|os.ModeSticky|0o777 {
+		t.Errorf("sub: %v, %v; want drwxrwxrwt", fi.Mode(), err)
+	}
+	if l, err := os.Readlink(dws + "/leak"); err != nil || l != secret {
+		t.Errorf("leak: %q, %v; want a symlink to %s, as it was", l, err, secret)
+	}
+	if l, err := os.Readlink(dws + "/sub/rel"); err != nil || l != "data.csv" {
+		t.Errorf("sub/rel: %q, %v", l, err)
+	}
+	if _, err := os.Lstat(dws + "/fifo"); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a FIFO went through: %v", err)
+	}
+	if os.Geteuid() == 0 {
+		if fi, err := os.Lstat(dws + "/data.csv"); err != nil || fi.Sys().(*syscall.Stat_t).Uid != 1000 {
+			t.Errorf("data.csv's owner was not kept: %v", err)
+		}
+	}
+}
+
+// The receiver is a boundary: no name, link, size or owner in a stream reaches outside the
+// two folders or past the budgets; each is refused as invalid or exhausted.
+func TestReadRefuses(t *testing.T) {
+	type entry struct {
+		h    tar.Header
+		body string
+	}
+	reg := func(name, body string) entry {
+		return entry{h: tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o644, Size: int64(len(body))}, body: body}
+	}
+	link := func(name, target string) entry {
+		return entry{h: tar.Header{Typeflag: tar.TypeSymlink, Name: name, Linkname: target}}
+	}
+	for _, tc := range []struct {
+		name    string
+		entries []entry
+		want    error
+	}{
+		{"dot-dot", []entry{reg("workspace/../escaped", "x")}, errdefs.ErrInvalidArgument},
+		{"dot-dot inside", []entry{reg("workspace/a/../../escaped", "x")}, errdefs.ErrInvalidArgument},
+		{"absolute", []entry{reg("/escaped", "x")}, errdefs.ErrInvalidArgument},
+		{"no part", []entry{reg("escaped", "x")}, errdefs.ErrInvalidArgument},
+		{"through a link", []entry{link("workspace/out", "OUTSIDE"), reg("workspace/out/escaped", "x")}, nil},
+		{"through a relative link", []entry{link("workspace/out", "../../OUTSIDE"), reg("workspace/out/escaped", "x")}, nil},
+		{"over a link", []entry{link("workspace/f", "OUTSIDE/escaped"), reg("workspace/f", "x")}, nil},
+		{"a link in the checkpoint", []entry{link("checkpoint/x", "/etc")}, errdefs.ErrInvalidArgument},
+		{"a hard link", []entry{{h: tar.Header{Typeflag: tar.TypeLink, Name: "workspace/h", Linkname: "/etc/shadow"}}}, errdefs.ErrInvalidArgument},
+		{"a device", []entry{{h: tar.Header{Typeflag: tar.TypeChar, Name: "workspace/null", Devmajor: 1, Devminor: 3}}}, errdefs.ErrInvalidArgument},
+		{"twice", []entry{reg("workspace/a", "1"), reg("workspace/a", "2")}, nil},
+		{"too large", []entry{reg("workspace/big", strings.Repeat("x", 2048))}, errdefs.ErrResourceExhausted},
+		{"too large together", []entry{reg("checkpoint/a", strings.Repeat("x", 800)), reg("checkpoint/b", strings.Repeat("x", 800))}, errdefs.ErrResourceExhausted},
+		{"owner past the sandbox's ids", []entry{{h: tar.Header{Typeflag: tar.TypeReg, Name: "workspace/a", Uid: 70000}}}, errdefs.ErrInvalidArgument},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			outside := filepath.Join(dir, "OUTSIDE")
+			os.Mkdir(outside, 0o755)
+			cp, ws := filepath.Join(dir, "a", "cp"), filepath.Join(dir, "a", "ws")
+			os.MkdirAll(cp, 0o700)
+			os.MkdirAll(ws, 0o755)
+			var buf bytes.Buffer
+			tw := tar.NewWriter(&buf)
+			for _, e := range tc.entries {
+				h := e.h
+				if err := tw.WriteHeader(&h); err != nil {
+					t.Fatal(err)
+				}
+				tw.Write([]byte(e.body))
+			}
+			tw.Close()
+			err := readTrees(tar.NewReader(&buf), cp, ws, 1024, 1024)
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			if tc.want != nil && !errors.Is(err, tc.want) {
+				t.Errorf("%v; want %v", err, tc.want)
+			}
+			for _, p := range []string{filepath.Join(dir, "escaped"), filepath.Join(dir, "a", "escaped"), filepath.Join(outside, "escaped")} {
+				if _, err := os.Lstat(p); err == nil {
+					t.Errorf("%s was written", p)
+				}
+			}
+		})
+	}
+}
+
+func TestSecretMatches(t *testing.T) {
+	for _, tc := range []struct {
+		secret, got string
+		want        bool
+	}{{"s3cret", "s3cret", true}, {"s3cret", "s3cre", false}, {"s3cret", "", false}, {"", "", false}} {
+		if SecretMatches(tc.secret, tc.got) != tc.want {
+			t.Errorf("SecretMatches(%q, %q) = %v", tc.secret, tc.got, !tc.want)
+		}
+	}
+}
+
+func mustWrite(t *testing.T, p, s string, mode os.FileMode) {
+	t.Helper()
+	if err := os.WriteFile(p, []byte(s), mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(p, mode); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,263 @@
+package session
+
+import (
+	"context"
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/cellbox/cellbox/api"
+	"github.com/cellbox/cellbox/internal/errdefs"
+	"github.com/cellbox/cellbox/internal/workspace"
+)
+
+// Moving sessions between the nodes of a cluster (docs/ARCHITECTURE.md, "Moving paused
+// sessions between nodes"). The node that gives a session up pauses it (MoveOut) and sends
+// its record, checkpoint and workspace; the node that takes it (MoveIn) makes a workspace
+// of its own, writes them in, and resumes it there to be sure it runs (then pauses it again
+// if it came paused); only then does the first node drop its copy (Outgoing.Finish). Until
+// then calls on it are refused with "retry": the session is never in two places that
+// answer, and a move that fails leaves it paused where it was.
+
+// Outgoing is a session on its way to another node: paused, its calls refused until
+// Finish.
+type Outgoing struct {
+	ID string
+	// Record is the session's record as the receiving node takes it (MoveIn).
+	Record []byte
+	// Checkpoint and Workspace are the folders that go with it.
+	Checkpoint, Workspace string
+	// WasPaused: it was paused before the move; it should stay paused where it goes.
+	WasPaused bool
+	// Moves is how many times it will have moved once this move is done.
+	Moves int
+
+	m *Manager
+	s *Session
+}
+
+// Movable lists the sessions that could move now: all of them where the backend
+// checkpoints every sandbox (gVisor); under CRIU, those made pausable. Their ids, any
+// tenant's, for the node's own drain; the others stay.
+func (m *Manager) Movable() (movable, stuck []string) {
+	kind, _ := m.checkpointKind()
+	for _, s := range m.live() {
+		s.mu.Lock()
+		ok := kind != "" && !s.closed && !s.moving && (kind != "criu" || s.box.checkpointable)
+		s.mu.Unlock()
+		if ok {
+			movable = append(movable, s.id)
+		} else {
+			stuck = append(stuck, s.id)
+		}
+	}
+	return movable, stuck
+}
+
+// MovedIn lists the sessions here that moved from another node, with how many times each
+// moved, for the cluster to publish.
+func (m *Manager) MovedIn() map[string]int {
+	in := map[string]int{}
+	for _, s := range m.live() {
+		s.mu.Lock()
+		if s.moves > 0 && !s.moving {
+			in[s.id] = s.moves
+		}
+		s.mu.Unlock()
+	}
+	return in
+}
+
+// MovedInCount is len(MovedIn()).
+func (m *Manager) MovedInCount() int { return len(m.MovedIn()) }
+
+// MoveOut pauses session id (any tenant's: for the node's own drain) and holds it for a
+// move. A session running a cell or a program is refused, as a pause is.
+func (m *Manager) MoveOut(ctx context.Context, id string) (*Outgoing, error) {
+	m.mu.Lock()
+	s, ok := m.sessions[id]
+	m.mu.Unlock()
+	if !ok {
+		return nil, notFound(id)
+	}
+	if err := m.checkPausable(s); err != nil {
+		return nil, err
+	}
+	rctx, release, err := m.adm.admit(ctx, s.tenant, kindPause, s.turn)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	s.mu.Lock()
+	wasPaused := !s.pausedAt.IsZero()
+	s.mu.Unlock()
+	if err := m.pauseHeld(rctx, s, true); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.closed:
+		return nil, notFound(id)
+	case s.moving:
+		return nil, fmt.Errorf("session %s is being moved already: %w", id, errdefs.ErrFailedPrecondition)
+	}
+	s.moving = true
+	rec := s.recordLocked()
+	rec.Moves++
+	rec.Busy = false
+	data, err := json.Marshal(rec)
+	if err != nil {
+		s.moving = false
+		return nil, err
+	}
+	return &Outgoing{ID: id, Record: data, Checkpoint: m.checkpointDir(id), Workspace: s.box.ws,
+		WasPaused: wasPaused, Moves: rec.Moves, m: m, s: s}, nil
+}
+
+// Finish ends the move: moved, the session is gone from here (record, checkpoint and
+// workspace: the node it went to has them), and to (that node's name) is logged; not
+// moved, it stays here, paused, and takes calls again.
+func (o *Outgoing) Finish(ctx context.Context, moved bool, to string) {
+	m, s := o.m, o.s
+	if !moved {
+		s.mu.Lock()
+		s.moving = false
+		s.mu.Unlock()
+		return
+	}
+	if m.unregister(o.ID, EndMoved, false) == nil {
+		return
+	}
+	s.saveMu.Lock()
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	if err := m.records.remove(o.ID); err != nil {
+		m.log.Warn("remove a moved session's record", "session_id", o.ID, "err", err)
+	}
+	s.saveMu.Unlock()
+	m.dropCheckpoint(o.ID)
+	if err := m.store.Remove(context.WithoutCancel(ctx), o.ID); err != nil {
+		m.log.Warn("remove a moved session's workspace", "session_id", o.ID, "err", err)
+	}
+	m.metrics.moves.WithLabelValues("out").Inc()
+	m.log.Info("session moved to another node", "session_id", o.ID, "tenant", s.tenant, "node", to, "moves", o.Moves)
+}
+
+// errMoving refuses a call on a session on its way to another node.
+func errMoving(id string) error {
+	return fmt.Errorf("session %s is being moved to another node of the cluster (this one is being drained): retry in a few seconds: %w",
+		id, errdefs.ErrUnavailable)
+}
+
+// MoveIn takes a session another node gives up (Outgoing): rec is its record; fill writes
+// its checkpoint and workspace into the two folders it is given (the workspace made here,
+// with the session's disk quota). The session is resumed here before MoveIn returns, so
+// that a checkpoint this node cannot run is refused while the other node still has it;
+// paused again when it came paused. On any failure nothing of it is left here.
+func (m *Manager) MoveIn(ctx context.Context, id string, rec []byte, stayPaused bool,
+	fill func(checkpoint, workspace string, maxCheckpoint, maxWorkspace int64) error) (*api.Session, error) {
+	var r record
+	if err := json.Unmarshal(rec, &r); err != nil || r.ID != id || !validID(r.ID) || r.PausedAt == nil || r.Moves < 1 {
+		return nil, fmt.Errorf("the moved session's record is not valid: %w", errdefs.ErrInvalidArgument)
+	}
+	if kind, _ := m.checkpointKind(); kind == "" {
+		return nil, errCannotPause
+	}
+	m.mu.Lock()
+	_, exists := m.sessions[r.ID]
+	m.mu.Unlock()
+	if exists {
+		return nil, fmt.Errorf("session %s is here already: %w", r.ID, errdefs.ErrFailedPrecondition)
+	}
+	// The checkpoint's disk counts against this node's paused quota, as a pause here would.
+	if m.pausedBytes()+r.CheckpointBytes > m.cfg.PausedQuotaMB<<20 {
+		return nil, fmt.Errorf("the disk this node keeps for paused sessions is full: %w", errdefs.ErrResourceExhausted)
+	}
+	ws, err := m.store.Create(ctx, r.ID, r.Limits.DiskMB)
+	if err != nil {
+		return nil, fmt.Errorf("a workspace for the moved session: %w", err)
+	}
+	dir := m.checkpointDir(r.ID)
+	discard := func() {
+		os.RemoveAll(dir)
+		if err := m.store.Remove(context.WithoutCancel(ctx), r.ID); err != nil {
+			m.log.Warn("remove the workspace of a session that did not move here", "session_id", r.ID, "err", err)
+		}
+	}
+	err = os.RemoveAll(dir)
+	if err == nil {
+		err = os.MkdirAll(filepath.Dir(dir), 0o700)
+	}
+	if err == nil {
+		err = os.Mkdir(dir, 0o700)
+	}
+	if err == nil {
+		// A checkpoint as large as the other node measured it (and its guest log's last
+		// growth); the workspace's files as large as its quota lets them be.
+		disk := int64(cmp.Or(r.Limits.DiskMB, workspace.DefaultDiskMB)) << 20
+		err = fill(dir, ws, r.CheckpointBytes+1<<20, disk)
+	}
+	if err != nil {
+		discard()
+		return nil, err
+	}
+	s := sessionOf(r)
+	s.moves = r.Moves
+	s.box = &box{boxSpec: r.spec(), id: r.ID, ws: ws}
+	s.pausedAt, s.checkpointBytes = *r.PausedAt, dirSize(dir)
+	s.slot = func() {}
+	m.restoreTools(s, r)
+	m.restoreNetwork(ctx, s, r)
+	if !m.register(s) {
+		discard()
+		return nil, fmt.Errorf("this node is shutting down: %w", errdefs.ErrUnavailable)
+	}
+	m.save(s)
+	failed := func(err error) (*api.Session, error) {
+		m.log.Warn("a session moved here did not resume; it stays on the node it came from", "session_id", r.ID, "err", err)
+		if m.unregister(r.ID, EndFailed, false) != nil {
+			s.mu.Lock()
+			s.closed = true
+			b := s.box
+			s.mu.Unlock()
+			m.records.remove(r.ID)
+			m.discard(context.WithoutCancel(ctx), b, false)
+		}
+		discard()
+		return nil, opaque(fmt.Sprintf("session %s could not be resumed on this node", r.ID), err)
+	}
+	if err := m.resume(ctx, s); err != nil {
+		return failed(err)
+	}
+	if stayPaused {
+		tctx := WithTenant(ctx, r.Tenant)
+		if _, err := m.Pause(tctx, r.ID); err != nil {
+			return failed(err)
+		}
+	}
+	m.metrics.moves.WithLabelValues("in").Inc()
+	m.log.Info("session moved here from another node", "session_id", r.ID, "tenant", r.Tenant, "moves", r.Moves, "paused", stayPaused)
+	v := s.view()
+	return &v, nil
+}
+
+// sessionOf is the session of record r, without its box, slot and network.
+func sessionOf(r record) *Session {
+	s := &Session{id: r.ID, tenant: r.Tenant, language: r.Language,
+		idle: time.Duration(r.IdleTimeoutS * float64(time.Second)), created: r.CreatedAt,
+		lastActive: r.LastActiveAt, execCount: r.ExecutionCount, notice: r.Notice, turn: newTurn(),
+		metadata: r.Metadata, keep: r.Artifacts, moves: r.Moves}
+	if r.ExpiresAt != nil {
+		s.expires = *r.ExpiresAt // the reaper's first round ends it if it passes meanwhile
+	}
+	s.idleAction = r.IdleAction
+	if s.idleAction == "" {
+		s.idleAction = api.IdleActionEnd
+	}
+	return s
+}
