@@ -27,8 +27,8 @@ import (
 	"github.com/cellbox/cellbox/internal/errdefs"
 	"github.com/cellbox/cellbox/internal/errdefs/errhttp"
 	"github.com/cellbox/cellbox/internal/links"
-	"github.com/cellbox/cellbox/internal/move"
 	"github.com/cellbox/cellbox/internal/llm"
+	"github.com/cellbox/cellbox/internal/move"
 	"github.com/cellbox/cellbox/internal/session"
 	"github.com/cellbox/cellbox/internal/tool"
 )

@@ -1,8 +1,8 @@
 package session
 
 import (
-	"context"
 	"cmp"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
