@@ -87,6 +87,13 @@ func (m *Manager) Fork(ctx context.Context, id string, req api.ForkRequest) (*ap
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pauseTimeout)
 	defer cancel()
+	// Its workspace is copied: mounted, or mounted again if a reboot of the host unmounted it.
+	if err := m.store.Remount(ctx, s.id); err != nil {
+		s.wake.Unlock()
+		release()
+		m.log.Warn("a fork failed: the session's workspace", "session_id", s.id, "err", err)
+		return nil, opaque(fmt.Sprintf("session %s could not be forked", s.id), err)
+	}
 	start := time.Now()
 	forks := make([]*Session, n)
 	errs := make([]error, n)

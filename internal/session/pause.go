@@ -319,9 +319,9 @@ func (m *Manager) resume(ctx context.Context, s *Session) error {
 			m.log.Warn("a paused session could not be resumed; it stays paused", "session_id", s.id, "err", err)
 			return opaque(fmt.Sprintf("session %s could not be resumed now: it stays paused; retry later", s.id), err)
 		}
-		m.log.Error("a paused session's checkpoint did not restore; the session ended (its files are kept)", "session_id", s.id, "tenant", s.tenant, "err", err)
+		m.log.Error("a paused session did not restore (its checkpoint or its workspace); the session ended (its files are kept)", "session_id", s.id, "tenant", s.tenant, "err", err)
 		m.end(context.WithoutCancel(ctx), s.id, EndFailed)
-		return fmt.Errorf("session %s could not be resumed: its checkpoint did not restore, so the session ended; its files are kept "+
+		return fmt.Errorf("session %s could not be resumed: its checkpoint or its workspace did not restore, so the session ended; its files are kept "+
 			"(start a new session to use them): %w", s.id, errdefs.ErrNotFound)
 	}
 	s.mu.Lock()
@@ -360,7 +360,7 @@ func (m *Manager) restoreBox(ctx context.Context, b *box, id, ws, dir string) (s
 	if !ok {
 		return nil, nil, fmt.Errorf("this server's backend restores no checkpoints: %w", errdefs.ErrFailedPrecondition)
 	}
-	if err := m.store.Ready(id); err != nil {
+	if err := m.store.Remount(ctx, id); err != nil {
 		return nil, nil, fmt.Errorf("the session's workspace: %w", err)
 	}
 	sb, err := r.Restore(ctx, sandbox.Spec{ID: id, Workspace: ws, Image: b.image, Limits: m.sandboxLimits(b.boxSpec),
@@ -413,11 +413,22 @@ func (m *Manager) dropCheckpoint(id string) {
 }
 
 // restorePaused brings back the paused session of r, as restoreOne does the others: its
-// checkpoint stays on disk until a call resumes it. A session whose workspace is gone ends.
+// checkpoint stays on disk until a call resumes it. A session whose workspace or checkpoint
+// is gone ends. After a reboot of the host its workspace image is mounted again, checked
+// first (workspace.Store.Remount); when that fails the session stays paused, told in the
+// log, and its resume tries once more (an operator may have repaired the image meanwhile),
+// or ends it as a checkpoint that does not restore would.
 func (m *Manager) restorePaused(ctx context.Context, s *Session, r record) string {
 	ws, err := m.store.Dir(r.ID)
 	if err == nil {
 		_, err = os.Stat(m.checkpointDir(r.ID))
+	}
+	if err == nil {
+		if err = m.store.Remount(ctx, r.ID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			m.log.Error("a paused session's workspace could not be mounted again; its resume will try once more, and end the session if it fails",
+				"session_id", r.ID, "tenant", r.Tenant, "err", err)
+			err = nil
+		}
 	}
 	if err != nil {
 		m.dropCheckpoint(r.ID)

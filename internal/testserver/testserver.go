@@ -174,6 +174,11 @@ type Served struct {
 // then SIGKILL; the end of its log is printed when the test failed.
 func Serve(t testing.TB, state string, args ...string) *Served {
 	t.Helper()
+	return serve(t, state, nil, args)
+}
+
+func serve(t testing.TB, state string, attr *syscall.SysProcAttr, args []string) *Served {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -186,7 +191,7 @@ func Serve(t testing.TB, state string, args ...string) *Served {
 		t.Fatal(err)
 	}
 	s.Cmd = exec.Command(testbin.Cellbox(t), append([]string{"serve", "--addr", addr, "--state-dir", state, "--end-sessions-on-exit"}, args...)...)
-	s.Cmd.Stdout, s.Cmd.Stderr = logf, logf
+	s.Cmd.Stdout, s.Cmd.Stderr, s.Cmd.SysProcAttr = logf, logf, attr
 	if err := s.Cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

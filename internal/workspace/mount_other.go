@@ -15,3 +15,7 @@ func unmount(dir string) error { return errors.New("unmount needs Linux") }
 func isMountPoint(path string) (bool, error) { return false, nil }
 
 func mountPoints() ([]string, error) { return nil, nil }
+
+func loopAttached(img string) (bool, error) { return false, nil }
+
+func removeRootDir(path string) {}

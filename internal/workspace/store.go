@@ -51,8 +51,20 @@ type StoreConfig struct {
 //
 // The host never reads a workspace's contents: it only mounts, unmounts and deletes. Deleting
 // goes through the image file, or os.RemoveAll on the host-owned <id>/ (which does not follow
-// symlinks). An image is only ever mounted by the Create that formatted it, so the kernel
-// never parses a file system that untrusted code could have shaped.
+// symlinks).
+//
+// An image is mounted by the Create that formatted it, and again only by Remount, for a
+// session that lives on after a reboot of the host unmounted it (a paused session). Its
+// bytes were written only by the host kernel's ext4 driver, on behalf of the sandbox's file
+// calls: the sandbox never sees the image or a block device. But an image with no journal
+// that a crash or power cut left half written can hold anything, file data where metadata
+// should be, and the kernel's ext4 driver is no parser of hostile input. So Remount first
+// has e2fsck check the whole file system (-f: the superblock's "clean" is only a claim) in
+// preen mode (-p: it fixes, unasked, only what a crash of a healthy file system leaves, such
+// as wrong free counts, and refuses anything else), and mounts only what passed; never an
+// image still attached to a loop device, whose file system may be live in a mount namespace
+// that is not ours. e2fsck runs as root, as it does on every disk at boot: it reads bytes
+// the kernel wrote, through a userspace parser made for damaged file systems.
 //
 // Create, Release, Remove and Sweep are safe to call concurrently.
 type Store struct {
@@ -61,6 +73,7 @@ type Store struct {
 	uid, gid int
 	loop     bool
 	mkfs     string // path of mkfs.ext4; with loop
+	fsck     string // path of e2fsck; with loop
 	mount    string // path of mount(8); with loop
 
 	mu    sync.Mutex
@@ -340,8 +353,7 @@ func (s *Store) createLoop(ctx context.Context, name string, diskMB int) (err er
 	if err = os.Mkdir(dir, 0o700); err != nil {
 		return err
 	}
-	// mount(8) sets up the loop device with autoclear: unmounting frees it.
-	if err = run(ctx, s.mount, "-t", "ext4", "-o", "loop,nosuid,nodev,noinit_itable", img, dir); err != nil {
+	if err = s.mountImage(ctx, img, dir); err != nil {
 		return err
 	}
 	mounted = true
@@ -350,6 +362,12 @@ func (s *Store) createLoop(ctx context.Context, name string, diskMB int) (err er
 		err = nil
 	}
 	return err
+}
+
+// mountImage mounts the ext4 image img on dir. mount(8) sets up the loop device with
+// autoclear: unmounting frees it.
+func (s *Store) mountImage(ctx context.Context, img, dir string) error {
+	return run(ctx, s.mount, "-t", "ext4", "-o", "loop,nosuid,nodev,noinit_itable", img, dir)
 }
 
 // remove deletes everything of id; the caller holds id's lock.
@@ -405,6 +423,9 @@ func (s *Store) probe() error {
 	}
 	var err error
 	if s.mkfs, err = lookTool("mkfs.ext4", "e2fsprogs"); err != nil {
+		return err
+	}
+	if s.fsck, err = lookTool("e2fsck", "e2fsprogs"); err != nil {
 		return err
 	}
 	if s.mount, err = lookTool("mount", "mount"); err != nil {
@@ -484,37 +505,98 @@ func (s *Store) Dir(id string) (string, error) {
 }
 
 // Ready checks that workspace id can be used as it is: it exists, is not released, and
-// with quotas is mounted (an image is never mounted again; see Store).
+// with quotas is mounted.
 func (s *Store) Ready(id string) error {
 	if err := checkID(id); err != nil {
 		return err
 	}
 	defer s.lock(id)()
+	mounted, err := s.state(id)
+	if err == nil && !mounted {
+		err = fmt.Errorf("workspace %s is not mounted: %w", id, errdefs.ErrFailedPrecondition)
+	}
+	return err
+}
+
+// Remount is Ready for a workspace that lives on after a reboot of the host: with quotas,
+// an image that is not mounted is checked and mounted again (see Store). An image that does
+// not pass the check is refused (failed precondition) and left as it is; one still attached
+// to a loop device, or that the kernel would not mount, is refused for now (unavailable).
+func (s *Store) Remount(ctx context.Context, id string) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	defer s.lock(id)()
+	mounted, err := s.state(id)
+	if err != nil || mounted {
+		return err
+	}
+	dir, img := s.path(id), s.path(id)+imgSuffix
+	attached, err := loopAttached(img)
+	switch {
+	case err != nil:
+		return fmt.Errorf("workspace %s: %w: %w", id, err, errdefs.ErrFailedPrecondition)
+	case attached:
+		return fmt.Errorf("workspace %s: its image is still attached to a loop device, so it may be mounted elsewhere: %w",
+			id, errdefs.ErrUnavailable)
+	}
+	start := time.Now()
+	out, err := exec.CommandContext(ctx, s.fsck, "-f", "-p", img).CombinedOutput()
+	var exit *exec.ExitError
+	switch {
+	case ctx.Err() != nil:
+		return fmt.Errorf("check workspace %s: %w", id, ctx.Err())
+	case errors.As(err, &exit) && exit.ExitCode() == 1:
+		// Also when all it did was make a lost+found (removed again below).
+		s.log.Info("e2fsck changed a workspace's file system before it is mounted again", "workspace", id, "e2fsck", tail(out))
+	case err != nil:
+		return fmt.Errorf("workspace %s: its file system did not pass e2fsck, so it is not mounted: %v: %s: %w",
+			id, err, tail(out), errdefs.ErrFailedPrecondition)
+	}
+	if err := s.mountImage(ctx, img, dir); err != nil {
+		return fmt.Errorf("mount workspace %s again: %w: %w", id, err, errdefs.ErrUnavailable)
+	}
+	// e2fsck makes the lost+found that Create removed: it goes again if it is that one
+	// (root's and empty; the sandbox is stopped, so nothing changes it meanwhile).
+	removeRootDir(filepath.Join(dir, "lost+found"))
+	s.log.Info("workspace mounted again after its check", "workspace", id, "took", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// state says whether id exists and is not released (else an error) and, with quotas,
+// whether it is mounted (without, always). The caller holds id's lock.
+func (s *Store) state(id string) (mounted bool, err error) {
 	if !s.exists(id) {
-		return fmt.Errorf("workspace %s: %w", id, errdefs.ErrNotFound)
+		return false, fmt.Errorf("workspace %s: %w", id, errdefs.ErrNotFound)
 	}
 	if _, err := os.Lstat(s.path(id) + markerSuffix); err == nil {
-		return fmt.Errorf("workspace %s was released: %w", id, errdefs.ErrFailedPrecondition)
+		return false, fmt.Errorf("workspace %s was released: %w", id, errdefs.ErrFailedPrecondition)
 	}
-	if s.loop {
-		if mounted, err := isMountPoint(s.path(id)); err != nil || !mounted {
-			return fmt.Errorf("workspace %s is not mounted: %w", id, errdefs.ErrFailedPrecondition)
-		}
+	if !s.loop {
+		return true, nil
 	}
-	return nil
+	if mounted, err = isMountPoint(s.path(id)); err != nil {
+		return false, fmt.Errorf("workspace %s: %w", id, err)
+	}
+	return mounted, nil
 }
 
 // run runs a tool and returns its output in the error when it fails.
 func run(ctx context.Context, name string, args ...string) error {
 	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
 	if err != nil {
-		msg := strings.TrimSpace(string(out))
-		if len(msg) > 500 {
-			msg = msg[:500] + "..."
-		}
-		return fmt.Errorf("%s: %w: %s", filepath.Base(name), err, msg)
+		return fmt.Errorf("%s: %w: %s", filepath.Base(name), err, tail(out))
 	}
 	return nil
+}
+
+// tail is a tool's output for an error or a log: its last 500 bytes, trimmed.
+func tail(out []byte) string {
+	msg := strings.TrimSpace(string(out))
+	if len(msg) > 500 {
+		msg = "..." + msg[len(msg)-500:]
+	}
+	return msg
 }
 
 // lookTool finds a system tool in PATH or the sbin folders a service's PATH may lack.

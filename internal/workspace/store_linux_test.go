@@ -349,6 +349,87 @@ func TestStoreLoopReleaseBusy(t *testing.T) {
 	noLoopDevices(t, s.dir)
 }
 
+// After a reboot of the host (here: unmounted and its loop device gone) Remount checks a
+// workspace's image and mounts it again, its files and owner as they were; a damaged image
+// is refused and stays unmounted.
+func TestStoreLoopRemount(t *testing.T) {
+	needLoop(t)
+	if !inOwnMountNamespace(t) {
+		return
+	}
+	s := loopStore(t, testDir(t))
+	ctx := context.Background()
+	dir, err := s.Create(ctx, "paused", 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeAsOwner(t, dir, "kept.txt", "kept")
+	must(t, s.Remount(ctx, "paused")) // mounted: nothing to do
+	reboot := func() {
+		t.Helper()
+		must(t, unmount(dir))
+		noLoopDevices(t, s.dir)
+	}
+	reboot()
+	if err := s.Ready("paused"); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Fatalf("Ready after the reboot = %v, want failed precondition", err)
+	}
+	must(t, s.Remount(ctx, "paused"))
+	if out, err := asOwner(dir, "cat kept.txt && ls -A && echo more >> kept.txt"); err != nil || string(out) != "keptkept.txt\n" {
+		t.Fatalf("the remounted workspace as its owner: %v: %q", err, out)
+	}
+	var sfs syscall.Statfs_t
+	must(t, syscall.Statfs(dir, &sfs))
+	if sfs.Flags&(syscall.MS_NOSUID|syscall.MS_NODEV) != syscall.MS_NOSUID|syscall.MS_NODEV {
+		t.Errorf("remounted without nosuid,nodev (flags %#x)", sfs.Flags)
+	}
+	must(t, s.Ready("paused"))
+
+	// A damaged superblock: refused, not mounted, the image kept as it is.
+	reboot()
+	img := dir + imgSuffix
+	f, err := os.OpenFile(img, os.O_WRONLY, 0)
+	must(t, err)
+	_, err = f.WriteAt(make([]byte, 1024), 1024) // the primary superblock
+	must(t, errors.Join(err, f.Close()))
+	if err := s.Remount(ctx, "paused"); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Fatalf("Remount of a damaged image = %v, want failed precondition", err)
+	}
+	if m, _ := isMountPoint(dir); m {
+		t.Fatal("a damaged image was mounted")
+	}
+	noLoopDevices(t, s.dir)
+	if _, err := os.Stat(img); err != nil {
+		t.Fatalf("the damaged image: %v", err)
+	}
+	must(t, s.Release(ctx, "paused"))
+	if err := s.Remount(ctx, "paused"); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Errorf("Remount of a released workspace = %v, want failed precondition", err)
+	}
+	must(t, s.Remove(ctx, "paused"))
+	assertEmpty(t, s.dir)
+}
+
+// inOwnMountNamespace runs the test again in a process of its own, in a mount namespace of
+// its own, and reports false when that is done; in that process it reports true. So a copy
+// of its mounts in the namespace of another test's process (a server's kernel template
+// copies the host's) never keeps an unmounted image attached to its loop device.
+func inOwnMountNamespace(t *testing.T) bool {
+	t.Helper()
+	const env = "CELLBOX_TEST_OWN_MOUNTS"
+	if os.Getenv(env) == t.Name() {
+		return true
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^"+t.Name()+"$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), env+"="+t.Name())
+	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS} // and / made private
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--- PASS: "+t.Name()) {
+		t.Fatalf("%s in a mount namespace of its own: %v\n%s", t.Name(), err, out)
+	}
+	return false
+}
+
 // With quota auto, a root machine with loop devices gets quotas.
 func TestStoreAuto(t *testing.T) {
 	needLoop(t)
