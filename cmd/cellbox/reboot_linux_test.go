@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -64,9 +65,20 @@ func testServePauseReboot(t *testing.T, quota string) {
 		}
 	}
 
-	// The reboot: the server stops, its mount namespace and the mounts in it go.
+	// One that runs on until the reboot, which takes its sandbox.
+	running, err := c.CreateSession(ctx, api.CreateSessionRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out(running.ID, "y = 1; open('/mnt/data/running.txt', 'w').write('running')")
+
+	// The reboot: the server stops, its mount namespace and the mounts in it go, and so do
+	// the sandboxes.
 	srv.Cmd.Process.Signal(syscall.SIGTERM)
 	<-srv.Exited
+	if b, err := exec.Command("runc", "--root", filepath.Join(state, "runc", "runtime"), "delete", "-f", running.ID).CombinedOutput(); err != nil {
+		t.Fatalf("runc delete -f %s: %v: %s", running.ID, err, b)
+	}
 	if quota == "loop" {
 		workspaces, err := filepath.EvalSymlinks(filepath.Join(state, "workspaces"))
 		if err != nil {
@@ -100,6 +112,11 @@ func testServePauseReboot(t *testing.T, quota string) {
 	if got := out(ids["kept"], "x += 1; print(x, open('kept.txt').read())"); got != "42 kept" {
 		t.Errorf("resumed after the reboot: %q", got)
 	}
+	// The running one has a new sandbox on its workspace: files kept, variables lost.
+	// (Its first cell is told so first.)
+	if got := out(running.ID, "print(open('running.txt').read(), 'y' in dir())"); !strings.HasSuffix(got, "was replaced: variables are lost, files in /mnt/data are kept]\nrunning False") {
+		t.Errorf("the session that ran at the reboot: %q; want told it was replaced, its file, not its variable", got)
+	}
 	if quota == "loop" {
 		id := ids["damaged"]
 		_, err := c.Execute(ctx, id, api.ExecuteRequest{Code: "print(x)"})
@@ -117,7 +134,9 @@ func testServePauseReboot(t *testing.T, quota string) {
 		}
 	}
 	// Nothing runs on when the server stops.
-	if err := c.DeleteSession(ctx, ids["kept"]); err != nil {
-		t.Error(err)
+	for _, id := range []string{ids["kept"], running.ID} {
+		if err := c.DeleteSession(ctx, id); err != nil {
+			t.Error(err)
+		}
 	}
 }

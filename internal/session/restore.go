@@ -146,7 +146,8 @@ func (m *Manager) restoreOne(ctx context.Context, r record) string {
 			// default: on an image server, a new sandbox never runs on the host's root.
 			spec.image = m.defaultImage
 		}
-		if err = m.store.Ready(r.ID); err == nil {
+		// After a reboot of the host, its workspace image is checked and mounted again.
+		if err = m.store.Remount(ctx, r.ID); err == nil {
 			b, err = m.startBox(ctx, r.ID, spec, ws)
 		}
 	}
