@@ -6,7 +6,8 @@
 #
 # The image is Debian with the sandbox image's packages (internal/image/default.list: a
 # node's sandboxes see its /usr, --rootfs host) and runc, with cellbox and gVisor's runsc,
-# both built static, at /usr/local/bin. Its root filesystem is built by `cellbox image build` as image
+# both built static, at /usr/local/bin, and CRIU (scripts/criu.sh, with the libraries it
+# links and iptables) at /usr/local/sbin, so that sessions can be paused under runc. Its root filesystem is built by `cellbox image build` as image
 # "cellbox-node" in STATE (default /var/lib/cellbox; downloads are shared with the other
 # images there), so a second run with the same packages and binary imports nothing.
 #
@@ -27,7 +28,7 @@ command -v docker >/dev/null || { say "docker not found: apt-get install docker.
 work=$(mktemp -d "${TMPDIR:-/tmp}/cellbox-node-image.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
-mkdir -p "$work/extra/usr/local/bin" "$work/extra/node-etc"
+mkdir -p "$work/extra/usr/local/bin" "$work/extra/usr/local/sbin" "$work/extra/node-etc"
 if [[ -n ${BINARY:-} ]]; then
 	cp "$BINARY" "$work/extra/usr/local/bin/cellbox" # built already (make test's ./bin/cellbox)
 else
@@ -39,18 +40,23 @@ cellbox=$work/extra/usr/local/bin/cellbox
 # gVisor's runsc, at the version tools/runsc pins (Debian's is of 2022).
 runsc=$(scripts/runsc.sh)
 cp "$runsc" "$work/extra/usr/local/bin/runsc"
+# CRIU 4.2, built from Debian's source (Debian 12's fails on current kernels).
+criu=$(scripts/criu.sh)
+cp "$criu" "$work/extra/usr/local/sbin/criu"
 
 # The sandbox image's list, and runc.
 {
 	cat internal/image/default.list
 	printf '\n# the node: the OCI runtime its sandboxes run on (runsc: /usr/local/bin, above)\ndebian runc\n'
+	printf '# what CRIU (/usr/local/sbin) links, and the iptables it locks the network with\n'
+	printf 'debian libbsd0 libgnutls30 libprotobuf-c1 libnl-3-200 libnet1 libuuid1 iptables\n'
 } >"$work/node.list"
 "$cellbox" image build cellbox-node --file "$work/node.list" --state-dir "$state" >&2
 root=$state/images/cellbox-node/$(cat "$state/images/cellbox-node/current")/rootfs
 [[ -x $root/usr/sbin/runc ]] || { say "the built root filesystem has no runc: $root"; exit 1; }
 
 # An image built from this root, this binary and this script is imported once.
-source=$({ cat "$state/images/cellbox-node/current" && sha256sum <"$cellbox" && sha256sum <"$runsc" && sha256sum <"$self"; } | sha256sum | cut -c1-16)
+source=$({ cat "$state/images/cellbox-node/current" && sha256sum <"$cellbox" && sha256sum <"$runsc" && sha256sum <"$criu" && sha256sum <"$self"; } | sha256sum | cut -c1-16)
 if [[ $(docker image inspect --format '{{index .Config.Labels "dev.cellbox.node-source"}}' "$ref" 2>/dev/null) == "$source" ]]; then
 	say "$ref is up to date ($source)"
 	echo "$ref"
@@ -68,7 +74,7 @@ previous=$(docker image inspect --format '{{.Id}}' "$ref" 2>/dev/null || true)
 
 say "importing $ref"
 tar --numeric-owner -cf - -C "$root" --exclude=./etc/passwd --exclude=./etc/group . \
-	-C "$work/extra" --transform 's,^\./node-etc/,./etc/,' ./node-etc/passwd ./node-etc/group ./usr/local/bin/cellbox ./usr/local/bin/runsc |
+	-C "$work/extra" --transform 's,^\./node-etc/,./etc/,' ./node-etc/passwd ./node-etc/group ./usr/local/bin/cellbox ./usr/local/bin/runsc ./usr/local/sbin/criu |
 	docker import \
 		--change 'ENTRYPOINT ["/usr/local/bin/cellbox"]' \
 		--change 'CMD ["serve"]' \

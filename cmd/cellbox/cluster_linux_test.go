@@ -5,6 +5,7 @@ package main
 // server with the service account and RBAC of deploy/kubernetes.
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -36,6 +37,7 @@ import (
 	"github.com/cellbox/cellbox/internal/cluster/clustertest"
 	"github.com/cellbox/cellbox/internal/config"
 	"github.com/cellbox/cellbox/internal/llm/llmtest"
+	"github.com/cellbox/cellbox/internal/move"
 	"github.com/cellbox/cellbox/internal/testbin"
 )
 
@@ -988,6 +990,10 @@ func TestClusterDrain(t *testing.T) {
 		}
 		return nil
 	})
+	// Gone from node-a: it counts them out.
+	if m, err := scrape(ctx, tc.nodes["node-a"].URL, tc.key); err != nil || !strings.Contains(m, `cellbox_session_moves_total{direction="out"} 2`) {
+		t.Errorf("node-a's moves out: %v\n%s", err, grepLines(m, "cellbox_session_moves_total"))
+	}
 	v, err := b.Cluster(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -1039,6 +1045,38 @@ func TestClusterDrain(t *testing.T) {
 			t.Errorf("a move with key %q: %s; want 401", key, res.Status)
 		}
 	}
+	// A move signed with the secret whose checkpoint does not restore is refused, and
+	// leaves nothing on the node: no session, record, checkpoint or workspace.
+	forged := config.NodeTag("node-a") + strings.Repeat("e", 24)
+	var stream bytes.Buffer
+	tw := tar.NewWriter(&stream)
+	for _, f := range []struct{ name, body string }{
+		{"record.json", `{"id":"` + forged + `","tenant":"","paused_at":"2026-01-01T00:00:00Z","moves":1,"checkpoint_bytes":100}`},
+		{"checkpoint/cellbox.json", `{"kind":"criu"}`},
+		{"workspace/planted.txt", "x"},
+	} {
+		tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: f.name, Mode: 0o600, Size: int64(len(f.body))})
+		tw.Write([]byte(f.body))
+	}
+	tw.Close()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPut, tc.nodes["node-b"].URL+move.Path+forged, &stream)
+	req.Header.Set("Authorization", move.Sign(os.Getenv("CELLBOX_CLUSTER_SECRET"), "node-b", move.Path+forged, time.Now(), strings.Repeat("0", 32)))
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	t.Logf("a move whose checkpoint does not restore: %s %s", res.Status, bytes.TrimSpace(body))
+	if res.StatusCode == http.StatusOK || strings.Contains(string(body), tc.states["node-b"]) {
+		t.Errorf("a move whose checkpoint does not restore: %s %s; want refused, no host path", res.Status, body)
+	}
+	for _, p := range []string{"sessions/" + forged + ".json", "checkpoints/" + forged, "workspaces/" + forged, "workspaces/" + forged + ".img"} {
+		if _, err := os.Lstat(filepath.Join(tc.states["node-b"], p)); err == nil {
+			t.Errorf("a refused move left %s", p)
+		}
+	}
+
 	// A restart of node-b keeps them, and says so in its Lease again.
 	tc.nodes["node-b"].Cmd.Process.Signal(syscall.SIGTERM)
 	<-tc.nodes["node-b"].Exited
@@ -1049,6 +1087,19 @@ func TestClusterDrain(t *testing.T) {
 		return err
 	})
 	mustRun(t, a, running, "print(x)", "42\n")
+
+	// Ended where it went, it is not found through either node (nor retried forever).
+	if err := a.DeleteSession(ctx, paused); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"node-a", "node-b"} {
+		testbin.WaitFor(t, 30*time.Second, "the ended moved session not found through "+n, func() error {
+			if _, err := tc.clients[n].GetSession(ctx, paused); !client.IsNotFound(err) {
+				return fmt.Errorf("%v; want not found", err)
+			}
+			return nil
+		})
+	}
 
 	tc.cp.Kubectl(t, "uncordon", "node-a")
 	testbin.WaitFor(t, time.Minute, "node-a serving again", func() error {
@@ -1076,4 +1127,15 @@ func scrape(ctx context.Context, url, key string) (string, error) {
 	defer res.Body.Close()
 	b, err := io.ReadAll(res.Body)
 	return string(b), err
+}
+
+// grepLines is the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

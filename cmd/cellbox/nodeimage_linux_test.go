@@ -143,6 +143,22 @@ print(x)`})
 	healthy("the node container answers after a kill")
 	mustRun(t, c, s.ID, "print(x + 2, open('in.txt').read())", "43 kept\n")
 	t.Logf("docker kill, docker start → the session answers with its variables: %v", time.Since(t0).Round(time.Millisecond))
+
+	// The image's CRIU pauses a pausable session under runc, and the paused session comes
+	// through a restart of the container.
+	p, err := c.CreateSession(ctx, api.CreateSessionRequest{IdleAction: api.IdleActionPause})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustRun(t, c, p.ID, "import pandas as pd\ndf = pd.DataFrame({'a': [1, 2, 3]})", "")
+	if v, err := c.Pause(ctx, p.ID); err != nil || v.State != api.StatePaused {
+		t.Fatalf("pause in the node image: %+v, %v\n%s", v, err, logs())
+	}
+	if out, err := docker("restart", "-t", "45", name); err != nil {
+		t.Fatalf("docker restart: %v\n%s", err, out)
+	}
+	healthy("the node container answers after a restart with a paused session")
+	mustRun(t, c, p.ID, "print(int(df.a.sum()))", "6\n")
 }
 
 // privilegedArgs is docker run's --privileged, or, where this process lacks capabilities

@@ -12,6 +12,7 @@ import (
 
 	"github.com/cellbox/cellbox/internal/auth"
 	"github.com/cellbox/cellbox/internal/config"
+	"github.com/cellbox/cellbox/internal/move"
 	"github.com/cellbox/cellbox/internal/server"
 )
 
@@ -40,11 +41,16 @@ func serveMain(args []string) int {
 		fmt.Fprintln(os.Stderr, "cellbox serve: API keys:", err)
 		return 2
 	}
+	secret := os.Getenv("CELLBOX_CLUSTER_SECRET")
+	if secret != "" && (len(secret) < move.MinSecret || strings.ContainsAny(secret, " \t\r\n")) {
+		fmt.Fprintf(os.Stderr, "cellbox serve: CELLBOX_CLUSTER_SECRET: want at least %d characters and no spaces (e.g. head -c 32 /dev/urandom | base64)\n", move.MinSecret)
+		return 2
+	}
 	log := server.NewLogger(cfg.LogLevel)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	// The cluster's secret likewise: from the environment only (a Kubernetes Secret).
-	s, err := server.Start(ctx, cfg, server.Options{Logger: log, Keys: keys, ClusterSecret: os.Getenv("CELLBOX_CLUSTER_SECRET")})
+	s, err := server.Start(ctx, cfg, server.Options{Logger: log, Keys: keys, ClusterSecret: secret})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "cellbox serve:", err)
 		return 1

@@ -157,6 +157,7 @@ type Cluster struct {
 type claim struct {
 	lease string
 	moves int
+	at    time.Time // of a move this node made (sent)
 }
 
 type placed struct {
@@ -267,7 +268,7 @@ func (c *Cluster) Drain(on bool) {
 // requests for it go there at once, before that node's Lease says so.
 func (c *Cluster) MovedTo(id, node string, moves int) {
 	c.movedMu.Lock()
-	c.sent[id] = claim{lease: leasePrefix + node, moves: moves}
+	c.sent[id] = claim{lease: leasePrefix + node, moves: moves, at: time.Now()}
 	c.movedMu.Unlock()
 }
 
@@ -277,8 +278,17 @@ func (c *Cluster) movedTo(id string) (string, bool) {
 	c.movedMu.Lock()
 	defer c.movedMu.Unlock()
 	best, ok := c.sent[id]
+	if ok && time.Since(best.at) > 3*c.cfg.LeaseDuration {
+		// No Lease claimed it in that time: it ended where it went (or that node is
+		// gone). By its id, then; the node it names answers.
+		delete(c.sent, id)
+		ok = false
+	}
 	for lease, ids := range c.claims {
-		if n, has := ids[id]; has && (!ok || n > best.moves) {
+		n, has := ids[id]
+		// The most moves wins; between two Leases with as many (a move whose answer was
+		// lost), the same one on every node.
+		if has && (!ok || n > best.moves || n == best.moves && lease < best.lease) {
 			best, ok = claim{lease: lease, moves: n}, true
 		}
 	}
@@ -546,6 +556,11 @@ func (c *Cluster) noteClaims(l *coordv1.Lease) {
 	}
 	c.movedMu.Lock()
 	defer c.movedMu.Unlock()
+	for id, n := range in {
+		if s, ok := c.sent[id]; ok && n >= s.moves {
+			delete(c.sent, id) // a Lease says where it is now
+		}
+	}
 	if len(in) == 0 {
 		delete(c.claims, l.Name)
 		return

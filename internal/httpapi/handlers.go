@@ -358,10 +358,8 @@ func (s *server) deleteFile(w http.ResponseWriter, r *http.Request) {
 // moveIn takes a session another node of the cluster moves here (package move): the
 // request carries the cluster's secret, not an API key.
 func (s *server) moveIn(w http.ResponseWriter, r *http.Request) {
-	key, _ := presentedKey(r.Header)
-	if !move.SecretMatches(s.opts.ClusterSecret, key) {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="cellbox"`)
-		s.writeError(w, r, fmt.Errorf("moving a session here needs the cluster's secret: %w", errdefs.ErrUnauthenticated))
+	if !s.moves.Check(r.Header.Get("Authorization"), r.URL.Path, time.Now()) {
+		s.writeError(w, r, fmt.Errorf("moving a session here needs a signature with the cluster's secret, for this node, fresh and not used before: %w", errdefs.ErrUnauthenticated))
 		return
 	}
 	if s.m.MovedInCount() >= cluster.MaxMovedIn {

@@ -97,6 +97,7 @@ type server struct {
 	opts  Options
 	log   *slog.Logger
 	fwd   *http.Transport // to the other nodes of the cluster
+	moves *move.Verifier  // with a cluster's secret: checks the moves sent here
 	links *links.Signer
 }
 
@@ -139,6 +140,7 @@ func New(m *session.Manager, opts Options) http.Handler {
 	mux.HandleFunc("GET /v1/providers", s.providers)
 	mux.HandleFunc("GET /v1/cluster", s.clusterView)
 	if opts.Cluster != nil && opts.ClusterSecret != "" {
+		s.moves = move.NewVerifier(opts.ClusterSecret, opts.Cluster.Name())
 		mux.HandleFunc("PUT "+move.Path+"{id}", s.moveIn)
 	}
 	mux.HandleFunc("POST /v1/conversations", s.conversations(s.createConversation))

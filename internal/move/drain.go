@@ -2,7 +2,10 @@ package move
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -82,50 +85,75 @@ func (d *Drainer) Close() {
 	}
 }
 
+// maxTries is how many times a drain tries to move one session (each a round apart)
+// before it leaves it where it is, said in the log.
+const maxTries = 5
+
 // run moves the sessions, one at a time, until none that can move is left.
 func (d *Drainer) run(ctx context.Context, done chan struct{}) {
 	defer close(done)
 	d.Log.Info("this node's Kubernetes Node is cordoned: moving its sessions to other nodes")
 	warned := map[string]bool{}
+	tries := map[string]int{}
+	sticky := map[string]cluster.Member{} // where a move's answer was lost: it may be there
 	for {
-		ids, stuck := d.M.Movable()
+		all, stuck := d.M.Movable()
 		for _, id := range stuck {
 			if !warned[id] {
 				warned[id] = true
 				d.Log.Warn("a session that cannot be paused stays on this drained node (under runc only sessions created with idle_action \"pause\" can be)", "session_id", id)
 			}
 		}
-		moved := 0
+		var ids []string
+		for _, id := range all {
+			if tries[id] < maxTries {
+				ids = append(ids, id)
+			}
+		}
+		if len(ids) == 0 {
+			d.Log.Info("drain done: no session left that can move", "left", len(all)+len(stuck))
+			return
+		}
 		for _, id := range ids {
 			if ctx.Err() != nil {
 				return
 			}
-			if err := d.moveOne(ctx, id); err != nil {
-				d.Log.Warn("a session could not be moved off this drained node yet; retrying", "session_id", id, "err", err)
+			err := d.moveOne(ctx, id, sticky)
+			if err == nil {
 				continue
 			}
-			moved++
-		}
-		if len(ids) == 0 {
-			d.Log.Info("drain done: no session left that can move", "left", len(stuck))
-			return
-		}
-		if moved < len(ids) {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(retryEvery):
+			if tries[id]++; tries[id] == maxTries {
+				d.Log.Error("a session could not be moved off this drained node; it stays here", "session_id", id, "tries", maxTries, "err", err)
+			} else {
+				d.Log.Warn("a session could not be moved off this drained node yet; retrying", "session_id", id, "err", err)
 			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(retryEvery):
 		}
 	}
 }
 
-// moveOne moves session id to the node with the most room that takes it.
-func (d *Drainer) moveOne(ctx context.Context, id string) error {
+// errLost is a move whose answer did not come (the connection failed, or time ran out):
+// the other node may have the session.
+type errLost struct{ err error }
+
+func (e errLost) Error() string { return "no answer: " + e.err.Error() }
+
+// moveOne moves session id to the node with the most room that takes it; after a move to
+// a node whose answer was lost (sticky), to that node only, which then answers at once
+// if it has it.
+func (d *Drainer) moveOne(ctx context.Context, id string, sticky map[string]cluster.Member) error {
 	var targets []cluster.Member
-	for _, m := range d.C.Place() {
-		if !m.Here {
-			targets = append(targets, m)
+	if m, ok := sticky[id]; ok {
+		targets = []cluster.Member{m}
+	} else {
+		for _, m := range d.C.Place() {
+			if !m.Here {
+				targets = append(targets, m)
+			}
 		}
 	}
 	if len(targets) == 0 {
@@ -139,15 +167,28 @@ func (d *Drainer) moveOne(ctx context.Context, id string) error {
 	for _, m := range targets {
 		err := d.send(ctx, m, o)
 		if err == nil {
+			delete(sticky, id)
 			d.C.MovedTo(id, m.Name, o.Moves)
 			o.Finish(ctx, true, m.Name)
 			d.C.Nudge()
 			return nil
 		}
 		errs = append(errs, fmt.Errorf("%s: %w", m.Name, err))
+		var lost errLost
+		if errors.As(err, &lost) {
+			sticky[id] = m
+			break
+		}
 	}
 	o.Finish(ctx, false, "")
-	return fmt.Errorf("no node took it: %v", errs)
+	return fmt.Errorf("no node took it: %w", errors.Join(errs...))
+}
+
+// nonce is 16 random bytes in hex.
+func nonce() string {
+	b := make([]byte, 16)
+	rand.Read(b)
+	return hex.EncodeToString(b)
 }
 
 // send PUTs o to node m; nil once m has it, resumed there.
@@ -156,7 +197,8 @@ func (d *Drainer) send(ctx context.Context, m cluster.Member, o *session.Outgoin
 	defer cancel()
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(write(pw, o)) }()
-	u := m.URL.JoinPath(Path, o.ID)
+	u := *m.URL
+	u.Path = Path + o.ID // what the signature covers, as the other node reads it
 	if o.WasPaused {
 		u.RawQuery = url.Values{"paused": {"true"}}.Encode()
 	}
@@ -165,13 +207,13 @@ func (d *Drainer) send(ctx context.Context, m cluster.Member, o *session.Outgoin
 		pr.Close()
 		return err
 	}
-	req.Header.Set("Authorization", "Bearer "+d.Secret)
+	req.Header.Set("Authorization", Sign(d.Secret, m.Name, u.Path, time.Now(), nonce()))
 	req.Header.Set("Content-Type", "application/x-tar")
 	req.Header.Set("Cellbox-Forwarded-By", d.C.Name())
 	res, err := d.Client.Do(req)
 	pr.Close()
 	if err != nil {
-		return err
+		return errLost{err}
 	}
 	defer res.Body.Close()
 	if res.StatusCode == http.StatusOK {

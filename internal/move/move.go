@@ -16,8 +16,9 @@ package move
 import (
 	"archive/tar"
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
-	"crypto/subtle"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -25,7 +26,9 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -50,13 +53,82 @@ const (
 // Path is where a node takes a moved session: PUT Path + id.
 const Path = "/v1/cluster/sessions/"
 
-// SecretMatches reports whether got is the cluster's secret, in constant time.
-func SecretMatches(secret, got string) bool {
-	if secret == "" {
+// A move is authorized by a signature, not by the secret itself: the secret would go to
+// whatever address a Lease gives, and a Lease is no proof of a node. The signature covers
+// the method, the path (the session's id), the node it is for (a node signs for the
+// Lease's name, and a node checks with its own), a time and a nonce; a node takes each
+// signature once, within skew of its clock.
+const (
+	authScheme = "Cellbox-Move"
+	skew       = 5 * time.Minute
+	maxNonces  = 100_000
+)
+
+// MinSecret is the shortest cluster secret taken: 32 bytes of base64 are 44 characters.
+const MinSecret = 32
+
+// Sign is the Authorization header of a move: a PUT of path to node, at t, with a nonce
+// of 32 hex digits, signed with the cluster's secret.
+func Sign(secret, node, path string, t time.Time, nonce string) string {
+	ts := strconv.FormatInt(t.Unix(), 10)
+	return authScheme + " " + ts + "." + nonce + "." + mac(secret, node, path, ts, nonce)
+}
+
+func mac(secret, node, path, ts, nonce string) string {
+	h := hmac.New(sha256.New, []byte(secret))
+	io.WriteString(h, "PUT\n"+path+"\n"+node+"\n"+ts+"\n"+nonce)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// Verifier checks the signatures of moves sent to this node.
+type Verifier struct {
+	secret, node string
+	mu           sync.Mutex
+	seen         map[string]time.Time // nonce → its signature's time
+}
+
+// NewVerifier checks moves to node with the cluster's secret.
+func NewVerifier(secret, node string) *Verifier {
+	return &Verifier{secret: secret, node: node, seen: map[string]time.Time{}}
+}
+
+// Check reports whether the header (Authorization) signs a PUT of path to this node, now,
+// for the first time.
+func (v *Verifier) Check(header, path string, now time.Time) bool {
+	rest, ok := strings.CutPrefix(header, authScheme+" ")
+	parts := strings.Split(rest, ".")
+	if !ok || len(parts) != 3 || len(parts[1]) != 32 || v.secret == "" {
 		return false
 	}
-	a, b := sha256.Sum256([]byte(secret)), sha256.Sum256([]byte(got))
-	return subtle.ConstantTimeCompare(a[:], b[:]) == 1
+	unix, err := strconv.ParseInt(parts[0], 10, 64)
+	if err != nil {
+		return false
+	}
+	at := time.Unix(unix, 0)
+	if at.Before(now.Add(-skew)) || at.After(now.Add(skew)) {
+		return false
+	}
+	want := mac(v.secret, v.node, path, parts[0], parts[1])
+	if !hmac.Equal([]byte(want), []byte(parts[2])) {
+		return false
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if _, replayed := v.seen[parts[1]]; replayed {
+		return false
+	}
+	if len(v.seen) >= maxNonces {
+		for n, t := range v.seen {
+			if t.Before(now.Add(-skew)) {
+				delete(v.seen, n)
+			}
+		}
+		if len(v.seen) >= maxNonces {
+			return false
+		}
+	}
+	v.seen[parts[1]] = at
+	return true
 }
 
 // write writes o as the stream: its record, then its checkpoint (files the host wrote),
@@ -82,6 +154,8 @@ func write(w io.Writer, o *session.Outgoing) error {
 // links: symlinks travel as such; else a symlink is an error. Anything but folders,
 // regular files and symlinks (a FIFO, a socket) is left out.
 func writeTree(tw *tar.Writer, dir, prefix string, links bool) error {
+	type inode struct{ dev, ino uint64 }
+	sent := map[inode]string{} // files of more than one link, by the name they went as
 	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -99,8 +173,18 @@ func writeTree(tw *tar.Writer, dir, prefix string, links bool) error {
 			return err
 		}
 		h := &tar.Header{Name: name, Mode: int64(fi.Mode().Perm() | fi.Mode()&fs.ModeSticky), ModTime: fi.ModTime()}
-		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		st, _ := fi.Sys().(*syscall.Stat_t)
+		if st != nil {
 			h.Uid, h.Gid = int(st.Uid), int(st.Gid)
+		}
+		if links && st != nil && st.Nlink > 1 && d.Type().IsRegular() {
+			// A hard link travels as one (a Python environment has many): its file once.
+			key := inode{uint64(st.Dev), st.Ino}
+			if first, ok := sent[key]; ok {
+				h.Typeflag, h.Linkname = tar.TypeLink, first
+				return tw.WriteHeader(h)
+			}
+			sent[key] = name
 		}
 		if fi.Mode()&fs.ModeSticky != 0 {
 			h.Mode = int64(fi.Mode().Perm()) | 0o1000
@@ -188,6 +272,7 @@ func readTrees(tr *tar.Reader, checkpoint, workspace string, maxCheckpoint, maxW
 	}
 	var files []times
 	var cpBytes, wsBytes int64
+	written := map[string]bool{} // the workspace's regular files written from the stream
 	for n := 0; ; n++ {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
@@ -225,6 +310,16 @@ func readTrees(tr *tar.Reader, checkpoint, workspace string, maxCheckpoint, maxW
 			*used += h.Size
 			err = writeEntry(root, name, mode, tr, h.Size)
 			files = append(files, times{name: h.Name, mtime: h.ModTime})
+			if inWorkspace {
+				written[name] = true
+			}
+		case tar.TypeLink:
+			// Only to a file of the workspace this stream wrote: never to anything else.
+			target, ok := strings.CutPrefix(h.Linkname, workspaceDir)
+			if !inWorkspace || !ok || !written[target] {
+				return fmt.Errorf("the stream links %q to %q, not a file it sent: %w", h.Name, h.Linkname, errdefs.ErrInvalidArgument)
+			}
+			err = root.Link(target, name)
 		case tar.TypeSymlink:
 			if !inWorkspace {
 				return fmt.Errorf("the checkpoint holds a symlink: %w", errdefs.ErrInvalidArgument)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/cellbox/cellbox/internal/errdefs"
 	"github.com/cellbox/cellbox/internal/session"
@@ -40,6 +41,9 @@ func TestRoundTrip(t *testing.T) {
 	if err := os.Symlink("data.csv", ws+"/sub/rel"); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.Link(ws+"/data.csv", ws+"/sub/hard"); err != nil {
+		t.Fatal(err)
+	}
 	if err := syscall.Mkfifo(ws+"/fifo", 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -52,6 +56,9 @@ func TestRoundTrip(t *testing.T) {
 	o := &session.Outgoing{ID: "abc", Record: []byte(`{"id":"abc"}`), Checkpoint: cp, Workspace: ws}
 	if err := write(&buf, o); err != nil {
 		t.Fatal(err)
+	}
+	if n := strings.Count(buf.String(), "a,b\n1,2\n"); n != 1 {
+		t.Errorf("a file of two hard links went %d times; want once", n)
 	}
 	if strings.Contains(buf.String(), "host only") {
 		t.Fatal("the stream holds the content of a file a workspace symlink points to")
@@ -93,6 +100,11 @@ func TestRoundTrip(t *testing.T) {
 	if l, err := os.Readlink(dws + "/sub/rel"); err != nil || l != "data.csv" {
 		t.Errorf("sub/rel: %q, %v", l, err)
 	}
+	if a, err := os.Stat(dws + "/data.csv"); err != nil || a.Sys().(*syscall.Stat_t).Nlink != 2 {
+		t.Errorf("data.csv's hard link did not come as one: %v", err)
+	} else if b, err := os.Stat(dws + "/sub/hard"); err != nil || !os.SameFile(a, b) {
+		t.Errorf("sub/hard is not data.csv: %v", err)
+	}
 	if _, err := os.Lstat(dws + "/fifo"); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a FIFO went through: %v", err)
 	}
@@ -129,7 +141,11 @@ func TestReadRefuses(t *testing.T) {
 		{"through a relative link", []entry{link("workspace/out", "../../OUTSIDE"), reg("workspace/out/escaped", "x")}, nil},
 		{"over a link", []entry{link("workspace/f", "OUTSIDE/escaped"), reg("workspace/f", "x")}, nil},
 		{"a link in the checkpoint", []entry{link("checkpoint/x", "/etc")}, errdefs.ErrInvalidArgument},
-		{"a hard link", []entry{{h: tar.Header{Typeflag: tar.TypeLink, Name: "workspace/h", Linkname: "/etc/shadow"}}}, errdefs.ErrInvalidArgument},
+		{"a hard link out", []entry{{h: tar.Header{Typeflag: tar.TypeLink, Name: "workspace/h", Linkname: "/etc/shadow"}}}, errdefs.ErrInvalidArgument},
+		{"a hard link up", []entry{{h: tar.Header{Typeflag: tar.TypeLink, Name: "workspace/h", Linkname: "workspace/../OUTSIDE/x"}}}, errdefs.ErrInvalidArgument},
+		{"a hard link to the checkpoint", []entry{reg("checkpoint/c", "1"), {h: tar.Header{Typeflag: tar.TypeLink, Name: "workspace/h", Linkname: "checkpoint/c"}}}, errdefs.ErrInvalidArgument},
+		{"a hard link through a symlink", []entry{link("workspace/l", "/etc/passwd"), {h: tar.Header{Typeflag: tar.TypeLink, Name: "workspace/h", Linkname: "workspace/l"}}}, errdefs.ErrInvalidArgument},
+		{"a hard link in the checkpoint", []entry{reg("workspace/w", "1"), {h: tar.Header{Typeflag: tar.TypeLink, Name: "checkpoint/h", Linkname: "workspace/w"}}}, errdefs.ErrInvalidArgument},
 		{"a device", []entry{{h: tar.Header{Typeflag: tar.TypeChar, Name: "workspace/null", Devmajor: 1, Devminor: 3}}}, errdefs.ErrInvalidArgument},
 		{"twice", []entry{reg("workspace/a", "1"), reg("workspace/a", "2")}, nil},
 		{"too large", []entry{reg("workspace/big", strings.Repeat("x", 2048))}, errdefs.ErrResourceExhausted},
@@ -169,14 +185,39 @@ func TestReadRefuses(t *testing.T) {
 	}
 }
 
-func TestSecretMatches(t *testing.T) {
+// A move's signature is taken for its path, on the node it was made for, within the
+// clock's skew, once; nothing else is.
+func TestVerifier(t *testing.T) {
+	now := time.Now()
+	path := Path + "0123456789abcdef0123456789abcdef"
+	n := strings.Repeat("a", 32)
+	v := NewVerifier("s3cret-of-the-cluster", "node-b")
+	good := Sign("s3cret-of-the-cluster", "node-b", path, now, n)
 	for _, tc := range []struct {
-		secret, got string
-		want        bool
-	}{{"s3cret", "s3cret", true}, {"s3cret", "s3cre", false}, {"s3cret", "", false}, {"", "", false}} {
-		if SecretMatches(tc.secret, tc.got) != tc.want {
-			t.Errorf("SecretMatches(%q, %q) = %v", tc.secret, tc.got, !tc.want)
+		name, header, path string
+	}{
+		{"another secret", Sign("another", "node-b", path, now, n), path},
+		{"another node", Sign("s3cret-of-the-cluster", "node-c", path, now, n), path},
+		{"another path", good, Path + "ffffffffffffffffffffffffffffffff"},
+		{"too old", Sign("s3cret-of-the-cluster", "node-b", path, now.Add(-10*time.Minute), n), path},
+		{"ahead", Sign("s3cret-of-the-cluster", "node-b", path, now.Add(10*time.Minute), n), path},
+		{"the secret as a bearer", "Bearer s3cret-of-the-cluster", path},
+		{"mangled", strings.Replace(good, ".", "", 1), path},
+		{"short nonce", Sign("s3cret-of-the-cluster", "node-b", path, now, "ab"), path},
+		{"none", "", path},
+	} {
+		if v.Check(tc.header, tc.path, now) {
+			t.Errorf("%s: taken", tc.name)
 		}
+	}
+	if !v.Check(good, path, now) {
+		t.Fatal("a good signature refused")
+	}
+	if v.Check(good, path, now) {
+		t.Error("a signature taken twice")
+	}
+	if NewVerifier("", "node-b").Check(Sign("", "node-b", path, now, n), path, now) {
+		t.Error("taken without a secret")
 	}
 }
 
@@ -188,4 +229,32 @@ func mustWrite(t *testing.T, p, s string, mode os.FileMode) {
 	if err := os.Chmod(p, mode); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// FuzzReadTrees: whatever the stream, nothing is written outside the two folders, and
+// nothing panics.
+func FuzzReadTrees(f *testing.F) {
+	var seed bytes.Buffer
+	tw := tar.NewWriter(&seed)
+	tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: "workspace/d/", Mode: 0o755})
+	tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "workspace/d/f", Mode: 0o644, Size: 2})
+	tw.Write([]byte("hi"))
+	tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: "workspace/l", Linkname: "../.."})
+	tw.WriteHeader(&tar.Header{Typeflag: tar.TypeLink, Name: "workspace/h", Linkname: "workspace/d/f"})
+	tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "checkpoint/x", Mode: 0o600, Size: 1})
+	tw.Write([]byte("x"))
+	tw.Close()
+	f.Add(seed.Bytes())
+	f.Fuzz(func(t *testing.T, data []byte) {
+		dir := t.TempDir()
+		cp, ws := filepath.Join(dir, "in", "cp"), filepath.Join(dir, "in", "ws")
+		os.MkdirAll(cp, 0o700)
+		os.MkdirAll(ws, 0o755)
+		readTrees(tar.NewReader(bytes.NewReader(data)), cp, ws, 1<<16, 1<<16)
+		entries, _ := os.ReadDir(dir)
+		inner, _ := os.ReadDir(filepath.Join(dir, "in"))
+		if len(entries) != 1 || len(inner) != 2 {
+			t.Fatalf("written outside the folders: %v %v", entries, inner)
+		}
+	})
 }

@@ -43,7 +43,7 @@ func (m *Manager) Fork(ctx context.Context, id string, req api.ForkRequest) (*ap
 	if n < 0 || n > api.MaxForks {
 		return nil, fmt.Errorf("count %d: want 1 to %d: %w", req.Count, api.MaxForks, errdefs.ErrInvalidArgument)
 	}
-	s, err := m.lookup(ctx, id)
+	s, err := m.lookupStill(ctx, id)
 	if err != nil {
 		return nil, err
 	}

@@ -39,7 +39,7 @@ func (m *Manager) tooLong(seconds float64) error {
 // its earlier deadline, if any. d must be positive and at most --max-lifetime. The call
 // counts as activity, like any other on the session.
 func (m *Manager) SetLifetime(ctx context.Context, id string, d time.Duration) (*api.Session, error) {
-	s, err := m.lookup(ctx, id)
+	s, err := m.lookupStill(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -81,7 +81,8 @@ func (m *Manager) endExpired(ctx context.Context, now time.Time) (next time.Time
 	for _, s := range all {
 		s.mu.Lock()
 		exp := s.expires
-		expired := !s.closed && !exp.IsZero() && !now.Before(exp)
+		moving := s.moving // it ends where it goes, if it has to
+		expired := !s.closed && !moving && !exp.IsZero() && !now.Before(exp)
 		if expired {
 			// Decided under the lock: a SetLifetime from now on finds the session ended,
 			// rather than succeeding just before it ends.
@@ -94,7 +95,7 @@ func (m *Manager) endExpired(ctx context.Context, now time.Time) (next time.Time
 				m.log.Info("ending a session whose lifetime ran out", "session_id", s.id, "tenant", s.tenant)
 				m.end(ctx, s.id, EndLifetime)
 			})
-		case exp.IsZero():
+		case exp.IsZero(), moving:
 		case next.IsZero() || exp.Before(next):
 			next = exp
 		}

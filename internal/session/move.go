@@ -86,6 +86,11 @@ func (m *Manager) MoveOut(ctx context.Context, id string) (*Outgoing, error) {
 	if err := m.checkPausable(s); err != nil {
 		return nil, err
 	}
+	// Its files go from the mounted workspace: after a reboot that left a paused
+	// session's image unmounted, what would be walked is the empty mount point.
+	if err := m.store.Remount(ctx, id); err != nil {
+		return nil, fmt.Errorf("session %s's workspace: %w", id, err)
+	}
 	rctx, release, err := m.adm.admit(ctx, s.tenant, kindPause, s.turn)
 	if err != nil {
 		return nil, err
@@ -129,7 +134,8 @@ func (o *Outgoing) Finish(ctx context.Context, moved bool, to string) {
 		s.mu.Unlock()
 		return
 	}
-	if m.unregister(o.ID, EndMoved, false) == nil {
+	// Detached: what the front doors keep beside it (conversations, files) is kept here.
+	if m.unregister(o.ID, EndMoved, true) == nil {
 		return
 	}
 	s.saveMu.Lock()
@@ -169,10 +175,21 @@ func (m *Manager) MoveIn(ctx context.Context, id string, rec []byte, stayPaused 
 		return nil, errCannotPause
 	}
 	m.mu.Lock()
-	_, exists := m.sessions[r.ID]
+	have, exists := m.sessions[r.ID]
 	m.mu.Unlock()
 	if exists {
+		// The same move again (its answer was lost on the way): it is here, done.
+		have.mu.Lock()
+		same := have.tenant == r.Tenant && have.moves == r.Moves && !have.closed
+		have.mu.Unlock()
+		if same {
+			v := have.view()
+			return &v, nil
+		}
 		return nil, fmt.Errorf("session %s is here already: %w", r.ID, errdefs.ErrFailedPrecondition)
+	}
+	if _, err := m.limits(&r.Limits); err != nil {
+		return nil, fmt.Errorf("the moved session's limits: %w", err)
 	}
 	// The checkpoint's disk counts against this node's paused quota, as a pause here would.
 	if m.pausedBytes()+r.CheckpointBytes > m.cfg.PausedQuotaMB<<20 {
@@ -214,10 +231,13 @@ func (m *Manager) MoveIn(ctx context.Context, id string, rec []byte, stayPaused 
 	m.restoreTools(s, r)
 	m.restoreNetwork(ctx, s, r)
 	if !m.register(s) {
+		m.net.gw.End(r.ID)
 		discard()
 		return nil, fmt.Errorf("this node is shutting down: %w", errdefs.ErrUnavailable)
 	}
-	m.save(s)
+	// Its record is written once it runs here: a crash before leaves no session here (the
+	// sweep at start removes its checkpoint, the workspace is released), and the node it
+	// came from still has it.
 	failed := func(err error) (*api.Session, error) {
 		m.log.Warn("a session moved here did not resume; it stays on the node it came from", "session_id", r.ID, "err", err)
 		if m.unregister(r.ID, EndFailed, false) != nil {
@@ -229,9 +249,13 @@ func (m *Manager) MoveIn(ctx context.Context, id string, rec []byte, stayPaused 
 			m.discard(context.WithoutCancel(ctx), b, false)
 		}
 		discard()
-		return nil, opaque(fmt.Sprintf("session %s could not be resumed on this node", r.ID), err)
+		// Whatever went wrong here (its details are in this node's log), the other node keeps it.
+		return nil, fmt.Errorf("session %s could not be resumed on this node, which keeps nothing of it: %w", r.ID, errdefs.ErrFailedPrecondition)
 	}
 	if err := m.resume(ctx, s); err != nil {
+		return failed(err)
+	}
+	if err := ctx.Err(); err != nil { // the other node gave up: it keeps the session
 		return failed(err)
 	}
 	if stayPaused {
@@ -240,6 +264,7 @@ func (m *Manager) MoveIn(ctx context.Context, id string, rec []byte, stayPaused 
 			return failed(err)
 		}
 	}
+	m.save(s)
 	m.metrics.moves.WithLabelValues("in").Inc()
 	m.log.Info("session moved here from another node", "session_id", r.ID, "tenant", r.Tenant, "moves", r.Moves, "paused", stayPaused)
 	v := s.view()

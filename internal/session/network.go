@@ -266,7 +266,7 @@ func (m *Manager) serveEgress(g *guestproto.Client, id string) {
 // SetNetwork replaces session id's egress policy: open connections the new one refuses
 // are closed.
 func (m *Manager) SetNetwork(ctx context.Context, id string, req api.Network) (*api.Session, error) {
-	s, err := m.lookup(ctx, id)
+	s, err := m.lookupStill(ctx, id)
 	if err != nil {
 		return nil, err
 	}

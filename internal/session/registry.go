@@ -237,15 +237,8 @@ func (m *Manager) List(ctx context.Context) []api.Session {
 // Delete ends a session: everything in its sandbox is killed; its workspace is kept for
 // the retention period.
 func (m *Manager) Delete(ctx context.Context, id string) error {
-	s, err := m.lookup(ctx, id)
-	if err != nil {
+	if _, err := m.lookup(ctx, id); err != nil {
 		return err
-	}
-	s.mu.Lock()
-	moving := s.moving
-	s.mu.Unlock()
-	if moving {
-		return errMoving(id)
 	}
 	return m.end(ctx, id, EndDeleted)
 }
@@ -253,7 +246,23 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 // end is Delete for the manager itself (idle sessions, deadlines, Shutdown, a sandbox that
 // could not be replaced): any tenant's session, ended for the reason why.
 func (m *Manager) end(ctx context.Context, id string, why EndReason) error {
-	s := m.unregister(id, why, false)
+	// A session on its way to another node is not ended (it would be ended here while it
+	// lives on there): decided under its lock, in one step with closing it.
+	m.mu.Lock()
+	s, ok := m.sessions[id]
+	m.mu.Unlock()
+	if ok {
+		s.mu.Lock()
+		moving := s.moving
+		if !moving {
+			s.closed = true
+		}
+		s.mu.Unlock()
+		if moving {
+			return errMoving(id)
+		}
+	}
+	s = m.unregister(id, why, false)
 	if s == nil {
 		return notFound(id)
 	}
@@ -305,6 +314,22 @@ func (m *Manager) Owners(each func(id, tenant string) bool) {
 			return
 		}
 	}
+}
+
+// lookupStill is lookup for a call that changes the session: one on its way to another
+// node is refused (the change would not go with it).
+func (m *Manager) lookupStill(ctx context.Context, id string) (*Session, error) {
+	s, err := m.lookup(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	moving := s.moving
+	s.mu.Unlock()
+	if moving {
+		return nil, errMoving(id)
+	}
+	return s, nil
 }
 
 // Has reports whether session id (any tenant's) is here; it tells the caller nothing else.
