@@ -118,8 +118,11 @@ func (b *Backend) checkpointKind() (kind, missing string) {
 }
 
 // Checkpoint writes the sandbox into dir (see sandbox.Checkpointer). The guest must have
-// been readied (it no longer listens). On failure the guest is told to listen again.
-func (s *Sandbox) Checkpoint(ctx context.Context, dir string, leaveRunning bool) error {
+// been readied (it no longer listens). A sandbox to keep is frozen first (the runtime's
+// pause: the cgroup freezer under runc, the sentry's own under gVisor), and the runtime
+// leaves a frozen sandbox frozen after its checkpoint. On failure it runs on: thawed, its
+// guest told to listen again.
+func (s *Sandbox) Checkpoint(ctx context.Context, dir string, keep bool) error {
 	kind, missing := s.b.checkpointKind()
 	if kind == "" {
 		return fmt.Errorf("checkpoint sandbox %s: %s: %w", s.id, missing, errors.ErrUnsupported)
@@ -152,27 +155,40 @@ func (s *Sandbox) Checkpoint(ctx context.Context, dir string, leaveRunning bool)
 		// CRIU's log goes with the images: it is what explains a failed restore too.
 		args = append(args, "--work-path", images, "--tcp-established", "--file-locks")
 	}
-	if leaveRunning {
+	// runs on: what makes the sandbox go on after a failure.
+	runsOn := s.Abandon
+	if keep {
+		if _, err := s.b.command(ctx, "pause", s.id); err != nil {
+			return errors.Join(fmt.Errorf("checkpoint sandbox %s: freeze it: %w", s.id, err), s.Abandon(ctx))
+		}
+		runsOn = s.Thaw
 		args = append(args, "--leave-running")
 	}
 	if _, err := s.b.commandFor(ctx, checkpointTimeout, append(args, s.id)...); err != nil {
 		err = fmt.Errorf("checkpoint sandbox %s: %w%s", s.id, err, criuLogTail(kind, filepath.Join(images, "dump.log")))
-		// The sandbox runs on: a new connection to its guest, told to listen again.
-		return errors.Join(err, s.Abandon(ctx))
+		return errors.Join(err, runsOn(ctx))
 	}
 	// The guest's log is open in the sandbox: a restore needs the file where it was, as it
 	// was when the processes were dumped (read now, before the guest may write more). The
 	// sandbox's root could have put anything there: read as readRunFile reads, and no more
 	// than the guest ever writes (it caps its log).
-	logErr := keepGuestLog(filepath.Join(s.bundle, runDir), filepath.Join(dir, sandbox.GuestLog))
-	if !leaveRunning {
-		if err := s.Stop(ctx); err != nil {
-			return err
+	if err := keepGuestLog(filepath.Join(s.bundle, runDir), filepath.Join(dir, sandbox.GuestLog)); err != nil {
+		err = fmt.Errorf("checkpoint sandbox %s: keep the guest's log: %v: %w", s.id, err, errdefs.ErrFailedPrecondition)
+		if keep {
+			return errors.Join(err, runsOn(ctx))
 		}
-		if logErr != nil {
-			return fmt.Errorf("checkpoint sandbox %s: keep the guest's log: %v: %w", s.id, logErr, errdefs.ErrFailedPrecondition)
-		}
-		return nil
+		return errors.Join(err, s.Stop(ctx))
+	}
+	if !keep {
+		return s.Stop(ctx)
+	}
+	return nil
+}
+
+// Thaw lets a sandbox that Checkpoint kept go on (see sandbox.Checkpointer).
+func (s *Sandbox) Thaw(ctx context.Context) error {
+	if _, err := s.b.command(ctx, "resume", s.id); err != nil {
+		return fmt.Errorf("thaw sandbox %s: %w", s.id, err)
 	}
 	return s.Abandon(ctx)
 }

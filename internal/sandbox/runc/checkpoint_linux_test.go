@@ -2,6 +2,7 @@ package runc
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -76,8 +77,8 @@ func dialGuest(t *testing.T, sb sandbox.Sandbox, configure bool) *guestproto.Cli
 }
 
 // checkpoint readies c's guest and checkpoints sb into a new folder, which it returns;
-// leave: the sandbox runs on.
-func checkpoint(t *testing.T, sb *Sandbox, c *guestproto.Client, leave bool) string {
+// keep: the sandbox is kept, frozen.
+func checkpoint(t *testing.T, sb *Sandbox, c *guestproto.Client, keep bool) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -85,7 +86,7 @@ func checkpoint(t *testing.T, sb *Sandbox, c *guestproto.Client, leave bool) str
 		t.Fatal(err)
 	}
 	dir := filepath.Join(t.TempDir(), "cp")
-	if err := sb.Checkpoint(ctx, dir, leave); err != nil {
+	if err := sb.Checkpoint(ctx, dir, keep); err != nil {
 		t.Fatal(err)
 	}
 	return dir
@@ -231,19 +232,61 @@ func testRestoreSideBySide(t *testing.T, runtime string) {
 	}
 }
 
-func TestCheckpointLeaveRunningRunc(t *testing.T)  { testCheckpointLeaveRunning(t, "runc") }
-func TestCheckpointLeaveRunningRunsc(t *testing.T) { testCheckpointLeaveRunning(t, "runsc") }
+func TestCheckpointKeepRunc(t *testing.T)  { testCheckpointKeep(t, "runc") }
+func TestCheckpointKeepRunsc(t *testing.T) { testCheckpointKeep(t, "runsc") }
 
-// A checkpoint that leaves the sandbox running: the guest listens again, the kernel kept.
-func testCheckpointLeaveRunning(t *testing.T, runtime string) {
+// A checkpoint that keeps the sandbox: it stays frozen until Thaw, and then goes on, its
+// kernel and threads as they were; the checkpoint restores beside it.
+func testCheckpointKeep(t *testing.T, runtime string) {
 	b := checkpointBackend(t, runtime)
 	sb, c := checkpointableGuest(t, b, sandboxtest.Workspace(t))
-	runCode(t, c, "x = 1")
-	checkpoint(t, sb, c, true)
-	c2 := dialGuest(t, sb, false)
-	if got := runCode(t, c2, "print(x + 1)"); strings.TrimSpace(got) != "2" {
-		t.Fatalf("after a checkpoint that left it running: %q", got)
+	runCode(t, c, `
+import threading, time
+x = 1
+ticks = [0]
+def tick():
+    while True:
+        ticks[0] += 1
+        time.sleep(0.01)
+threading.Thread(target=tick, daemon=True).start()
+`)
+	dir := checkpoint(t, sb, c, true)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if st := state(t, b, sb.id); st != "paused" {
+		t.Errorf("a kept sandbox after its checkpoint is %s, want paused (frozen)", st)
 	}
+	if err := sb.Thaw(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c2 := dialGuest(t, sb, false)
+	if got := runCode(t, c2, "n = ticks[0]; time.sleep(0.2); print(x + 1, ticks[0] > n)"); strings.TrimSpace(got) != "2 True" {
+		t.Fatalf("after a checkpoint that kept it, thawed: %q", got)
+	}
+	rs, err := b.Restore(ctx, sandbox.Spec{ID: sandboxtest.ID(), Workspace: sandboxtest.Workspace(t), Limits: sandbox.Limits{MemoryMB: 512, Pids: 128}}, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rs.Stop(context.Background()) })
+	if got := runCode(t, dialGuest(t, rs, false), "print(x)"); strings.TrimSpace(got) != "1" {
+		t.Errorf("the kept sandbox's checkpoint restored: %q", got)
+	}
+}
+
+// state is the runtime's status of container id.
+func state(t *testing.T, b *Backend, id string) string {
+	t.Helper()
+	out, err := b.command(context.Background(), "state", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st struct {
+		Status string `json:"status"`
+	}
+	if err := json.Unmarshal(out, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Status
 }
 
 func TestRestoreDamagedRunc(t *testing.T)  { testRestoreDamaged(t, "runc") }
