@@ -215,6 +215,20 @@ p = subprocess.Popen(['sleep', '1000'])
 			t.Error(err)
 		}
 	}
+	// A paused session is forked from its checkpoint, and stays paused.
+	if _, err := c.Pause(ctx, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	if forked, err = c.Fork(ctx, a.ID, api.ForkRequest{Count: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if got := out(c, forked.Sessions[0].ID, "print(base, open('shared.txt').read())"); got != "from-a a" {
+		t.Errorf("the fork of a paused session sees %q", got)
+	}
+	paused(c, a.ID)
+	if err := c.DeleteSession(ctx, forked.Sessions[0].ID); err != nil {
+		t.Error(err)
+	}
 
 	// A paused session outlives the server, by SIGTERM and by kill -9.
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {

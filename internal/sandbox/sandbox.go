@@ -54,13 +54,17 @@ type Spec struct {
 // Restorer later, on this server process or another on the same state folder.
 type Checkpointer interface {
 	// Checkpoint writes the sandbox (its processes, their memory, the guest) into dir, an
-	// empty folder the caller owns, and then stops it as Stop does, or, with leaveRunning,
-	// lets it go on. The guest must have been readied first (guestproto's Checkpoint):
-	// the connection is closed then, and Conn is of no use after Checkpoint. A sandbox
-	// left running listens again: the caller attaches to it with the backend's Attach.
-	// errors.ErrUnsupported: this sandbox cannot be checkpointed (see Spec.Checkpointable).
-	// After any other error the sandbox runs on, and Conn is a new connection to its guest.
-	Checkpoint(ctx context.Context, dir string, leaveRunning bool) error
+	// empty folder the caller owns, and then stops it as Stop does, or, with keep, keeps
+	// it frozen: nothing in it runs, from before the checkpoint until Thaw (meanwhile the
+	// caller may copy its workspace as the checkpoint saw it). The guest must have been
+	// readied first (guestproto's Checkpoint): the connection is closed then, and Conn is
+	// of no use after Checkpoint. errors.ErrUnsupported: this sandbox cannot be
+	// checkpointed (see Spec.Checkpointable). After any other error the sandbox runs on
+	// (not frozen), and Conn is a new connection to its guest.
+	Checkpoint(ctx context.Context, dir string, keep bool) error
+	// Thaw lets a sandbox that Checkpoint kept go on: its guest listens again, and Conn is
+	// a new connection to it.
+	Thaw(ctx context.Context) error
 	// Abandon tells a guest that was readied for a checkpoint that none comes: it listens
 	// again, and Conn is a new connection to it.
 	Abandon(ctx context.Context) error

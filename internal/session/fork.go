@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
 	"os/exec"
 	"slices"
 	"sync"
@@ -17,12 +18,13 @@ import (
 
 // Fork: N new sessions from one, each with a copy of its variables (the kernel's memory,
 // from one checkpoint) and of its workspace, in a sandbox of its own with the same limits,
-// image, policy and tools, of the same tenant. The session is paused for it (if it is not
-// already), so that nothing writes its workspace while it is copied, and resumed after if
-// it was running. Each fork's kernel then reseeds its random generators: forks never draw
-// the same numbers.
+// image, policy and tools, of the same tenant. A paused session is forked from its
+// checkpoint; a running one is checkpointed for it and kept frozen while its workspace is
+// copied (nothing writes it meanwhile), then goes on while the forks are restored: it is
+// never stopped and restored itself. Each fork's kernel then reseeds its random
+// generators: forks never draw the same numbers.
 
-// forksAtOnce bounds the forks restored at once.
+// forksAtOnce bounds the workspaces made, and the sandboxes restored, at once.
 const forksAtOnce = 2
 
 // reseed is what a forked kernel runs first, quietly: new seeds for the random module's
@@ -71,19 +73,11 @@ func (m *Manager) Fork(ctx context.Context, id string, req api.ForkRequest) (*ap
 		return nil, err
 	}
 	defer done()
-	// The wake lock is held until the forks are made: the session stays paused, its
+	// The wake lock is held until the forks are made: a paused session stays so, its
 	// checkpoint and workspace as they are.
 	if err := lockWithin(rctx, &s.wake); err != nil {
 		release()
 		return nil, fmt.Errorf("fork: session %s: files are being read or written: %w", s.id, errdefs.ErrFailedPrecondition)
-	}
-	s.mu.Lock()
-	wasPaused := !s.pausedAt.IsZero()
-	s.mu.Unlock()
-	if err := m.pauseLocked(ctx, s); err != nil {
-		s.wake.Unlock()
-		release()
-		return nil, fmt.Errorf("fork: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pauseTimeout)
 	defer cancel()
@@ -95,7 +89,61 @@ func (m *Manager) Fork(ctx context.Context, id string, req api.ForkRequest) (*ap
 		return nil, opaque(fmt.Sprintf("session %s could not be forked", s.id), err)
 	}
 	start := time.Now()
-	forks := make([]*Session, n)
+	dir, thaw, err := m.forkPoint(ctx, s)
+	if err != nil {
+		s.wake.Unlock()
+		release()
+		return nil, fmt.Errorf("fork: %w", err)
+	}
+	forks := make([]fork, n)
+	for i := range forks {
+		forks[i].id = m.newSessionID()
+	}
+	// First every fork's workspace, while the source's sandbox is frozen or stopped; then
+	// the source goes on, and the forks' sandboxes are restored.
+	err = forEach(n, func(i int) error { return m.forkWorkspace(ctx, s, forks[i].id) })
+	if thaw != nil {
+		thaw()
+	}
+	if err == nil {
+		err = forEach(n, func(i int) (err error) {
+			forks[i].s, err = m.forkOne(ctx, s, forks[i].id, dir, slots[i])
+			return err
+		})
+	}
+	if thaw != nil {
+		os.RemoveAll(dir)
+	}
+	s.wake.Unlock()
+	if err != nil {
+		for i, f := range forks {
+			if f.s != nil {
+				// Not kept for --retention: nobody saw it.
+				m.end(ctx, f.id, EndFailed)
+			} else {
+				slots[i]()
+			}
+			m.store.Remove(ctx, f.id)
+		}
+		m.log.Warn("a fork failed", "session_id", s.id, "err", err)
+		return nil, opaque(fmt.Sprintf("session %s could not be forked", s.id), err)
+	}
+	out := &api.ForkResult{Sessions: make([]api.Session, n)}
+	for i, f := range forks {
+		out.Sessions[i] = f.s.view()
+	}
+	m.log.Info("session forked", "session_id", s.id, "tenant", s.tenant, "count", n, "took", time.Since(start).Round(time.Millisecond))
+	return out, nil
+}
+
+// fork is one fork in the making: its id, and its session once made.
+type fork struct {
+	id string
+	s  *Session
+}
+
+// forEach runs f(0) to f(n-1), forksAtOnce at a time, and returns their errors.
+func forEach(n int, f func(i int) error) error {
 	errs := make([]error, n)
 	sem := make(chan struct{}, forksAtOnce)
 	var wg sync.WaitGroup
@@ -105,77 +153,83 @@ func (m *Manager) Fork(ctx context.Context, id string, req api.ForkRequest) (*ap
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			forks[i], errs[i] = m.forkOne(ctx, s, slots[i])
+			errs[i] = f(i)
 		}()
 	}
 	wg.Wait()
-	s.wake.Unlock()
-	if !wasPaused {
-		if err := m.resume(ctx, s); err != nil {
-			m.log.Warn("a forked session could not be resumed; it stays paused", "session_id", s.id, "err", err)
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		for i, f := range forks {
-			if f != nil {
-				// Not kept for --retention: nobody saw it.
-				m.end(ctx, f.id, EndFailed)
-				m.store.Remove(ctx, f.id)
-			} else if errs[i] != nil {
-				slots[i]()
-			}
-		}
-		m.log.Warn("a fork failed", "session_id", s.id, "err", err)
-		return nil, opaque(fmt.Sprintf("session %s could not be forked", s.id), err)
-	}
-	out := &api.ForkResult{Sessions: make([]api.Session, n)}
-	for i, f := range forks {
-		out.Sessions[i] = f.view()
-	}
-	m.log.Info("session forked", "session_id", s.id, "tenant", s.tenant, "count", n, "took", time.Since(start).Round(time.Millisecond))
-	return out, nil
+	return errors.Join(errs...)
 }
 
-// forkOne makes one fork of paused session s, with the slot taken for it: a workspace
-// copied from s's, a sandbox restored from s's checkpoint, registered as a new session.
-func (m *Manager) forkOne(ctx context.Context, s *Session, slot func()) (_ *Session, err error) {
+// forkPoint returns the checkpoint that session s is forked from, its turn and wake lock
+// held: a paused session's own; else one made for the forks, of its sandbox kept frozen
+// until thaw, which lets it go on (nil for a paused session). The caller removes a
+// checkpoint made for the forks.
+func (m *Manager) forkPoint(ctx context.Context, s *Session) (dir string, thaw func(), _ error) {
+	s.mu.Lock()
+	b, closed, paused := s.box, s.closed, !s.pausedAt.IsZero()
+	s.mu.Unlock()
+	switch {
+	case closed:
+		return "", nil, notFound(s.id)
+	case paused:
+		return m.checkpointDir(s.id), nil, nil
+	}
+	// Not the session's own checkpoint folder: a paused session's, counted by the sweep.
+	dir = m.checkpointDir(s.id) + ".fork"
+	thaw, err := m.checkpoint(ctx, s, b, dir, true)
+	if err != nil {
+		return "", nil, err
+	}
+	return dir, thaw, nil
+}
+
+// forkWorkspace makes fork id's workspace, a copy of paused or frozen session s's.
+func (m *Manager) forkWorkspace(ctx context.Context, s *Session, id string) error {
+	s.mu.Lock()
+	src, diskMB := s.box.ws, s.box.limits.DiskMB
+	s.mu.Unlock()
+	ws, err := m.store.Create(ctx, id, diskMB)
+	if err != nil {
+		return fmt.Errorf("create a workspace: %w", err)
+	}
+	// Nothing writes the source meanwhile: its sandbox is checkpointed and stopped or
+	// frozen. Links are copied as links (-a: never followed), owners and modes kept.
+	if out, err := exec.CommandContext(ctx, "cp", "-a", "--reflink=auto", "--", src+"/.", ws+"/").CombinedOutput(); err != nil {
+		return fmt.Errorf("copy the workspace: %v: %.300s: %w", err, out, errdefs.ErrUnavailable)
+	}
+	return nil
+}
+
+// forkOne makes fork id of session s, with its workspace made and the slot taken for it:
+// a sandbox restored from the checkpoint in dir, registered as a new session. On failure
+// the caller removes the workspace.
+func (m *Manager) forkOne(ctx context.Context, s *Session, id, dir string, slot func()) (_ *Session, err error) {
 	s.mu.Lock()
 	src := s.box
 	spec := src.boxSpec
 	now := time.Now()
-	f := &Session{tenant: s.tenant, language: s.language, idle: s.idle, idleAction: s.idleAction, created: now,
+	f := &Session{id: id, tenant: s.tenant, language: s.language, idle: s.idle, idleAction: s.idleAction, created: now,
 		lastActive: now, turn: newTurn(), slot: slot, metadata: maps.Clone(s.metadata), keep: slices.Clone(s.keep),
 		network: s.network, policy: s.policy, ca: s.ca, tools: slices.Clone(s.tools), execCount: s.execCount,
 		expires: s.expires}
+	trusted := src.trusted.Load()
 	s.mu.Unlock()
-	id := m.newSessionID()
-	f.id = id
-	ws, err := m.store.Create(ctx, id, spec.limits.DiskMB)
+	ws, err := m.store.Dir(id)
 	if err != nil {
-		return nil, fmt.Errorf("create a workspace: %w", err)
+		return nil, fmt.Errorf("the fork's workspace: %w", err)
 	}
-	var b *box // once restored
-	defer func() {
-		if err != nil {
-			if b != nil {
-				m.discard(ctx, b, false) // its sandbox, and the workspace
-			} else {
-				m.store.Remove(context.WithoutCancel(ctx), id)
-			}
-		}
-	}()
-	// Nothing writes the source meanwhile: its sandbox is checkpointed and stopped. Links
-	// are copied as links (-a: never followed), owners and modes kept.
-	if out, err := exec.CommandContext(ctx, "cp", "-a", "--reflink=auto", "--", src.ws+"/.", ws+"/").CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("copy the workspace: %v: %.300s: %w", err, out, errdefs.ErrUnavailable)
-	}
-	sb, g, err := m.restoreBox(ctx, src, id, ws, m.checkpointDir(s.id))
+	sb, g, err := m.restoreBox(ctx, src, id, ws, dir)
 	if err != nil {
 		return nil, err
 	}
-	b = &box{boxSpec: spec, id: id, ws: ws, sb: sb, guest: g}
-	b.trusted.Store(src.trusted.Load())
+	b := &box{boxSpec: spec, id: id, ws: ws, sb: sb, guest: g}
+	b.trusted.Store(trusted)
 	f.box = b
+	defer func() {
+		if err != nil {
+			m.discard(ctx, b, false) // its sandbox, and the workspace
+		}
+	}()
 	if err := m.trust(ctx, b, g, f.ca); err != nil { // one given while the source was paused
 		return nil, err
 	}

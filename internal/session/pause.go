@@ -124,56 +124,14 @@ func (m *Manager) pauseLocked(ctx context.Context, s *Session) error {
 	case paused:
 		return nil
 	}
-	// Again, with the turn and the wake lock held: a spawned program may have started since
-	// the caller's first look, and would be frozen mid-way.
-	if err := m.checkPausable(s); err != nil {
-		return err
-	}
-	cp, ok := b.sb.(sandbox.Checkpointer)
-	if !ok {
-		return fmt.Errorf("this server's sandboxes cannot be paused: %w", errdefs.ErrFailedPrecondition)
-	}
-	if m.pausedBytes() >= m.cfg.PausedQuotaMB<<20 {
-		m.metrics.pauses.WithLabelValues("refused").Inc()
-		return fmt.Errorf("the disk this server keeps for paused sessions is full: end or resume a paused session first, or retry later: %w",
-			errdefs.ErrResourceExhausted)
-	}
 	// A pause, once begun, goes to its end: a caller going away must not leave the guest
 	// unlistening or a checkpoint half written.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pauseTimeout)
 	defer cancel()
 	start := time.Now()
-	m.drainUploads(ctx, s.id)
 	dir := m.checkpointDir(s.id)
-	if err := os.RemoveAll(dir); err != nil {
-		return fmt.Errorf("pause session %s: %w", s.id, err)
-	}
-	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
-		return fmt.Errorf("pause session %s: %w", s.id, err)
-	}
-	failed := func(err error, abandon bool) error {
-		os.RemoveAll(dir)
-		m.metrics.pauses.WithLabelValues("failed").Inc()
-		m.log.Warn("pause failed; the session runs on", "session_id", s.id, "err", err)
-		var rerr error
-		if abandon {
-			rerr = cp.Abandon(ctx)
-		}
-		if rerr == nil {
-			rerr = m.redial(ctx, s, b)
-		}
-		if rerr != nil {
-			// Neither paused nor reachable: the next call replaces the sandbox.
-			m.log.Error("after a failed pause the session's guest cannot be reached", "session_id", s.id, "err", rerr)
-		}
-		return opaque(fmt.Sprintf("session %s could not be paused: it runs on", s.id), err)
-	}
-	if err := b.guest.Checkpoint(ctx); err != nil {
-		return failed(err, true)
-	}
-	b.guest.Close()
-	if err := cp.Checkpoint(ctx, dir, false); err != nil {
-		return failed(err, false)
+	if _, err := m.checkpoint(ctx, s, b, dir, false); err != nil {
+		return err
 	}
 	size := dirSize(dir)
 	s.mu.Lock()
@@ -193,6 +151,70 @@ func (m *Manager) pauseLocked(ctx context.Context, s *Session) error {
 	m.metrics.pauseSeconds.Observe(time.Since(start).Seconds())
 	m.log.Info("session paused", "session_id", s.id, "tenant", s.tenant, "checkpoint_mb", size>>20, "took", time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+// checkpoint writes the sandbox of running session s (box b) into dir, s's turn and wake
+// lock held, and stops it, or with keep keeps it frozen: the returned thaw lets it go on.
+// One that fails leaves the session running. ctx must not end before the checkpoint does.
+func (m *Manager) checkpoint(ctx context.Context, s *Session, b *box, dir string, keep bool) (thaw func(), _ error) {
+	// Again, with the turn and the wake lock held: a spawned program may have started since
+	// the caller's first look, and would be frozen mid-way.
+	if err := m.checkPausable(s); err != nil {
+		return nil, err
+	}
+	cp, ok := b.sb.(sandbox.Checkpointer)
+	if !ok {
+		return nil, fmt.Errorf("this server's sandboxes cannot be paused: %w", errdefs.ErrFailedPrecondition)
+	}
+	if m.pausedBytes() >= m.cfg.PausedQuotaMB<<20 {
+		m.metrics.pauses.WithLabelValues("refused").Inc()
+		return nil, fmt.Errorf("the disk this server keeps for paused sessions is full: end or resume a paused session first, or retry later: %w",
+			errdefs.ErrResourceExhausted)
+	}
+	m.drainUploads(ctx, s.id)
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, fmt.Errorf("pause session %s: %w", s.id, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
+		return nil, fmt.Errorf("pause session %s: %w", s.id, err)
+	}
+	failed := func(err error, abandon bool) error {
+		os.RemoveAll(dir)
+		m.metrics.pauses.WithLabelValues("failed").Inc()
+		m.log.Warn("pause failed; the session runs on", "session_id", s.id, "err", err)
+		var rerr error
+		if abandon {
+			rerr = cp.Abandon(ctx)
+		}
+		if rerr == nil {
+			rerr = m.redial(ctx, s, b)
+		}
+		if rerr != nil {
+			// Neither paused nor reachable: the next call replaces the sandbox.
+			m.log.Error("after a failed pause the session's guest cannot be reached", "session_id", s.id, "err", rerr)
+		}
+		return opaque(fmt.Sprintf("session %s could not be paused: it runs on", s.id), err)
+	}
+	if err := b.guest.Checkpoint(ctx); err != nil {
+		return nil, failed(err, true)
+	}
+	b.guest.Close()
+	if err := cp.Checkpoint(ctx, dir, keep); err != nil {
+		return nil, failed(err, false)
+	}
+	if !keep {
+		return nil, nil
+	}
+	return func() {
+		err := cp.Thaw(ctx)
+		if err == nil {
+			err = m.redial(ctx, s, b)
+		}
+		if err != nil {
+			// Not reachable: the next call replaces the sandbox.
+			m.log.Error("after a checkpoint that kept it the session's guest cannot be reached", "session_id", s.id, "err", err)
+		}
+	}, nil
 }
 
 // errCannotPause refuses a pause on a server whose runtime cannot checkpoint. Why (no CRIU,

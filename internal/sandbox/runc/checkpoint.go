@@ -45,6 +45,11 @@ const (
 	checkpointImages = "images"
 	criuWork         = "criu-work" // CRIU's logs of a restore, in the bundle
 	criuRestoreConf  = "criu-restore.conf"
+	// restoreRoot is the mount point, in the bundle, of a CRIU restore's own root.
+	restoreRoot = "rootfs"
+	// rootfsAnnotation, in a restored sandbox's spec, names the root filesystem its
+	// processes run on (the spec's root is restoreRoot's, undone after the restore).
+	rootfsAnnotation = "org.cellbox.rootfs"
 )
 
 // criuRestoreOptions is CRIU's configuration for a restore: its older way of restoring mount
@@ -113,8 +118,11 @@ func (b *Backend) checkpointKind() (kind, missing string) {
 }
 
 // Checkpoint writes the sandbox into dir (see sandbox.Checkpointer). The guest must have
-// been readied (it no longer listens). On failure the guest is told to listen again.
-func (s *Sandbox) Checkpoint(ctx context.Context, dir string, leaveRunning bool) error {
+// been readied (it no longer listens). A sandbox to keep is frozen first (the runtime's
+// pause: the cgroup freezer under runc, the sentry's own under gVisor), and the runtime
+// leaves a frozen sandbox frozen after its checkpoint. On failure it runs on: thawed, its
+// guest told to listen again.
+func (s *Sandbox) Checkpoint(ctx context.Context, dir string, keep bool) error {
 	kind, missing := s.b.checkpointKind()
 	if kind == "" {
 		return fmt.Errorf("checkpoint sandbox %s: %s: %w", s.id, missing, errors.ErrUnsupported)
@@ -130,7 +138,7 @@ func (s *Sandbox) Checkpoint(ctx context.Context, dir string, leaveRunning bool)
 	if err := os.MkdirAll(images, 0o700); err != nil {
 		return fmt.Errorf("checkpoint sandbox %s: %w", s.id, err)
 	}
-	m, err := json.Marshal(meta{Kind: kind, Rootfs: spec.Root.Path, Token: s.token})
+	m, err := json.Marshal(meta{Kind: kind, Rootfs: rootfsOf(spec), Token: s.token})
 	if err == nil {
 		err = os.WriteFile(filepath.Join(dir, checkpointMeta), m, 0o600)
 	}
@@ -147,27 +155,40 @@ func (s *Sandbox) Checkpoint(ctx context.Context, dir string, leaveRunning bool)
 		// CRIU's log goes with the images: it is what explains a failed restore too.
 		args = append(args, "--work-path", images, "--tcp-established", "--file-locks")
 	}
-	if leaveRunning {
+	// runs on: what makes the sandbox go on after a failure.
+	runsOn := s.Abandon
+	if keep {
+		if _, err := s.b.command(ctx, "pause", s.id); err != nil {
+			return errors.Join(fmt.Errorf("checkpoint sandbox %s: freeze it: %w", s.id, err), s.Abandon(ctx))
+		}
+		runsOn = s.Thaw
 		args = append(args, "--leave-running")
 	}
 	if _, err := s.b.commandFor(ctx, checkpointTimeout, append(args, s.id)...); err != nil {
 		err = fmt.Errorf("checkpoint sandbox %s: %w%s", s.id, err, criuLogTail(kind, filepath.Join(images, "dump.log")))
-		// The sandbox runs on: a new connection to its guest, told to listen again.
-		return errors.Join(err, s.Abandon(ctx))
+		return errors.Join(err, runsOn(ctx))
 	}
 	// The guest's log is open in the sandbox: a restore needs the file where it was, as it
 	// was when the processes were dumped (read now, before the guest may write more). The
 	// sandbox's root could have put anything there: read as readRunFile reads, and no more
 	// than the guest ever writes (it caps its log).
-	logErr := keepGuestLog(filepath.Join(s.bundle, runDir), filepath.Join(dir, sandbox.GuestLog))
-	if !leaveRunning {
-		if err := s.Stop(ctx); err != nil {
-			return err
+	if err := keepGuestLog(filepath.Join(s.bundle, runDir), filepath.Join(dir, sandbox.GuestLog)); err != nil {
+		err = fmt.Errorf("checkpoint sandbox %s: keep the guest's log: %v: %w", s.id, err, errdefs.ErrFailedPrecondition)
+		if keep {
+			return errors.Join(err, runsOn(ctx))
 		}
-		if logErr != nil {
-			return fmt.Errorf("checkpoint sandbox %s: keep the guest's log: %v: %w", s.id, logErr, errdefs.ErrFailedPrecondition)
-		}
-		return nil
+		return errors.Join(err, s.Stop(ctx))
+	}
+	if !keep {
+		return s.Stop(ctx)
+	}
+	return nil
+}
+
+// Thaw lets a sandbox that Checkpoint kept go on (see sandbox.Checkpointer).
+func (s *Sandbox) Thaw(ctx context.Context) error {
+	if _, err := s.b.command(ctx, "resume", s.id); err != nil {
+		return fmt.Errorf("thaw sandbox %s: %w", s.id, err)
 	}
 	return s.Abandon(ctx)
 }
@@ -197,6 +218,15 @@ func (s *Sandbox) readSpec() (*specs.Spec, error) {
 		return nil, fmt.Errorf("the bundle's config.json does not parse: %v", err)
 	}
 	return &spec, nil
+}
+
+// rootfsOf is the root filesystem sandbox spec's processes run on: a restored one's spec
+// names its restore's own root (undone since), and the shared one in an annotation.
+func rootfsOf(spec *specs.Spec) string {
+	if r := spec.Annotations[rootfsAnnotation]; r != "" {
+		return r
+	}
+	return spec.Root.Path
 }
 
 func hasUserns(spec *specs.Spec) bool {
@@ -248,14 +278,31 @@ func (b *Backend) Restore(ctx context.Context, spec sandbox.Spec, dir string) (s
 // and connects to the guest, told to listen again.
 func (s *Sandbox) restore(ctx context.Context, kind string, spec *specs.Spec, images, token string) error {
 	if kind == "criu" {
-		// runc hands CRIU the file this annotation names as its configuration.
 		if spec.Annotations == nil {
 			spec.Annotations = map[string]string{}
 		}
+		// runc hands CRIU the file this annotation names as its configuration.
 		spec.Annotations["org.criu.config"] = filepath.Join(s.bundle, criuRestoreConf)
+		// runc restore mounts the spec's bind mounts on the root, in the host's mount
+		// namespace, for CRIU, and unmounts them after: on the shared root two restores at
+		// once would undo each other's ("mount /usr:/usr (via /proc/self/fd/9): no such
+		// file or directory"). So each restore has a root of its own, a bind of the shared
+		// one, undone once the sandbox runs (its mount namespace keeps its own copy).
+		spec.Annotations[rootfsAnnotation] = spec.Root.Path
+		spec.Root.Path = filepath.Join(s.bundle, restoreRoot)
 	}
 	if err := s.writeBundle(spec, token); err != nil {
 		return fmt.Errorf("restore sandbox %s: %w", s.id, err)
+	}
+	if kind == "criu" {
+		if err := bindRoot(spec.Annotations[rootfsAnnotation], spec.Root.Path); err != nil {
+			return fmt.Errorf("restore sandbox %s: a root of its own: %w", s.id, err)
+		}
+		defer func() {
+			if err := unbindRoot(spec.Root.Path); err != nil {
+				s.logger().Warn("unmount a restore's root", "err", err)
+			}
+		}()
 	}
 	if _, err := os.Stat(images); err != nil {
 		return fmt.Errorf("restore sandbox %s: the checkpoint has no images: %w", s.id, errdefs.ErrFailedPrecondition)
@@ -276,18 +323,6 @@ func (s *Sandbox) restore(ctx context.Context, kind string, spec *specs.Spec, im
 	}
 	rctx, cancel := context.WithTimeout(ctx, checkpointTimeout)
 	defer cancel()
-	if kind == "criu" {
-		// runc restore mounts the spec's bind mounts onto the root filesystem in the
-		// host's mount namespace for CRIU, and unmounts them after: two restores on the
-		// same (shared, read-only) root at once undo each other's ("mount /usr:/usr (via
-		// /proc/self/fd/9): no such file or directory"). One at a time, then.
-		select {
-		case s.b.restoring <- struct{}{}:
-			defer func() { <-s.b.restoring }()
-		case <-rctx.Done():
-			return fmt.Errorf("restore sandbox %s: %w", s.id, rctx.Err())
-		}
-	}
 	if err := s.launch(rctx, "restore", append(args, s.id)...); err != nil {
 		// The runtime failed to read back what it wrote: the checkpoint will not restore.
 		return fmt.Errorf("%v%s: %w", err, criuLogTail(kind, filepath.Join(work, "restore.log")), errdefs.ErrFailedPrecondition)

@@ -2,11 +2,15 @@ package runc
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -73,8 +77,8 @@ func dialGuest(t *testing.T, sb sandbox.Sandbox, configure bool) *guestproto.Cli
 }
 
 // checkpoint readies c's guest and checkpoints sb into a new folder, which it returns;
-// leave: the sandbox runs on.
-func checkpoint(t *testing.T, sb *Sandbox, c *guestproto.Client, leave bool) string {
+// keep: the sandbox is kept, frozen.
+func checkpoint(t *testing.T, sb *Sandbox, c *guestproto.Client, keep bool) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -82,7 +86,7 @@ func checkpoint(t *testing.T, sb *Sandbox, c *guestproto.Client, leave bool) str
 		t.Fatal(err)
 	}
 	dir := filepath.Join(t.TempDir(), "cp")
-	if err := sb.Checkpoint(ctx, dir, leave); err != nil {
+	if err := sb.Checkpoint(ctx, dir, keep); err != nil {
 		t.Fatal(err)
 	}
 	return dir
@@ -168,19 +172,121 @@ print(x + 1, ticks[0] > n, p.poll() is None, open('/mnt/data/log.txt').read().sp
 	}
 }
 
-func TestCheckpointLeaveRunningRunc(t *testing.T)  { testCheckpointLeaveRunning(t, "runc") }
-func TestCheckpointLeaveRunningRunsc(t *testing.T) { testCheckpointLeaveRunning(t, "runsc") }
+func TestRestoreSideBySideRunc(t *testing.T)  { testRestoreSideBySide(t, "runc") }
+func TestRestoreSideBySideRunsc(t *testing.T) { testRestoreSideBySide(t, "runsc") }
 
-// A checkpoint that leaves the sandbox running: the guest listens again, the kernel kept.
-func testCheckpointLeaveRunning(t *testing.T, runtime string) {
+// One checkpoint restored four times at once (a fork): each sandbox works, on its own
+// workspace, and can start programs from its root; under runc each restore's own root is
+// gone from the host once the restores are done, and nothing is left mounted on the shared
+// root (runc mounts on a restore's root for CRIU).
+func testRestoreSideBySide(t *testing.T, runtime string) {
 	b := checkpointBackend(t, runtime)
 	sb, c := checkpointableGuest(t, b, sandboxtest.Workspace(t))
-	runCode(t, c, "x = 1")
-	checkpoint(t, sb, c, true)
-	c2 := dialGuest(t, sb, false)
-	if got := runCode(t, c2, "print(x + 1)"); strings.TrimSpace(got) != "2" {
-		t.Fatalf("after a checkpoint that left it running: %q", got)
+	runCode(t, c, "import subprocess\nx = 41")
+	dir := checkpoint(t, sb, c, false)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const n = 4
+	wss := make([]string, n)
+	sbs := make([]sandbox.Sandbox, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wss[i] = sandboxtest.Workspace(t)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sbs[i], errs[i] = b.Restore(ctx, sandbox.Spec{ID: sandboxtest.ID(), Workspace: wss[i], Limits: sandbox.Limits{MemoryMB: 512, Pids: 128}}, dir)
+		}()
 	}
+	wg.Wait()
+	for i := range n {
+		if sbs[i] != nil {
+			t.Cleanup(func() { sbs[i].Stop(context.Background()) })
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		code := fmt.Sprintf("x += %d\nopen('/mnt/data/mine', 'w').write(str(x))\n"+
+			"print(x, subprocess.run(['ls', '/mnt/data'], capture_output=True, text=True).stdout.split())", i)
+		want := fmt.Sprintf("%d ['mine']", 41+i)
+		if got := runCode(t, dialGuest(t, sbs[i], false), code); strings.TrimSpace(got) != want {
+			t.Errorf("restore %d: %q, want %q", i, got, want)
+		}
+	}
+	for i := range n {
+		if data, err := os.ReadFile(filepath.Join(wss[i], "mine")); err != nil || string(data) != strconv.Itoa(41+i) {
+			t.Errorf("restore %d's workspace holds %q, %v", i, data, err)
+		}
+	}
+	mounts, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{b.bundles, b.rootfs} {
+		if strings.Contains(string(mounts), dir+"/") {
+			t.Errorf("mounts left under %s:\n%s", dir, mounts)
+		}
+	}
+}
+
+func TestCheckpointKeepRunc(t *testing.T)  { testCheckpointKeep(t, "runc") }
+func TestCheckpointKeepRunsc(t *testing.T) { testCheckpointKeep(t, "runsc") }
+
+// A checkpoint that keeps the sandbox: it stays frozen until Thaw, and then goes on, its
+// kernel and threads as they were; the checkpoint restores beside it.
+func testCheckpointKeep(t *testing.T, runtime string) {
+	b := checkpointBackend(t, runtime)
+	sb, c := checkpointableGuest(t, b, sandboxtest.Workspace(t))
+	runCode(t, c, `
+import threading, time
+x = 1
+ticks = [0]
+def tick():
+    while True:
+        ticks[0] += 1
+        time.sleep(0.01)
+threading.Thread(target=tick, daemon=True).start()
+`)
+	dir := checkpoint(t, sb, c, true)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if st := state(t, b, sb.id); st != "paused" {
+		t.Errorf("a kept sandbox after its checkpoint is %s, want paused (frozen)", st)
+	}
+	if err := sb.Thaw(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c2 := dialGuest(t, sb, false)
+	if got := runCode(t, c2, "n = ticks[0]; time.sleep(0.2); print(x + 1, ticks[0] > n)"); strings.TrimSpace(got) != "2 True" {
+		t.Fatalf("after a checkpoint that kept it, thawed: %q", got)
+	}
+	rs, err := b.Restore(ctx, sandbox.Spec{ID: sandboxtest.ID(), Workspace: sandboxtest.Workspace(t), Limits: sandbox.Limits{MemoryMB: 512, Pids: 128}}, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rs.Stop(context.Background()) })
+	if got := runCode(t, dialGuest(t, rs, false), "print(x)"); strings.TrimSpace(got) != "1" {
+		t.Errorf("the kept sandbox's checkpoint restored: %q", got)
+	}
+}
+
+// state is the runtime's status of container id.
+func state(t *testing.T, b *Backend, id string) string {
+	t.Helper()
+	out, err := b.command(context.Background(), "state", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st struct {
+		Status string `json:"status"`
+	}
+	if err := json.Unmarshal(out, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Status
 }
 
 func TestRestoreDamagedRunc(t *testing.T)  { testRestoreDamaged(t, "runc") }
@@ -261,4 +367,30 @@ func testLog(t *testing.T) *slog.Logger {
 		level = slog.LevelDebug
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+}
+
+// A restore cut short (the server killed) leaves its own root mounted in its bundle: the
+// next server's Cleanup unmounts it, removes the bundle and nothing of the shared root.
+func TestCleanupRestoreRoot(t *testing.T) {
+	b := checkpointBackend(t, "runc")
+	shared := t.TempDir()
+	if err := os.WriteFile(filepath.Join(shared, "keep"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bundle := filepath.Join(b.bundles, sandboxtest.ID())
+	if err := os.MkdirAll(bundle, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := bindRoot(shared, filepath.Join(bundle, restoreRoot)); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Cleanup(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(bundle); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the bundle is left: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(shared, "keep")); err != nil {
+		t.Errorf("the shared root lost a file: %v", err)
+	}
 }

@@ -215,3 +215,47 @@ func readRunFile(dir, name string, max int64) ([]byte, error) {
 }
 
 var errTooLarge = errors.New("larger than expected")
+
+// bindRoot bind-mounts folder src, read-only and private, on dst, a new folder: a root of
+// its own for one restore (checkpoint.go). Private: the mounts that runc makes under it
+// for CRIU propagate nowhere, and none reach it from elsewhere. Read-only: nothing written
+// through it reaches the shared root (a RemoveAll that came upon it would fail, not
+// empty the image).
+func bindRoot(src, dst string) (err error) {
+	if err := os.Mkdir(dst, 0o700); err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			unbindRoot(dst)
+		}
+	}()
+	if err := unix.Mount(src, dst, "", unix.MS_BIND, ""); err != nil {
+		return &os.PathError{Op: "bind", Path: dst, Err: err}
+	}
+	if err := unix.Mount("", dst, "", unix.MS_PRIVATE, ""); err != nil {
+		return &os.PathError{Op: "make private", Path: dst, Err: err}
+	}
+	if err := unix.Mount("", dst, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+		return &os.PathError{Op: "remount read-only", Path: dst, Err: err}
+	}
+	return nil
+}
+
+// unbindRoot undoes bindRoot (what of it was done): dst unmounted with whatever was
+// mounted under it, and removed. Mounts that were never there are no error.
+func unbindRoot(dst string) error {
+	for {
+		err := unix.Unmount(dst, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
+		if err == unix.EINVAL || err == unix.ENOENT {
+			break // not a mount point (any more), or no such folder
+		}
+		if err != nil {
+			return &os.PathError{Op: "unmount", Path: dst, Err: err}
+		}
+	}
+	if err := os.Remove(dst); err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	return nil
+}

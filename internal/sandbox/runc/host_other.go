@@ -26,3 +26,7 @@ func dialUnixIn(ctx context.Context, dir, name string) (net.Conn, error) {
 func unpinNullNetns(string) {}
 
 func readRunFile(dir, name string, max int64) ([]byte, error) { return nil, errors.ErrUnsupported }
+
+func bindRoot(src, dst string) error { return errors.ErrUnsupported }
+
+func unbindRoot(dst string) error { return nil }

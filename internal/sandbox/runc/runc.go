@@ -127,10 +127,9 @@ type Backend struct {
 	platform    string // gVisor's platform (choosePlatform)
 	current     bool   // a gVisor of 2025 or later (runscCurrent), whose sentry keeps more private
 	log         *slog.Logger
-	templates   *templates    // nil: no kernel templates
-	cgroups     string        // the parent of the sandboxes' cgroups (Config.CgroupParent)
-	restoring   chan struct{} // held by a runc restore (checkpoint.go)
-	criu        string        // the CRIU binary (runc only); "": none recent enough, criuMissing says why
+	templates   *templates // nil: no kernel templates
+	cgroups     string     // the parent of the sandboxes' cgroups (Config.CgroupParent)
+	criu        string     // the CRIU binary (runc only); "": none recent enough, criuMissing says why
 	criuMissing string
 
 	live sandbox.Live[*Sandbox]
@@ -215,7 +214,6 @@ func New(cfg Config) (*Backend, error) {
 		cgroups:   cmp.Or(cfg.CgroupParent, DefaultCgroupParent),
 		limitSwap: swapLimitSupported(),
 		gvisor:    filepath.Base(runtimePath) == "runsc",
-		restoring: make(chan struct{}, 1),
 		log:       log.With("backend", "runc"),
 	}
 	if err := os.MkdirAll(stateDir, 0o711); err != nil {
@@ -474,6 +472,16 @@ func (b *Backend) Cleanup(ctx context.Context, keep func(id string) bool) error 
 		b.command(ctx, "kill", id, "KILL")
 		if err := b.delete(ctx, id); err != nil {
 			errs = append(errs, err)
+		}
+	}
+	// A restore cut short (the server killed) may have left its own root mounted in its
+	// bundle: unmounted first, so that no file is removed through it.
+	entries, _ := os.ReadDir(b.bundles)
+	for _, e := range entries {
+		if !b.live.Has(e.Name()) && !keep(e.Name()) {
+			if err := unbindRoot(filepath.Join(b.bundles, e.Name(), restoreRoot)); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	if err := sandbox.RemoveLeftovers(b.bundles, &b.live, keep); err != nil {

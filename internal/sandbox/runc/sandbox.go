@@ -39,6 +39,7 @@ import (
 //	run/         mounted at /.cellbox/run: guest.sock, guest.log (the guest's own log,
 //	             which it caps), and the guest's copy of the token, which it removes
 //	             once read
+//	rootfs/      under runc, during a restore only: the restore's own root (checkpoint.go)
 type Sandbox struct {
 	id      string
 	b       *Backend
@@ -283,7 +284,11 @@ func (s *Sandbox) stop(ctx context.Context) error {
 	if log := s.logHead(); len(log) > 0 {
 		s.logger().Debug("sandbox log", "text", string(log))
 	}
-	if err := os.RemoveAll(s.bundle); err != nil {
+	// A restore's own root is undone once its sandbox runs, but a restore cut short may
+	// have left it: never remove files through it.
+	if err := unbindRoot(filepath.Join(s.bundle, restoreRoot)); err != nil {
+		errs = append(errs, err)
+	} else if err := os.RemoveAll(s.bundle); err != nil {
 		errs = append(errs, err)
 	}
 	s.b.live.Forget(s.id, s)
