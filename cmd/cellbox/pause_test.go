@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/client"
 	"github.com/cellbox/cellbox/internal/testbin"
@@ -21,8 +23,8 @@ import (
 // gVisor (runsc's own checkpoints): state across a pause (variables, a thread, an open file,
 // a process the kernel started), the refusals (a session not made pausable, a busy one, the
 // paused sessions' disk quota), the idle timeout pausing, a paused session across a
-// SIGTERM and a kill -9 of the server, and a damaged checkpoint (the session ends, its
-// files are kept).
+// SIGTERM and a kill -9 of the server, a damaged checkpoint (the session ends, its
+// files are kept), and (under gVisor) an MCP client's session resumed by its next call.
 func TestServePause(t *testing.T) {
 	for _, rt := range []string{"runc", "runsc"} {
 		t.Run(rt, func(t *testing.T) { testServePause(t, rt) })
@@ -283,6 +285,10 @@ p = subprocess.Popen(['sleep', '1000'])
 		t.Errorf("the damaged checkpoint is left: %v", err)
 	}
 
+	if runtime == "runsc" { // where any session pauses, an MCP connection's own too
+		mcpResumes(t, srv.URL, c)
+	}
+
 	// A server that ends sessions on exit ends the paused ones too, and leaves nothing.
 	last, err := c.CreateSession(ctx, api.CreateSessionRequest{IdleAction: api.IdleActionPause})
 	if err != nil {
@@ -320,3 +326,51 @@ func runcListOf(t *testing.T, state, runtime string) []string {
 
 // isCode reports whether err is an API error with code.
 func isCode(err error, code string) bool { return err != nil && client.Code(err) == code }
+
+// mcpResumes: an MCP client (the official Go SDK, over streamable HTTP) whose connection's
+// session is paused meanwhile gets its next call answered from the resumed kernel.
+func mcpResumes(t *testing.T, url string, c *client.Client) {
+	t.Helper()
+	ctx := t.Context()
+	before, err := c.ListSessions(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mc := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
+	cs, err := mc.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url + "/mcp"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	call := func(code string) string {
+		t.Helper()
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "python", Arguments: map[string]any{"code": code}})
+		if err != nil || res.IsError {
+			t.Fatalf("MCP python %q: %+v, %v", code, res, err)
+		}
+		return text(res)
+	}
+	call("y = 5")
+	after, err := c.ListSessions(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var id string
+	for _, s := range after {
+		if !slices.ContainsFunc(before, func(b api.Session) bool { return b.ID == s.ID }) {
+			id = s.ID
+		}
+	}
+	if id == "" {
+		t.Fatal("the MCP connection's session is not listed")
+	}
+	if s, err := c.Pause(ctx, id); err != nil || s.State != api.StatePaused {
+		t.Fatalf("pause the MCP connection's session: %+v, %v", s, err)
+	}
+	if got := call("print(y + 1)"); !strings.Contains(got, "6") {
+		t.Errorf("the MCP call after a pause: %q; want 6", got)
+	}
+	if s, err := c.GetSession(ctx, id); err != nil || s.State == api.StatePaused {
+		t.Errorf("after the MCP call: %+v, %v; want resumed", s, err)
+	}
+}
