@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -48,7 +49,7 @@ func testServePauseReboot(t *testing.T, quota string) {
 		}
 		return strings.TrimSpace(b.String())
 	}
-	names := []string{"kept"}
+	names := []string{"kept", "torn"}
 	if quota == "loop" {
 		names = append(names, "damaged")
 	}
@@ -65,6 +66,18 @@ func testServePauseReboot(t *testing.T, quota string) {
 		}
 	}
 
+	// "torn": its pause was cut short by the server's end, after the sandbox was written to
+	// disk and before its record said so: the record is put back as it was before.
+	tornRecord := filepath.Join(state, "sessions", ids["torn"]+".json")
+	data, err := os.ReadFile(tornRecord)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec map[string]any
+	if err := json.Unmarshal(data, &rec); err != nil || rec["paused_at"] == nil {
+		t.Fatalf("the paused session's record: %s, %v", data, err)
+	}
+
 	// One that runs on until the reboot, which takes its sandbox.
 	running, err := c.CreateSession(ctx, api.CreateSessionRequest{})
 	if err != nil {
@@ -76,6 +89,14 @@ func testServePauseReboot(t *testing.T, quota string) {
 	// the sandboxes.
 	srv.Cmd.Process.Signal(syscall.SIGTERM)
 	<-srv.Exited
+	delete(rec, "paused_at")
+	delete(rec, "checkpoint_bytes")
+	if data, err = json.Marshal(rec); err == nil {
+		err = os.WriteFile(tornRecord, data, 0o600)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
 	if b, err := exec.Command("runc", "--root", filepath.Join(state, "runc", "runtime"), "delete", "-f", running.ID).CombinedOutput(); err != nil {
 		t.Fatalf("runc delete -f %s: %v: %s", running.ID, err, b)
 	}
@@ -112,6 +133,9 @@ func testServePauseReboot(t *testing.T, quota string) {
 	if got := out(ids["kept"], "x += 1; print(x, open('kept.txt').read())"); got != "42 kept" {
 		t.Errorf("resumed after the reboot: %q", got)
 	}
+	if got := out(ids["torn"], "print(x, open('torn.txt').read())"); got != "41 torn" {
+		t.Errorf("the session whose pause was cut short: %q; want its variable and file", got)
+	}
 	// The running one has a new sandbox on its workspace: files kept, variables lost.
 	// (Its first cell is told so first.)
 	if got := out(running.ID, "print(open('running.txt').read(), 'y' in dir())"); !strings.HasSuffix(got, "was replaced: variables are lost, files in /mnt/data are kept]\nrunning False") {
@@ -134,7 +158,7 @@ func testServePauseReboot(t *testing.T, quota string) {
 		}
 	}
 	// Nothing runs on when the server stops.
-	for _, id := range []string{ids["kept"], running.ID} {
+	for _, id := range []string{ids["kept"], ids["torn"], running.ID} {
 		if err := c.DeleteSession(ctx, id); err != nil {
 			t.Error(err)
 		}

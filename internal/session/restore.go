@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"time"
 
@@ -70,7 +71,9 @@ func (m *Manager) recover(ctx context.Context) ([]record, error) {
 	for _, r := range live {
 		paused[r.ID] = r.PausedAt != nil
 	}
-	m.sweepCheckpoints(func(id string) bool { return paused[id] })
+	// A live session's checkpoint is kept even when its record does not say paused: a
+	// server killed between a pause's dump and its record's write left it (restoreOne).
+	m.sweepCheckpoints(func(id string) bool { return keep[id] })
 	kept := func(id string) bool { return keep[id] }
 	// A paused session has no sandbox: one of its id runs only when a resume was cut short
 	// (its record still says paused), and is stopped; the checkpoint stays.
@@ -115,10 +118,11 @@ func (m *Manager) restore(ctx context.Context, recs []record) {
 	}
 	wg.Wait()
 	m.log.Info("sessions of the earlier server process restored",
-		"attached", count["attached"], "replaced", count["replaced"], "ended", count["ended"], "left", count["left"], "paused", count["paused"])
+		"attached", count["attached"], "resumed", count["resumed"], "replaced", count["replaced"], "ended", count["ended"], "left", count["left"], "paused", count["paused"])
 }
 
-// restoreOne restores the session of r and says how: attached, replaced, ended or left.
+// restoreOne restores the session of r and says how: attached, resumed (from the checkpoint
+// of a pause cut short), replaced, ended or left.
 func (m *Manager) restoreOne(ctx context.Context, r record) string {
 	s := sessionOf(r)
 	if r.PausedAt != nil {
@@ -134,6 +138,18 @@ func (m *Manager) restoreOne(ctx context.Context, r record) string {
 		m.log.Error("could not tell whether a session's sandbox still runs; left as it is for the next start",
 			"session_id", r.ID, "tenant", r.Tenant, "err", err)
 		return "left"
+	}
+	dir := m.checkpointDir(r.ID)
+	if _, serr := os.Stat(dir); serr == nil && m.cfg.StateDir != "" {
+		if err != nil {
+			// Its sandbox was written to disk and stopped, and the server was killed
+			// before the record said paused: it comes back from that checkpoint.
+			if b, err = m.unpause(ctx, r, ws, dir); err == nil {
+				how = "resumed"
+			}
+		} else {
+			os.RemoveAll(dir) // its sandbox runs: a pause that failed
+		}
 	}
 	if err != nil {
 		m.log.Warn("a session's sandbox is gone; starting a new one on its workspace (variables are lost, files kept)",
@@ -169,6 +185,26 @@ func (m *Manager) restoreOne(ctx context.Context, r record) string {
 	m.save(s)
 	m.log.Info("session restored", "session_id", s.id, "tenant", s.tenant, "how", how)
 	return how
+}
+
+// unpause restores the sandbox of r (whose record does not say paused) from the
+// checkpoint in dir, which it then removes; an error says why it did not.
+func (m *Manager) unpause(ctx context.Context, r record, ws, dir string) (*box, error) {
+	if err := m.store.Remount(ctx, r.ID); err != nil {
+		return nil, err
+	}
+	b := &box{boxSpec: r.spec(), id: r.ID, ws: ws}
+	sb, g, err := m.restoreBox(ctx, b, r.ID, ws, dir)
+	if err != nil {
+		m.log.Warn("a session whose pause was cut short by the server's end did not come back from its checkpoint",
+			"session_id", r.ID, "err", err)
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("%w: %w", err, errdefs.ErrNotFound)
+	}
+	b.sb, b.guest = sb, g
+	os.RemoveAll(dir)
+	m.log.Info("a session whose pause was cut short by the server's end came back from its checkpoint", "session_id", r.ID)
+	return b, nil
 }
 
 // endUnrestored ends the session of r, which could not be restored (err says why): its
