@@ -118,7 +118,7 @@ func (m *Manager) restore(ctx context.Context, recs []record) {
 	}
 	wg.Wait()
 	m.log.Info("sessions of the earlier server process restored",
-		"attached", count["attached"], "resumed", count["resumed"], "replaced", count["replaced"], "ended", count["ended"], "left", count["left"], "paused", count["paused"])
+		"attached", count["attached"], "replaced", count["replaced"], "ended", count["ended"], "left", count["left"], "paused", count["paused"], "resumed", count["resumed"])
 }
 
 // restoreOne restores the session of r and says how: attached, resumed (from the checkpoint
