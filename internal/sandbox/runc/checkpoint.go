@@ -67,6 +67,20 @@ type meta struct {
 	Rootfs string `json:"rootfs"`
 	// Token is the guest's attach token, which the guest keeps in memory.
 	Token string `json:"token"`
+	// Guest is the host path of the guest binary the sandbox ran: its processes map it, and
+	// CRIU refuses another ("Can't open vma"), which a server upgraded meanwhile runs. ""
+	// (checkpoints from before): the server's own.
+	Guest string `json:"guest,omitempty"`
+}
+
+// guestOf is the host path of the guest binary spec binds into the sandbox; "" if none.
+func guestOf(spec *specs.Spec) string {
+	for _, mt := range spec.Mounts {
+		if mt.Destination == guestPath {
+			return mt.Source
+		}
+	}
+	return ""
 }
 
 // criuMin is the oldest CRIU that checkpoints these sandboxes: 3.x fails on kernels of
@@ -138,7 +152,7 @@ func (s *Sandbox) Checkpoint(ctx context.Context, dir string, keep bool) error {
 	if err := os.MkdirAll(images, 0o700); err != nil {
 		return fmt.Errorf("checkpoint sandbox %s: %w", s.id, err)
 	}
-	m, err := json.Marshal(meta{Kind: kind, Rootfs: rootfsOf(spec), Token: s.token})
+	m, err := json.Marshal(meta{Kind: kind, Guest: guestOf(spec), Rootfs: rootfsOf(spec), Token: s.token})
 	if err == nil {
 		err = os.WriteFile(filepath.Join(dir, checkpointMeta), m, 0o600)
 	}
@@ -264,6 +278,16 @@ func (b *Backend) Restore(ctx context.Context, spec sandbox.Spec, dir string) (s
 		return nil, err
 	}
 	in.rootfs = m.Rootfs // the build the processes map files of, which may not be the newest
+	// And the guest binary it ran, if it is still there (the server's own folder of guest
+	// binaries keeps each by its sum): an upgraded server's would not restore.
+	if m.Guest != "" && m.Guest != in.guest {
+		if fi, err := os.Stat(m.Guest); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o001 != 0 {
+			in.guest = m.Guest
+		} else {
+			b.log.Warn("the guest binary a checkpoint was taken with is gone; restoring with this server's, which may fail",
+				"sandbox_id", spec.ID, "guest", m.Guest)
+		}
+	}
 	if !b.live.Add(spec.ID, s) {
 		return nil, fmt.Errorf("sandbox %s exists already: %w", spec.ID, errdefs.ErrFailedPrecondition)
 	}

@@ -394,3 +394,42 @@ func TestCleanupRestoreRoot(t *testing.T) {
 		t.Errorf("the shared root lost a file: %v", err)
 	}
 }
+
+// A checkpoint restores on a server whose guest binary changed since (an upgrade): with
+// the guest binary it was taken with, which the checkpoint names, not the server's.
+func TestRestoreAfterUpgradeRunc(t *testing.T)  { testRestoreAfterUpgrade(t, "runc") }
+func TestRestoreAfterUpgradeRunsc(t *testing.T) { testRestoreAfterUpgrade(t, "runsc") }
+
+func testRestoreAfterUpgrade(t *testing.T, runtime string) {
+	b := checkpointBackend(t, runtime)
+	ws := sandboxtest.Workspace(t)
+	sb, c := checkpointableGuest(t, b, ws)
+	runCode(t, c, "x = 5")
+	dir := checkpoint(t, sb, c, false)
+
+	// The upgraded binary: another file, of another size (what it carries changed).
+	data, err := os.ReadFile(testbin.Cellbox(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	upgraded := filepath.Join(t.TempDir(), "cellbox")
+	if err := os.WriteFile(upgraded, append(data, make([]byte, 4096)...), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(filepath.Dir(upgraded), 0o755)
+	nb, err := New(Config{Runtime: runtime, StateDir: t.TempDir(), GuestBinary: upgraded, GVisorPlatform: PlatformSystrap, Logger: testLog(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nb.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rs, err := nb.Restore(ctx, sandbox.Spec{ID: sandboxtest.ID(), Workspace: ws, Limits: sandbox.Limits{MemoryMB: 512, Pids: 128}}, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rs.Stop(context.Background()) })
+	if got := runCode(t, dialGuest(t, rs, false), "print(x + 1)"); strings.TrimSpace(got) != "6" {
+		t.Errorf("restored by the upgraded server: %q", got)
+	}
+}
