@@ -442,14 +442,23 @@ func TestTemplateDropsWorkspaceMounts(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { unix.Unmount(mp, unix.MNT_DETACH) })
+	// Another server's workspace on the same host (its store's layout), not in Detach.
+	other := filepath.Join(t.TempDir(), "workspaces", "0123abcd")
+	os.MkdirAll(other, 0o700)
+	if err := unix.Mount("tmpfs", other, "tmpfs", 0, "size=1m"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(other, unix.MNT_DETACH) })
 	b := newBackendKernels(t, "runc", testbin.Cellbox(t), nil, &Kernels{Python: sandboxtest.Python, Detach: []string{ws}})
 	realGuest(t, b) // its template is up
 	mountinfo, _ := os.ReadFile(templateProc(t) + "/mountinfo")
 	if len(mountinfo) == 0 {
 		t.Fatal("the template's mountinfo is empty")
 	}
-	if strings.Contains(string(mountinfo), mp) {
-		t.Errorf("the template's mount namespace keeps %s", mp)
+	for _, p := range []string{mp, other} {
+		if strings.Contains(string(mountinfo), p) {
+			t.Errorf("the template's mount namespace keeps %s", p)
+		}
 	}
 }
 

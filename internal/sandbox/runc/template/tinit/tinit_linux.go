@@ -107,21 +107,23 @@ func setup(root, mplCache, hostname string, detach []string) error {
 }
 
 // detachUnder detaches, in this mount namespace, every mount below the folders dirs (the
-// copies of the workspaces' mounts that the namespace got when it was made), deepest first.
+// copies of the workspaces' mounts that the namespace got when it was made), and every
+// workspace of another cellbox server on the host (a mount at .../workspaces/<id>, the
+// store's layout), deepest first: a copy held here keeps a workspace's file system mounted
+// after its own server unmounted it, its last writes not yet in its image.
 func detachUnder(dirs []string) error {
-	if len(dirs) == 0 {
-		return nil
-	}
 	all, err := mountinfo.Points()
 	if err != nil {
 		return fmt.Errorf("read the mounts: %w", err)
 	}
 	var points []string
 	for _, mp := range all {
+		under := filepath.Base(filepath.Dir(mp)) == "workspaces"
 		for _, d := range dirs {
-			if strings.HasPrefix(mp, d+"/") {
-				points = append(points, mp)
-			}
+			under = under || strings.HasPrefix(mp, d+"/")
+		}
+		if under {
+			points = append(points, mp)
 		}
 	}
 	sort.Slice(points, func(i, j int) bool { return len(points[i]) > len(points[j]) })
