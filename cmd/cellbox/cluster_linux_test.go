@@ -980,20 +980,20 @@ func TestClusterDrain(t *testing.T) {
 	mustRun(t, a, stuck, "z = 3", "")
 
 	tc.cp.Kubectl(t, "cordon", "node-a")
+	// Each node counts them: node-b in, node-a out (once node-b answered and node-a dropped
+	// its copy).
 	testbin.WaitFor(t, 3*time.Minute, "node-a's two pausable sessions moved to node-b", func() error {
-		m, err := scrape(ctx, tc.nodes["node-b"].URL, tc.key)
-		if err != nil {
-			return err
-		}
-		if !strings.Contains(m, `cellbox_session_moves_total{direction="in"} 2`) {
-			return errors.New("not yet")
+		for node, want := range map[string]string{"node-b": "in", "node-a": "out"} {
+			m, err := scrape(ctx, tc.nodes[node].URL, tc.key)
+			if err != nil {
+				return err
+			}
+			if !strings.Contains(m, `cellbox_session_moves_total{direction="`+want+`"} 2`) {
+				return fmt.Errorf("%s: %s", node, grepLines(m, "cellbox_session_moves_total{"))
+			}
 		}
 		return nil
 	})
-	// Gone from node-a: it counts them out.
-	if m, err := scrape(ctx, tc.nodes["node-a"].URL, tc.key); err != nil || !strings.Contains(m, `cellbox_session_moves_total{direction="out"} 2`) {
-		t.Errorf("node-a's moves out: %v\n%s", err, grepLines(m, "cellbox_session_moves_total"))
-	}
 	v, err := b.Cluster(ctx)
 	if err != nil {
 		t.Fatal(err)
