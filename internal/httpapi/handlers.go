@@ -362,7 +362,7 @@ func (s *server) moveIn(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, fmt.Errorf("moving a session here needs a signature with the cluster's secret, for this node, fresh and not used before: %w", errdefs.ErrUnauthenticated))
 		return
 	}
-	if s.m.MovedInCount() >= cluster.MaxMovedIn {
+	if len(s.m.MovedIn()) >= cluster.MaxMovedIn {
 		s.writeError(w, r, fmt.Errorf("this node holds as many moved sessions as its Lease can list: %w", errdefs.ErrResourceExhausted))
 		return
 	}

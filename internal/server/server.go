@@ -411,13 +411,12 @@ func joinCluster(ctx context.Context, cfg config.Config, addr net.Addr, m *sessi
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	// The drain is told of a cordon only once the cluster it drains into is there.
-	var c *cluster.Cluster
 	ready := make(chan struct{})
 	cordoned := func(on bool) {
 		<-ready
 		d.Cordoned(on)
 	}
-	c, err = cluster.Start(sctx, cluster.Config{Kube: kube, Namespace: ns, Node: cfg.ClusterNode, URL: u,
+	c, err := cluster.Start(sctx, cluster.Config{Kube: kube, Namespace: ns, Node: cfg.ClusterNode, URL: u,
 		LeaseDuration: cfg.ClusterLeaseDuration, Logger: log, MovedIn: m.MovedIn, Cordoned: cordoned,
 		Load: func() cluster.Load {
 			n, warm := m.Stats()

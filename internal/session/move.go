@@ -71,9 +71,6 @@ func (m *Manager) MovedIn() map[string]int {
 	return in
 }
 
-// MovedInCount is len(MovedIn()).
-func (m *Manager) MovedInCount() int { return len(m.MovedIn()) }
-
 // MoveOut pauses session id (any tenant's: for the node's own drain) and holds it for a
 // move. A session running a cell or a program is refused, as a pause is.
 func (m *Manager) MoveOut(ctx context.Context, id string) (*Outgoing, error) {
@@ -224,7 +221,6 @@ func (m *Manager) MoveIn(ctx context.Context, id string, rec []byte, stayPaused 
 		return nil, err
 	}
 	s := sessionOf(r)
-	s.moves = r.Moves
 	s.box = &box{boxSpec: r.spec(), id: r.ID, ws: ws}
 	s.pausedAt, s.checkpointBytes = *r.PausedAt, dirSize(dir)
 	s.slot = func() {}
@@ -240,14 +236,7 @@ func (m *Manager) MoveIn(ctx context.Context, id string, rec []byte, stayPaused 
 	// came from still has it.
 	failed := func(err error) (*api.Session, error) {
 		m.log.Warn("a session moved here did not resume; it stays on the node it came from", "session_id", r.ID, "err", err)
-		if m.unregister(r.ID, EndFailed, false) != nil {
-			s.mu.Lock()
-			s.closed = true
-			b := s.box
-			s.mu.Unlock()
-			m.records.remove(r.ID)
-			m.discard(context.WithoutCancel(ctx), b, false)
-		}
+		m.end(context.WithoutCancel(ctx), r.ID, EndFailed) // unless the failed resume ended it
 		discard()
 		// Whatever went wrong here (its details are in this node's log), the other node keeps it.
 		return nil, fmt.Errorf("session %s could not be resumed on this node, which keeps nothing of it: %w", r.ID, errdefs.ErrFailedPrecondition)
@@ -280,9 +269,6 @@ func sessionOf(r record) *Session {
 	if r.ExpiresAt != nil {
 		s.expires = *r.ExpiresAt // the reaper's first round ends it if it passes meanwhile
 	}
-	s.idleAction = r.IdleAction
-	if s.idleAction == "" {
-		s.idleAction = api.IdleActionEnd
-	}
+	s.idleAction = cmp.Or(r.IdleAction, api.IdleActionEnd)
 	return s
 }

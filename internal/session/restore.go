@@ -73,8 +73,8 @@ func (m *Manager) recover(ctx context.Context) ([]record, error) {
 	}
 	// A live session's checkpoint is kept even when its record does not say paused: a
 	// server killed between a pause's dump and its record's write left it (restoreOne).
-	m.sweepCheckpoints(func(id string) bool { return keep[id] })
 	kept := func(id string) bool { return keep[id] }
+	m.sweepCheckpoints(kept)
 	// A paused session has no sandbox: one of its id runs only when a resume was cut short
 	// (its record still says paused), and is stopped; the checkpoint stays.
 	running := func(id string) bool { return keep[id] && !paused[id] }
@@ -140,7 +140,7 @@ func (m *Manager) restoreOne(ctx context.Context, r record) string {
 		return "left"
 	}
 	dir := m.checkpointDir(r.ID)
-	if _, serr := os.Stat(dir); serr == nil && m.cfg.StateDir != "" {
+	if m.cfg.StateDir != "" && exists(dir) {
 		if err != nil {
 			// Its sandbox was written to disk and stopped, and the server was killed
 			// before the record said paused: it comes back from that checkpoint.
@@ -187,22 +187,24 @@ func (m *Manager) restoreOne(ctx context.Context, r record) string {
 	return how
 }
 
+// exists reports whether path is there.
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
 // unpause restores the sandbox of r (whose record does not say paused) from the
 // checkpoint in dir, which it then removes; an error says why it did not.
 func (m *Manager) unpause(ctx context.Context, r record, ws, dir string) (*box, error) {
-	if err := m.store.Remount(ctx, r.ID); err != nil {
-		return nil, err
-	}
+	defer os.RemoveAll(dir)
 	b := &box{boxSpec: r.spec(), id: r.ID, ws: ws}
-	sb, g, err := m.restoreBox(ctx, b, r.ID, ws, dir)
+	sb, g, err := m.restoreBox(ctx, b, r.ID, ws, dir) // its workspace remounted first
 	if err != nil {
 		m.log.Warn("a session whose pause was cut short by the server's end did not come back from its checkpoint",
 			"session_id", r.ID, "err", err)
-		os.RemoveAll(dir)
 		return nil, fmt.Errorf("%w: %w", err, errdefs.ErrNotFound)
 	}
 	b.sb, b.guest = sb, g
-	os.RemoveAll(dir)
 	m.log.Info("a session whose pause was cut short by the server's end came back from its checkpoint", "session_id", r.ID)
 	return b, nil
 }

@@ -3,7 +3,6 @@ package session
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -151,9 +150,4 @@ func TestReaperSparesRunningSession(t *testing.T) {
 	if _, err := m.Get(context.Background(), s.ID); err == nil {
 		t.Error("the reaper left an idle session")
 	}
-}
-
-func exists(p string) bool {
-	_, err := os.Stat(p)
-	return err == nil
 }
