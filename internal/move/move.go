@@ -172,7 +172,7 @@ func writeTree(tw *tar.Writer, dir, prefix string, links bool) error {
 		if err != nil {
 			return err
 		}
-		h := &tar.Header{Name: name, Mode: int64(fi.Mode().Perm() | fi.Mode()&fs.ModeSticky), ModTime: fi.ModTime()}
+		h := &tar.Header{Name: name, Mode: int64(fi.Mode().Perm()), ModTime: fi.ModTime()}
 		st, _ := fi.Sys().(*syscall.Stat_t)
 		if st != nil {
 			h.Uid, h.Gid = int(st.Uid), int(st.Gid)
@@ -266,11 +266,6 @@ func readTrees(tr *tar.Reader, checkpoint, workspace string, maxCheckpoint, maxW
 		return err
 	}
 	defer ws.Close()
-	type times struct {
-		name  string
-		mtime time.Time
-	}
-	var files []times
 	var cpBytes, wsBytes int64
 	written := map[string]bool{} // the workspace's regular files written from the stream
 	for n := 0; ; n++ {
@@ -308,8 +303,7 @@ func readTrees(tr *tar.Reader, checkpoint, workspace string, maxCheckpoint, maxW
 				return fmt.Errorf("the moved session's files are larger than its disk quota: %w", errdefs.ErrResourceExhausted)
 			}
 			*used += h.Size
-			err = writeEntry(root, name, mode, tr, h.Size)
-			files = append(files, times{name: h.Name, mtime: h.ModTime})
+			err = writeEntry(root, name, mode, h.ModTime, tr, h.Size)
 			if inWorkspace {
 				written[name] = true
 			}
@@ -341,18 +335,12 @@ func readTrees(tr *tar.Reader, checkpoint, workspace string, maxCheckpoint, maxW
 			}
 		}
 	}
-	for _, f := range files {
-		root, name := cp, strings.TrimPrefix(f.name, checkpointDir)
-		if strings.HasPrefix(f.name, workspaceDir) {
-			root, name = ws, strings.TrimPrefix(f.name, workspaceDir)
-		}
-		root.Chtimes(name, f.mtime, f.mtime)
-	}
 	return nil
 }
 
-// writeEntry writes a new regular file of size bytes from r.
-func writeEntry(root *os.Root, name string, mode fs.FileMode, r io.Reader, size int64) error {
+// writeEntry writes a new regular file of size bytes from r, of the mode and time sent
+// (nothing later in the stream changes a file's mtime: a hard link changes its ctime).
+func writeEntry(root *os.Root, name string, mode fs.FileMode, mtime time.Time, r io.Reader, size int64) error {
 	f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return err
@@ -363,6 +351,9 @@ func writeEntry(root *os.Root, name string, mode fs.FileMode, r io.Reader, size 
 	}
 	if err == nil { // exactly the mode sent, whatever this process's umask
 		err = root.Chmod(name, mode)
+	}
+	if err == nil {
+		root.Chtimes(name, mtime, mtime)
 	}
 	return err
 }

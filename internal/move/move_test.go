@@ -41,6 +41,10 @@ func TestRoundTrip(t *testing.T) {
 	if err := os.Symlink("data.csv", ws+"/sub/rel"); err != nil {
 		t.Fatal(err)
 	}
+	old := time.Date(2020, 1, 2, 3, 4, 5, 0, time.UTC)
+	if err := os.Chtimes(ws+"/data.csv", old, old); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.Link(ws+"/data.csv", ws+"/sub/hard"); err != nil {
 		t.Fatal(err)
 	}
@@ -99,6 +103,9 @@ func TestRoundTrip(t *testing.T) {
 	}
 	if l, err := os.Readlink(dws + "/sub/rel"); err != nil || l != "data.csv" {
 		t.Errorf("sub/rel: %q, %v", l, err)
+	}
+	if fi, err := os.Stat(dws + "/data.csv"); err != nil || !fi.ModTime().Equal(old) {
+		t.Errorf("data.csv's mtime was not kept (its hard link came later): %v", err)
 	}
 	if a, err := os.Stat(dws + "/data.csv"); err != nil || a.Sys().(*syscall.Stat_t).Nlink != 2 {
 		t.Errorf("data.csv's hard link did not come as one: %v", err)
