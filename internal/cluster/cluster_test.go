@@ -340,7 +340,12 @@ metadata:
   annotations: {cellbox.dev/url: "http://127.0.0.1:9", cellbox.dev/node-tag: %q, cellbox.dev/state: serving, cellbox.dev/moved-in: '{"%s": 99}'}
 spec: {holderIdentity: x, leaseDurationSeconds: 30, renewTime: %q}
 `, config.NodeTag("a"), id, microTime(time.Now())))
-	time.Sleep(time.Second) // the watch delivers it; nothing may change
+	testbin.WaitFor(t, 30*time.Second, "a's watch delivers the Lease of no node", func() error {
+		if _, ok := a.watched(leasePrefix + "evil"); !ok {
+			return errors.New("not yet")
+		}
+		return nil
+	})
 	if err := route(a, id, "c", "")(); err != nil {
 		t.Errorf("after a Lease not of a node claimed it: %v", err)
 	}
