@@ -340,8 +340,12 @@ metadata:
   annotations: {cellbox.dev/url: "http://127.0.0.1:9", cellbox.dev/node-tag: %q, cellbox.dev/state: serving, cellbox.dev/moved-in: '{"%s": 99}'}
 spec: {holderIdentity: x, leaseDurationSeconds: 30, renewTime: %q}
 `, config.NodeTag("a"), id, microTime(time.Now())))
-	testbin.WaitFor(t, 30*time.Second, "a's watch delivers the Lease of no node", func() error {
-		if _, ok := a.watched(leasePrefix + "evil"); !ok {
+	// Heard: its claims were read (hear reads them before it notes the renewal).
+	testbin.WaitFor(t, 30*time.Second, "a hears the Lease of no node", func() error {
+		a.heardMu.Lock()
+		_, ok := a.heard[leasePrefix+"evil"]
+		a.heardMu.Unlock()
+		if !ok {
 			return errors.New("not yet")
 		}
 		return nil
