@@ -25,6 +25,14 @@ const (
 	OutputDisplayData   = "display_data"
 	OutputExecuteResult = "execute_result"
 	OutputError         = "error"
+	// OutputUpdateDisplay replaces the data of the earlier outputs whose DisplayID is the
+	// same (IPython's display(..., display_id=...).update(...)); OutputClear clears the
+	// outputs so far, or with Wait those before the next one (IPython's clear_output).
+	// Both come only to an execution that asked for them (ExecuteRequest.DisplayUpdates);
+	// other executions have them applied by the kernel already: an update is dropped, as a
+	// static result has no earlier output to change.
+	OutputUpdateDisplay = "update_display_data"
+	OutputClear         = "clear_output"
 )
 
 // File change kinds reported after an execution.
@@ -272,6 +280,17 @@ type ExecuteRequest struct {
 	Env map[string]string `json:"env,omitempty"`
 	// Links asks for a URL (FileChange.URL) to each file the execution created or changed.
 	Links bool `json:"links,omitempty"`
+	// NoHistory runs the code without counting it or keeping it in the kernel's history
+	// (In, Out, _): Jupyter's store_history false.
+	NoHistory bool `json:"no_history,omitempty"`
+	// UserExpressions are Python expressions evaluated after the code ran (whether or not
+	// it raised), each answered in ExecuteResult.UserExpressions under its key: Jupyter's
+	// user_expressions. At most 16.
+	UserExpressions map[string]string `json:"user_expressions,omitempty"`
+	// DisplayUpdates asks for the outputs that change earlier ones: display_data and
+	// execute_result carry their DisplayID, and update_display_data and clear_output come
+	// as outputs of their own, for a client that shows outputs live (Jupyter's front-ends).
+	DisplayUpdates bool `json:"display_updates,omitempty"`
 }
 
 // Output is one output of an execution, in Jupyter's output model.
@@ -289,6 +308,11 @@ type Output struct {
 	EName          string         `json:"ename,omitempty"`
 	EValue         string         `json:"evalue,omitempty"`
 	Traceback      []string       `json:"traceback,omitempty"`
+	// DisplayID names a display_data (or execute_result) that later update_display_data
+	// outputs with the same id replace; only with ExecuteRequest.DisplayUpdates.
+	DisplayID string `json:"display_id,omitempty"`
+	// Wait, for clear_output: clear only when the next output comes.
+	Wait bool `json:"wait,omitempty"`
 }
 
 // FileChange is a workspace file an execution or command created, modified or deleted.
@@ -337,6 +361,9 @@ type ExecuteResult struct {
 	// KernelRestarted: the kernel was restarted during this run or just before it (it had
 	// stopped since the last one): variables, imports and tools not saved are gone.
 	KernelRestarted bool `json:"kernel_restarted,omitempty"`
+	// UserExpressions answers ExecuteRequest.UserExpressions, by key: a display_data with
+	// the value's MIME bundle, or an error.
+	UserExpressions map[string]Output `json:"user_expressions,omitempty"`
 }
 
 // CommandRequest is the body of POST /v1/sessions/{id}/commands.
@@ -695,4 +722,51 @@ type SavedToolList struct {
 // define in the session's kernel; none named: all of the key's.
 type LoadToolsRequest struct {
 	Names []string `json:"names,omitempty"`
+}
+
+// CompleteRequest is the body of POST /v1/sessions/{id}/complete: what the kernel's
+// completer (IPython's) offers at a cursor, as Jupyter's complete_request.
+type CompleteRequest struct {
+	Code string `json:"code"`
+	// CursorPos is the cursor's offset in Code, in Unicode code points (not bytes, not
+	// UTF-16 units); absent: the end of Code.
+	CursorPos *int `json:"cursor_pos,omitempty"`
+	// Context names the execution context whose names complete; "": the default.
+	Context string `json:"context,omitempty"`
+}
+
+// Completion answers a CompleteRequest: Matches replace Code's text from CursorStart to
+// CursorEnd (code points).
+type Completion struct {
+	Matches     []string `json:"matches"`
+	CursorStart int      `json:"cursor_start"`
+	CursorEnd   int      `json:"cursor_end"`
+	// Types, when the completer knows them, gives each match's kind ("function",
+	// "module", "instance", ...), in the order of Matches.
+	Types []string `json:"types,omitempty"`
+}
+
+// InspectRequest is the body of POST /v1/sessions/{id}/inspect: what the kernel knows of
+// the name at a cursor (IPython's inspector; Jupyter's inspect_request).
+type InspectRequest struct {
+	Code      string `json:"code"`
+	CursorPos *int   `json:"cursor_pos,omitempty"` // as CompleteRequest's
+	// DetailLevel 0 shows the signature and docstring, 1 the source too (IPython's ??).
+	DetailLevel int    `json:"detail_level,omitempty"`
+	Context     string `json:"context,omitempty"`
+}
+
+// Inspection answers an InspectRequest: Data is a MIME bundle (text/plain, text/html)
+// when Found.
+type Inspection struct {
+	Found bool           `json:"found"`
+	Data  map[string]any `json:"data,omitempty"`
+}
+
+// IsComplete says whether code is ready to run as it stands (Jupyter's
+// is_complete_reply): Status is "complete", "incomplete" (Indent is what the next line
+// starts with), "invalid" or "unknown".
+type IsComplete struct {
+	Status string `json:"status"`
+	Indent string `json:"indent,omitempty"`
 }
