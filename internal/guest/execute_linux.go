@@ -251,6 +251,10 @@ func (s *server) execute(ctx context.Context, w io.Writer, runID string, req *ap
 		writeMsg(w, guestproto.Message{Error: e})
 		return
 	}
+	if err := guestproto.CheckUserExpressions(req.UserExpressions); err != nil {
+		writeMsg(w, errFrom(err))
+		return
+	}
 	if !s.busy.CompareAndSwap(false, true) {
 		writeMsg(w, errMsg(api.CodeFailedPrecondition, "another cell is still running in this session; wait for it or interrupt it"))
 		return
@@ -310,6 +314,7 @@ func (s *server) execute(ctx context.Context, w io.Writer, runID string, req *ap
 	}
 	r := newRun(req.Code, false, timeout, seconds(cfg.InterruptGraceS), newBudget(cfg.MaxOutputBytes, cfg.MaxRichBytes))
 	r.context, r.env, r.quiet = req.Context, req.Env, quiet
+	r.displays, r.exprs = req.DisplayUpdates, req.UserExpressions
 	before := s.root.snapshot()
 	oom0 := s.oom.read()
 	start := time.Now()
@@ -384,6 +389,14 @@ func (s *server) execute(ctx context.Context, w io.Writer, runID string, req *ap
 		res.Message = note + " " + res.Message
 	}
 	res.KernelRestarted = r.died || note != ""
+	if len(req.UserExpressions) > 0 && !r.died {
+		res.UserExpressions = map[string]api.Output{}
+		for k, o := range r.answers {
+			if _, asked := req.UserExpressions[k]; asked && (o.Type == api.OutputDisplayData || o.Type == api.OutputError) && r.budget.rich(&o) {
+				res.UserExpressions[k] = o
+			}
+		}
+	}
 	res.Files = diff(before, s.root.snapshot())
 	if quiet && !r.died {
 		res.ExecutionCount = int(s.count.Load())

@@ -47,11 +47,15 @@ const (
 // cellRun is one execution in the kernel. The execute handler creates it, the kernel's pump
 // fills it, and done is closed when it is over.
 type cellRun struct {
-	op       string // "exec", "drop" (forget context), "ping" or "env" (envList)
+	op       string // "exec", "drop" (forget context), "ping", "env" (envList), or a question: "complete", "inspect", "is_complete"
 	envList  []string
 	code     string
 	context  string            // the execution context ("": the default)
 	env      map[string]string // set in os.environ for this cell only
+	displays bool              // send display ids, display updates and clear_output
+	exprs    map[string]string // user expressions, evaluated after the code
+	pos      int               // a question's cursor (code points)
+	detail   int               // inspect's detail level
 	silent   bool              // preimport: outputs discarded, nothing counted
 	startup  bool              // silent, of the kernel's start: a restart does not stop it
 	quiet    bool              // a tool's call: outputs kept, nothing counted
@@ -72,9 +76,11 @@ type cellRun struct {
 	ename    string
 	died     bool
 	ws       unix.WaitStatus
-	errOut   *api.Output         // silent runs: the error output
-	errTail  []byte              // silent runs: the end of stderr
-	tools    *guestproto.ToolSet // the kernel's tools, when the run changed them
+	errOut   *api.Output           // silent runs: the error output
+	errTail  []byte                // silent runs: the end of stderr
+	tools    *guestproto.ToolSet   // the kernel's tools, when the run changed them
+	answers  map[string]api.Output // the user expressions' answers
+	reply    json.RawMessage       // a question's answer
 	finished time.Time
 	timer    *time.Timer // wakes the pump at the deadline
 
@@ -287,13 +293,17 @@ func (k *kernel) begin(r *cellRun) error {
 		env = r.envList
 	}
 	msg, _ := json.Marshal(struct {
-		Op      string `json:"op"`
-		Code    string `json:"code,omitempty"`
-		Silent  bool   `json:"silent,omitempty"`
-		Quiet   bool   `json:"quiet,omitempty"`
-		Context string `json:"ctx,omitempty"`
-		Env     any    `json:"env,omitempty"`
-	}{r.op, r.code, r.silent, r.quiet, r.context, env})
+		Op       string            `json:"op"`
+		Code     string            `json:"code,omitempty"`
+		Silent   bool              `json:"silent,omitempty"`
+		Quiet    bool              `json:"quiet,omitempty"`
+		Context  string            `json:"ctx,omitempty"`
+		Env      any               `json:"env,omitempty"`
+		Displays bool              `json:"du,omitempty"`
+		Exprs    map[string]string `json:"ux,omitempty"`
+		Pos      int               `json:"pos"`
+		Detail   int               `json:"detail,omitempty"`
+	}{r.op, r.code, r.silent, r.quiet, r.context, env, r.displays, r.exprs, r.pos, r.detail})
 	return k.write(append(msg, '\n'))
 }
 
@@ -668,6 +678,9 @@ type runnerMsg struct {
 	// "tools": all the kernel's tools (module cellbox), passed on as they are; the
 	// server checks them.
 	Tools []guestproto.Tool `json:"tools"`
+	// "done": the user expressions' answers, a question's answer.
+	UX    map[string]api.Output `json:"ux"`
+	Reply json.RawMessage       `json:"reply"`
 }
 
 // oversized handles a runner line over the cap: an output too large to carry.
@@ -735,6 +748,9 @@ func (k *kernel) handle(line []byte) {
 		}
 		k.mu.Unlock()
 		r.ok, r.ename, r.count = m.OK, m.EName, m.N
+		if !r.silent {
+			r.answers, r.reply = m.UX, m.Reply
+		}
 		k.finish(r)
 	}
 }

@@ -100,7 +100,10 @@ func (b *budget) rich(o *api.Output) bool {
 		}
 		o.Traceback = b.traceback(o.Traceback)
 		return true
-	case api.OutputDisplayData, api.OutputExecuteResult:
+	case api.OutputDisplayData, api.OutputExecuteResult, api.OutputUpdateDisplay:
+	case api.OutputClear:
+		*o = api.Output{Type: api.OutputClear, Wait: o.Wait}
+		return true
 	default:
 		return false // the runner sends nothing else
 	}

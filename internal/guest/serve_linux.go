@@ -340,6 +340,8 @@ func (s *server) handle(ctx context.Context, st *yamux.Stream) {
 		writeMsg(st, s.stat(req.Path))
 	case guestproto.OpDeleteContext:
 		writeMsg(st, s.deleteContext(req.Context))
+	case guestproto.OpComplete, guestproto.OpInspect, guestproto.OpIsComplete:
+		writeMsg(st, s.ask(ctx, &req))
 	default:
 		writeMsg(st, errMsg(api.CodeInvalidArgument, fmt.Sprintf("unknown guest operation %q", req.Op)))
 	}

@@ -68,10 +68,10 @@ func Dial(ctx context.Context, conn io.ReadWriteCloser) (*Client, error) {
 		sess.Close()
 		return nil, fmt.Errorf("guest hello: no hello in answer: %w", errdefs.ErrUnavailable)
 	}
-	if m.Hello.Version != Version {
+	if m.Hello.Version < MinVersion || m.Hello.Version > Version {
 		sess.Close()
-		return nil, fmt.Errorf("guest speaks protocol version %d, server needs %d: %w",
-			m.Hello.Version, Version, errdefs.ErrUnavailable)
+		return nil, fmt.Errorf("guest speaks protocol version %d, server needs %d to %d: %w",
+			m.Hello.Version, MinVersion, Version, errdefs.ErrUnavailable)
 	}
 	c.hello = *m.Hello
 	return c, nil
@@ -182,6 +182,10 @@ func (c *Client) Checkpoint(ctx context.Context) error {
 
 // Hello returns what the guest said when it was dialed.
 func (c *Client) Hello() Hello { return c.hello }
+
+// Supports says whether the guest speaks version v of the protocol (one of the Version*
+// constants) or later.
+func (c *Client) Supports(v int) bool { return c.hello.Version >= v }
 
 // Close ends the multiplexer and closes the underlying connection.
 func (c *Client) Close() error { return c.sess.Close() }
@@ -355,7 +359,8 @@ func (c *Client) ExecuteWith(ctx context.Context, req api.ExecuteRequest, opts E
 	wait := time.Duration(req.TimeoutS*float64(time.Second)) + c.Slack
 	sctx, stop := c.runContext(ctx, id, wait)
 	defer stop()
-	_, br, done, err := c.call(sctx, Request{Op: OpExecute, RunID: id, Execute: &req, Quiet: opts.Quiet})
+	// A run without history is a quiet one to the guest: not counted, not in In and Out.
+	_, br, done, err := c.call(sctx, Request{Op: OpExecute, RunID: id, Execute: &req, Quiet: opts.Quiet || req.NoHistory})
 	if err != nil {
 		return nil, err
 	}
@@ -392,6 +397,11 @@ func (c *Client) ExecuteWith(ctx context.Context, req api.ExecuteRequest, opts E
 	r := m.Result
 	if !validStatus(r.Status) {
 		return nil, fmt.Errorf("guest reported unknown status %q: %w", r.Status, errdefs.ErrUnavailable)
+	}
+	for k, o := range r.UserExpressions {
+		if _, asked := req.UserExpressions[k]; !asked || (o.Type != api.OutputDisplayData && o.Type != api.OutputError) {
+			return nil, fmt.Errorf("guest answered a user expression that was not asked, or not as an output: %w", errdefs.ErrUnavailable)
+		}
 	}
 	r.Outputs = outputs
 	if r.Outputs == nil {

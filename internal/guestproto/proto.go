@@ -41,8 +41,34 @@ package guestproto
 
 import "github.com/cellbox/cellbox/api"
 
-// Version is bumped on any change of behaviour. The server refuses a guest of another version.
-const Version = 9
+// Version is bumped on any change of behaviour. The server refuses a guest older than
+// MinVersion or newer than Version: a paused session's checkpoint holds the guest it was
+// paused with, which an upgraded server resumes; what that guest lacks (Client.Supports)
+// is refused with failed_precondition.
+const Version = 10
+
+// MinVersion is the oldest guest the server still speaks to.
+const MinVersion = 9
+
+// Since which version the guest has what (for Client.Supports).
+const (
+	// VersionAsk: complete, inspect and is_complete; execute's user expressions,
+	// display updates and NoHistory.
+	VersionAsk = 10
+)
+
+// MaxUserExpressions caps ExecuteRequest.UserExpressions; MaxUserExpression one of them.
+const (
+	MaxUserExpressions = 16
+	MaxUserExpression  = 4 << 10
+)
+
+// MaxCompletions caps the matches of a Completion; MaxAskCode the code of a complete,
+// inspect or is_complete request.
+const (
+	MaxCompletions = 1000
+	MaxAskCode     = 1 << 20
+)
 
 // MaxMessageSize caps one JSON line in either direction (a PNG output is one line).
 const MaxMessageSize = 32 << 20
@@ -84,6 +110,13 @@ const (
 	// a restore, or after a checkpoint that left the sandbox running). A guest serving on
 	// stdio refuses (failed_precondition).
 	OpCheckpoint = "checkpoint"
+	// OpComplete asks the kernel's completer (Request.Complete); answers Completion.
+	// OpInspect asks its inspector (Request.Inspect); answers Inspection. OpIsComplete
+	// asks whether Request.Code is ready to run; answers IsComplete. Each waits for no
+	// cell: the server sends them in the session's turn.
+	OpComplete   = "complete"
+	OpInspect    = "inspect"
+	OpIsComplete = "is_complete"
 )
 
 // EgressListen is where the guest serves the egress proxy inside a sandbox that has its
@@ -126,6 +159,11 @@ type Request struct {
 	To string `json:"to,omitempty"`
 	// Trust: a certificate authority in PEM.
 	CA string `json:"ca,omitempty"`
+	// Complete, Inspect.
+	Complete *api.CompleteRequest `json:"complete,omitempty"`
+	Inspect  *api.InspectRequest  `json:"inspect,omitempty"`
+	// IsComplete: the code.
+	Code string `json:"code,omitempty"`
 }
 
 // Config is sent once after Hello and before anything else. It starts the kernel.
@@ -163,6 +201,9 @@ type Message struct {
 	Hello         *Hello             `json:"hello,omitempty"`
 	OK            bool               `json:"ok,omitempty"`
 	Error         *Error             `json:"error,omitempty"`
+	Completion    *api.Completion    `json:"completion,omitempty"`
+	Inspection    *api.Inspection    `json:"inspection,omitempty"`
+	IsComplete    *api.IsComplete    `json:"is_complete,omitempty"`
 }
 
 // Entry describes one workspace entry, its symbolic link not followed: the answer to

@@ -118,7 +118,7 @@ func TestAttackAPIKeys(t *testing.T) {
 	k := startKeyed(t, nil)
 	routes := []string{
 		"POST /v1/sessions", "GET /v1/sessions", "GET /v1/sessions/x", "PATCH /v1/sessions/x", "DELETE /v1/sessions/x",
-		"POST /v1/sessions/x/execute", "POST /v1/sessions/x/interrupt", "POST /v1/sessions/x/restart", "POST /v1/sessions/x/pause", "POST /v1/sessions/x/resume", "POST /v1/sessions/x/fork",
+		"POST /v1/sessions/x/execute", "POST /v1/sessions/x/interrupt", "POST /v1/sessions/x/restart", "POST /v1/sessions/x/pause", "POST /v1/sessions/x/resume", "POST /v1/sessions/x/fork", "POST /v1/sessions/x/complete", "POST /v1/sessions/x/inspect",
 		"POST /v1/sessions/x/commands", "DELETE /v1/sessions/x/contexts/c", "GET /v1/sessions/x/files", "PUT /v1/sessions/x/files/a.txt",
 		"GET /v1/sessions/x/files/a.txt", "DELETE /v1/sessions/x/files/a.txt", "POST /v1/execute",
 		"GET /v1/tools", "POST /v1/agent", "GET /v1/openapi.json", "POST /mcp", "GET /mcp", "DELETE /mcp", "GET /mcp/sse", "POST /mcp/sse",

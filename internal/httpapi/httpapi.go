@@ -120,6 +120,8 @@ func New(m *session.Manager, opts Options) http.Handler {
 	mux.HandleFunc("POST /v1/sessions/{id}/pause", s.pause)
 	mux.HandleFunc("POST /v1/sessions/{id}/resume", s.resume)
 	mux.HandleFunc("POST /v1/sessions/{id}/fork", s.fork)
+	mux.HandleFunc("POST /v1/sessions/{id}/complete", s.complete)
+	mux.HandleFunc("POST /v1/sessions/{id}/inspect", s.inspect)
 	mux.HandleFunc("POST /v1/sessions/{id}/commands", s.command)
 	mux.HandleFunc("DELETE /v1/sessions/{id}/contexts/{name}", s.deleteContext)
 	mux.HandleFunc("GET /v1/sessions/{id}/tools", s.sessionTools)

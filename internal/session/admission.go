@@ -23,6 +23,7 @@ import (
 //	context   -             yes         yes  yes            -
 //	spawn     -             yes         yes  -              yes
 //	pause     -             yes         yes  yes            -
+//	ask       -             yes         yes  yes            -
 //
 // (*) held by the session until it ends: its release is the session's (Session.slot).
 // (**) after interrupting whatever holds it.
@@ -44,6 +45,7 @@ const (
 	kindContext
 	kindSpawn
 	kindPause
+	kindAsk // a question to the kernel: complete, inspect, is_complete
 )
 
 // uses is what each kind takes.
@@ -59,6 +61,7 @@ var uses = map[kind]struct {
 	kindContext: {tenantRun: true, run: true, turn: true},
 	kindSpawn:   {tenantRun: true, run: true, spawn: true, metric: "command"},
 	kindPause:   {tenantRun: true, run: true, turn: true},
+	kindAsk:     {tenantRun: true, run: true, turn: true},
 }
 
 // caps are the limits admission enforces; 0: none.
@@ -131,7 +134,7 @@ func (a *admission) admit(ctx context.Context, tenant string, k kind, t *turn) (
 				a.sessions-- // tu, counting it too, is not stored
 			}
 			a.mu.Unlock()
-			return nil, nil, fmt.Errorf("you run %d executions and commands at once (restarts and context deletes count too), "+
+			return nil, nil, fmt.Errorf("you run %d executions and commands at once (restarts, context deletes and completions count too), "+
 				"this server's maximum per API key (--tenant-max-executions): interrupt or stop one of them (a cell that ignores "+
 				"the interrupt has its kernel restarted after the grace period) or end one of your sessions, then try again: %w",
 				max, errdefs.ErrResourceExhausted)

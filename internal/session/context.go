@@ -17,6 +17,9 @@ func checkExecute(req *api.ExecuteRequest) error {
 			return err
 		}
 	}
+	if err := guestproto.CheckUserExpressions(req.UserExpressions); err != nil {
+		return err
+	}
 	return checkEnv(req.Env)
 }
 

@@ -29,9 +29,11 @@ var Cellbox string
 
 // Script is the runner's source: runner.py, after lines that give it Cellbox as
 // CELLBOX_MODULE (a JSON string is a Python string literal) and the bounds of a tool report
-// (guestproto), which it enforces whatever the module, which user code can change, reports.
+// (guestproto), which it enforces whatever the module, which user code can change, reports,
+// and of a completion and a user expression's answer.
 var Script = "CELLBOX_MODULE = " + pyString(Cellbox) + "\n" +
-	fmt.Sprintf("TOOLS_MAX = %d\nTOOL_REPORT_MAX = %d\n", guestproto.MaxTools, guestproto.MaxToolReport) + runner
+	fmt.Sprintf("TOOLS_MAX = %d\nTOOL_REPORT_MAX = %d\nCOMPLETIONS_MAX = %d\nUX_MAX = %d\n",
+		guestproto.MaxTools, guestproto.MaxToolReport, guestproto.MaxCompletions, 256<<10) + runner
 
 func pyString(s string) string {
 	b, err := json.Marshal(s)

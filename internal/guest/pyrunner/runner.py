@@ -5,11 +5,18 @@
 # are pipes the guest reads: everything the user's code (and any C code or child process)
 # writes there is a stream output. This script never writes to them itself.
 #
-# guest -> runner:  {"op": "exec", "code": "...", "silent": false, "quiet": false, "ctx": "name", "env": {...}}
+# guest -> runner:  {"op": "exec", "code": "...", "silent": false, "quiet": false, "ctx": "name", "env": {...},
+#                    "du": false, "ux": {"key": "expression", ...}}
 #                        runs code in execution context ctx ("" or absent: the default),
 #                        with env set in os.environ for the cell only; silent (the
-#                        pre-imports) or quiet (a tool's call): not counted, not in the
-#                        history (In, Out, _)
+#                        pre-imports) or quiet (a tool's call, or a cell run without
+#                        history): not counted, not in the history (In, Out, _); du: send
+#                        display ids, update_display_data and clear_output; ux: user
+#                        expressions, evaluated after the code, answered in "done"
+#                   {"op": "complete", "code": "...", "pos": N, "ctx": "name"}
+#                   {"op": "inspect", "code": "...", "pos": N, "detail": 0|1, "ctx": "name"}
+#                   {"op": "is_complete", "code": "..."}
+#                        answered by "done" with "reply": Jupyter's reply content
 #                   {"op": "drop", "ctx": "name"}   forgets a named context; answered "done"
 #                   {"op": "ping"}          answered "done": the runner reads its commands
 #                   {"op": "env", "env": ["K=V", ...]}   the whole environment, unless a
@@ -23,7 +30,9 @@
 #                   {"t": "tools", "tools": [{"name", "description", "input_schema",
 #                        "source", "save"}, ...]}   after a run (not a silent one) that
 #                        changed the tools (module cellbox), before its "done": all of them
-#                   {"t": "done", "ok": bool, "ename": "...", "n": N}
+#                   {"t": "done", "ok": bool, "ename": "...", "n": N, "ux": {...}, "reply": {...}}
+#                        ux: the user expressions' answers, each an output (display_data
+#                        or error); reply: a complete, inspect or is_complete's answer
 #
 # The runner puts module cellbox (cellbox.py, whose source is CELLBOX_MODULE, set before
 # this script by package pyrunner) into sys.modules: `from cellbox import tool` works in
@@ -98,7 +107,7 @@ def prepare():
     wfd = 4
 
     # Never let SIGINT hit the runner's own loop: it only raises while a cell runs.
-    state = {"armed": False, "in_send": False, "pending": False}
+    state = {"armed": False, "in_send": False, "pending": False, "du": False, "asking": False}
     main_thread = threading.main_thread()
 
     def on_sigint(signum, frame):
@@ -107,6 +116,10 @@ def prepare():
         if state["in_send"]:
             state["pending"] = True
             return
+        if state["asking"] and signum == signal.SIGINT:
+            # A completer or inspector swallows exceptions (a bare except around each
+            # matcher): raise again every 50 ms until the question gives up.
+            signal.setitimer(signal.ITIMER_REAL, 0.05, 0.05)
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGINT, on_sigint)
@@ -257,16 +270,25 @@ def prepare():
         """Sends display() calls (and inline matplotlib figures) as display_data."""
 
         def publish(self, data, metadata=None, source=None, *, transient=None, update=False, **kwargs):
+            # Display ids, their updates and clear_output only for a run that shows outputs
+            # live: an update of an earlier output has no place in a static result.
+            did = transient.get("display_id") if isinstance(transient, dict) and state["du"] else None
             if update:
-                return  # updates of an earlier output have no place in a static result
-            o = {"type": "display_data", "data": clean_bundle(data)}
+                if did is None:
+                    return
+                o = {"type": "update_display_data", "data": clean_bundle(data)}
+            else:
+                o = {"type": "display_data", "data": clean_bundle(data)}
+            if did is not None:
+                o["display_id"] = str(did)[:256]
             md = clean_metadata(metadata)
             if md:
                 o["metadata"] = md
             send({"t": "out", "o": o}, ack=True)
 
         def clear_output(self, wait=False):
-            pass
+            if state["du"]:
+                send({"t": "out", "o": {"type": "clear_output", "wait": bool(wait)}}, ack=True)
 
     class Shell(InteractiveShell):
         # `!cmd` through a subprocess writing to fds 1 and 2, not through a pty (pexpect):
@@ -315,6 +337,7 @@ def prepare():
         shell.user_module, shell.user_ns, shell.user_ns_hidden, cwd = ctx
         shell.ns_table["user_global"] = shell.user_module.__dict__
         shell.ns_table["user_local"] = shell.user_ns
+        shell.Completer.namespace, shell.Completer.global_namespace = shell.user_ns, shell.user_module.__dict__
         if fresh:
             shell.init_user_ns()
         shell.init_sys_modules()
@@ -363,9 +386,30 @@ def prepare():
             kept.append(t)
         send({"t": "tools", "tools": kept})
 
-    def run(code, silent, quiet, ctx, env):
+    def user_expressions(exprs):
+        # Each expression's value as a display_data, or its error; a value shown in more
+        # than UX_MAX bytes is an error instead (the whole answer is one line to the guest).
+        out = {}
+        try:
+            got = shell.user_expressions({str(k): str(v) for k, v in exprs.items()})
+        except Exception as e:  # IPython's own machinery
+            got = {k: {"status": "error", "ename": type(e).__name__, "evalue": str(e), "traceback": []} for k in exprs}
+        for k, v in got.items():
+            if v.get("status") == "ok":
+                o = {"type": "display_data", "data": clean_bundle(v.get("data"))}
+                if len(encode(o)) > UX_MAX:
+                    o = {"type": "error", "ename": "ValueError", "evalue": "the value is shown in more than %d KiB" % (UX_MAX >> 10),
+                         "traceback": []}
+            else:
+                o = {"type": "error", "ename": str(v.get("ename", "")), "evalue": str(v.get("evalue", ""))[:1024],
+                     "traceback": [ansi.sub("", str(l)) for l in (v.get("traceback") or [])][-50:]}
+            out[k] = o
+        return out
+
+    def run(code, silent, quiet, ctx, env, du=False, ux=None):
         n = shell.execution_count
         ok, ename = True, ""
+        answers = None
         signal.signal(signal.SIGINT, on_sigint)
         enter(ctx)
         saved = {}
@@ -374,15 +418,17 @@ def prepare():
                 saved[k] = os.environ.get(k)
                 os.environ[k] = v
             try:
-                state["armed"] = True
+                state["armed"], state["du"] = True, du
                 send({"t": "started", "n": n})
                 # A silent run (the pre-imports) is not silent to IPython: its events and
                 # display hooks run as a cell's do (the guest drops what it outputs), so a
                 # kernel has written what a user's first cell writes before one comes. A
                 # quiet one (a tool's call) is a cell whose outputs are kept, uncounted.
                 r = shell.run_cell(code, store_history=not (silent or quiet))
+                if ux:
+                    answers = user_expressions(ux)
             finally:
-                state["armed"] = False
+                state["armed"], state["du"] = False, False
                 state["pending"] = False
             err = r.error_before_exec if r.error_before_exec is not None else r.error_in_exec
             if err is not None:
@@ -397,7 +443,59 @@ def prepare():
         shell.exit_now = False
         if not silent:
             report_tools()
-        send({"t": "done", "ok": ok, "ename": ename, "n": n})
+        done = {"t": "done", "ok": ok, "ename": ename, "n": n}
+        if answers is not None:
+            done["ux"] = answers
+        send(done)
+
+    def ask(op, msg):
+        # Jupyter's complete, inspect and is_complete, IPython's way (as ipykernel answers
+        # them). Interruptible: the guest stops one that takes too long.
+        code = str(msg.get("code") or "")
+        pos = msg.get("pos")
+        pos = len(code) if not isinstance(pos, int) or pos < 0 or pos > len(code) else pos
+        if op != "is_complete":
+            enter(str(msg.get("ctx") or ""))
+        reply = None
+        signal.signal(signal.SIGINT, on_sigint)
+        alarm = signal.signal(signal.SIGALRM, on_sigint)
+        state["armed"], state["asking"] = True, True
+        try:
+            send({"t": "started", "n": shell.execution_count})
+            if op == "complete":
+                from IPython.core.completer import provisionalcompleter, rectify_completions
+
+                with provisionalcompleter():
+                    comps = list(rectify_completions(code, shell.Completer.completions(code, pos)))[:COMPLETIONS_MAX]
+                if comps:
+                    reply = {"matches": [c.text for c in comps], "cursor_start": comps[0].start, "cursor_end": comps[0].end,
+                             "types": [c.type or "" for c in comps]}
+                else:
+                    reply = {"matches": [], "cursor_start": pos, "cursor_end": pos}
+            elif op == "inspect":
+                from IPython.utils.tokenutil import token_at_cursor
+
+                name = token_at_cursor(code, pos)
+                try:
+                    data = shell.object_inspect_mime(name, detail_level=1 if msg.get("detail") else 0)
+                    reply = {"found": True, "data": clean_bundle({k: v for k, v in data.items() if k == "text/plain"})}
+                except KeyError:
+                    reply = {"found": False}
+            else:
+                status, indent = shell.input_transformer_manager.check_complete(code)
+                reply = {"status": status}
+                if status == "incomplete" and indent:
+                    reply["indent"] = " " * int(indent)
+        except KeyboardInterrupt:
+            reply = None
+        except Exception:
+            reply = None  # the completer's or inspector's own failure: nothing to offer
+        finally:
+            state["armed"], state["pending"], state["asking"] = False, False, False
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, alarm)
+        send({"t": "done", "ok": reply is not None, "ename": "" if reply is not None else "no answer",
+              "n": shell.execution_count, "reply": reply})
 
     def serve():
         for fd in (3, 4):
@@ -417,8 +515,11 @@ def prepare():
             return
         op = msg.get("op")
         if op == "exec":
+            ux = msg.get("ux")
             run(msg.get("code", ""), bool(msg.get("silent")), bool(msg.get("quiet")), str(msg.get("ctx") or ""),
-                msg.get("env") or {})
+                msg.get("env") or {}, bool(msg.get("du")), ux if isinstance(ux, dict) else None)
+        elif op in ("complete", "inspect", "is_complete"):
+            ask(op, msg)
         elif op == "drop":
             drop(str(msg.get("ctx") or ""))
             send({"t": "done", "ok": True, "ename": "", "n": shell.execution_count})
