@@ -77,7 +77,11 @@ type Config struct {
 	ArtifactsTTL       time.Duration
 	NoE2B              bool // --no-e2b: do not serve the E2B-compatible API
 	NoOpenAI           bool // --no-openai: do not serve OpenAI's Containers and Files APIs
-	NoWeb              bool // --no-web: do not serve the web page at /
+	NoJupyter          bool // --no-jupyter: do not serve Jupyter's kernel API (/api/kernels)
+	// JupyterOpenChannels: a Jupyter kernel's websocket may come without a key, its kernel
+	// id the credential (--jupyter-open-channels; see package jupyter).
+	JupyterOpenChannels bool
+	NoWeb               bool // --no-web: do not serve the web page at /
 	// The python tool server (gpt-oss's built-in python tool for vLLM's --tool-server):
 	// MCP over HTTP+SSE at /sse on a listener of its own, without keys (vLLM sends none).
 	PythonToolAddr      string // --python-tool-addr: "" (none) or host:port
@@ -235,6 +239,8 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.PublicURL, "public-url", c.PublicURL, "scheme and host that signed links to files point to, as clients reach this server (e.g. https://cellbox.example.com); default: the one each request came to")
 	fs.BoolVar(&c.NoE2B, "no-e2b", c.NoE2B, "do not serve the E2B-compatible API (/sandboxes, and requests with an E2b-Sandbox-Id header)")
 	fs.BoolVar(&c.NoOpenAI, "no-openai", c.NoOpenAI, "do not serve OpenAI's Containers and Files APIs (/v1/containers, /v1/files)")
+	fs.BoolVar(&c.NoJupyter, "no-jupyter", c.NoJupyter, "do not serve Jupyter's kernel API (/api/kernels, /api/kernelspecs: the gateway that jupyter_server's --gateway-url uses)")
+	fs.BoolVar(&c.JupyterOpenChannels, "jupyter-open-channels", c.JupyterOpenChannels, "let a Jupyter kernel's websocket come without an API key, its kernel id (shown only to its API key) the credential: for jupyter_server 1.x's gateway kernel manager (nbclient, papermill), which sends no token on the websocket")
 	fs.BoolVar(&c.NoWeb, "no-web", c.NoWeb, "do not serve the web page (chat, notebook, sessions) at /")
 	fs.StringVar(&c.PythonToolAddr, "python-tool-addr", c.PythonToolAddr, "also serve gpt-oss's python tool (MCP over HTTP+SSE at /sse, for vllm serve --tool-server HOST:PORT) on this address; it takes no API key, so keep it on loopback or a network only vLLM reaches (see docs/openai.md)")
 	fs.StringVar(&c.PythonToolTenant, "python-tool-tenant", c.PythonToolTenant, "the tenant the python tool server's sessions belong to (a name of the keys file; default: the keyless tenant)")

@@ -155,3 +155,22 @@ func TestExecuteJupyterOptions(t *testing.T) {
 		t.Errorf("without display updates: %+v, %v", r.Outputs, err)
 	}
 }
+
+// TestInputRefused: input() and getpass() fail at once with an error that says what to do.
+func TestInputRefused(t *testing.T) {
+	needIPython(t)
+	t.Parallel()
+	g := startKernelGuest(t, testConfig())
+	for _, code := range []string{"x = input('name? ')", "import getpass\ngetpass.getpass()"} {
+		r := g.exec(t, code, 30)
+		var e *api.Output
+		for i := range r.Outputs {
+			if r.Outputs[i].Type == api.OutputError {
+				e = &r.Outputs[i]
+			}
+		}
+		if r.Status != api.StatusError || e == nil || e.EName != "StdinNotImplementedError" || !strings.Contains(e.EValue, "Set the value in the code") {
+			t.Errorf("%q: %+v", code, r)
+		}
+	}
+}

@@ -279,6 +279,29 @@ func (s *server) routeE2B(w http.ResponseWriter, r *http.Request) (*http.Request
 	return r, false
 }
 
+// routeJupyter is routeInCluster for Jupyter's kernel API (package jupyter): a kernel is a
+// session, and its requests (its websocket too: the proxy carries the upgrade) go to the
+// session's node; new kernels go to the node with the most room, and the kernel list has
+// every node's.
+func (s *server) routeJupyter(w http.ResponseWriter, r *http.Request) (*http.Request, bool) {
+	fd := s.opts.Jupyter
+	if s.opts.Cluster == nil || r.Header.Get(ForwardedHeader) != "" {
+		return r, false
+	}
+	switch {
+	case r.URL.Path == "/api/kernels" && r.Method == http.MethodPost:
+		return r, s.place(w, r, fd.WriteError)
+	case r.URL.Path == "/api/kernels" && r.Method == http.MethodGet:
+		return r.WithContext(s.elsewhereSessions(r)), false
+	}
+	if sf, ok := fd.(SessionFinder); ok {
+		if id, ok := sf.SessionOf(r); ok {
+			return r, s.toNodeOf(w, r, id, fd.WriteError)
+		}
+	}
+	return r, false
+}
+
 type elsewhereKey struct{}
 
 // withElsewhere returns ctx carrying the caller's sessions on the other nodes of a cluster,

@@ -51,6 +51,10 @@ type Options struct {
 	MetricsPublic bool
 	// E2B serves the E2B-compatible API (package e2b) on the same address; nil: none.
 	E2B FrontDoor
+	// Jupyter serves Jupyter's kernel API (package jupyter) at /api/kernels and
+	// /api/kernelspecs; nil: none. It reads its own token (KeyReader) and names the
+	// session of a kernel's requests (SessionFinder), for the cluster's routing.
+	Jupyter FrontDoor
 	// OpenAI serves OpenAI's Containers and Files APIs (package openai) at /v1/containers
 	// and /v1/files, behind the same API-key check as REST (refusals in REST's error shape,
 	// whose error.message OpenAI's SDKs read); nil: none.
@@ -90,6 +94,18 @@ type FrontDoor interface {
 	http.Handler
 	Claims(r *http.Request) (claimed, needsKey bool)
 	WriteError(w http.ResponseWriter, r *http.Request, err error)
+}
+
+// KeyReader is a front door whose clients carry the API key their own way (Jupyter's
+// token): the key its requests present, if any.
+type KeyReader interface {
+	PresentedKey(r *http.Request) (key string, ok bool)
+}
+
+// SessionFinder is a front door whose paths name sessions other than by their ids
+// (Jupyter's kernel ids): the session a request is on, for the cluster's routing.
+type SessionFinder interface {
+	SessionOf(r *http.Request) (id string, ok bool)
 }
 
 type server struct {
@@ -185,17 +201,28 @@ func (s *server) wrap(mux *http.ServeMux) http.Handler {
 		defer func() {
 			s.log.Debug("http request", "method", r.Method, "path", r.URL.Path, "status", rw.status, "duration_ms", time.Since(start).Milliseconds())
 		}()
-		if fd := s.opts.E2B; fd != nil {
+		for _, fd := range []FrontDoor{s.opts.E2B, s.opts.Jupyter} {
+			if fd == nil {
+				continue
+			}
 			if claimed, needsKey := fd.Claims(r); claimed {
 				err := s.refuse(r)
 				if err == nil && needsKey {
-					if r, err = s.authenticate(r, ""); err != nil {
+					if r, err = s.authenticateFor(r, fd); err != nil {
 						rw.Header().Set("WWW-Authenticate", `Bearer realm="cellbox"`)
 					}
 				}
 				if err != nil {
 					fd.WriteError(rw, r, err)
-				} else if r, routed := s.routeE2B(rw, r); !routed {
+					return
+				}
+				routed := false
+				if fd == s.opts.E2B {
+					r, routed = s.routeE2B(rw, r)
+				} else {
+					r, routed = s.routeJupyter(rw, r)
+				}
+				if !routed {
 					fd.ServeHTTP(rw, r)
 				}
 				return
@@ -262,6 +289,26 @@ func (s *server) authenticate(r *http.Request, pattern string) (*http.Request, e
 	if !ok {
 		return r, fmt.Errorf("this server needs an API key: send the header Authorization: Bearer KEY (or X-API-Key: KEY): %w", errdefs.ErrUnauthenticated)
 	}
+	return s.withKey(r, key)
+}
+
+// authenticateFor is authenticate for a front door's request that needs a key, read the
+// door's way when it has one (KeyReader).
+func (s *server) authenticateFor(r *http.Request, fd FrontDoor) (*http.Request, error) {
+	kr, ok := fd.(KeyReader)
+	if !ok || s.opts.Keys.Len() == 0 {
+		return s.authenticate(r, "")
+	}
+	key, ok := kr.PresentedKey(r)
+	if !ok {
+		return r, fmt.Errorf("this server needs an API key: send the header Authorization: token KEY (or the query's token=KEY): %w", errdefs.ErrUnauthenticated)
+	}
+	return s.withKey(r, key)
+}
+
+// withKey returns r with key's tenant in its context, or an error for a key that is none
+// of this server's.
+func (s *server) withKey(r *http.Request, key string) (*http.Request, error) {
 	tenant, ok := s.opts.Keys.Lookup(key)
 	if !ok {
 		return r, fmt.Errorf("the API key is not one of this server's: %w", errdefs.ErrUnauthenticated)

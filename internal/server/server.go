@@ -34,6 +34,7 @@ import (
 	"github.com/cellbox/cellbox/internal/e2b"
 	"github.com/cellbox/cellbox/internal/guestbin"
 	"github.com/cellbox/cellbox/internal/httpapi"
+	"github.com/cellbox/cellbox/internal/jupyter"
 	"github.com/cellbox/cellbox/internal/image"
 	"github.com/cellbox/cellbox/internal/llm"
 	"github.com/cellbox/cellbox/internal/mcpserver"
@@ -64,6 +65,7 @@ type Server struct {
 	python    *http.Server     // the python tool server's; nil: none
 	cluster   *cluster.Cluster // nil unless --cluster
 	drain     *move.Drainer    // with cluster
+	jupyter   *jupyter.Handler // nil with --no-jupyter
 	unlock    func()           // of the state dir
 }
 
@@ -299,6 +301,17 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (_ *Server, err
 		}
 		front = e
 	}
+	jup, err := newJupyter(cfg, m, opts.ClusterSecret, log)
+	if err != nil {
+		ln.Close()
+		m.Shutdown(ctx)
+		return nil, err
+	}
+	var jupDoor httpapi.FrontDoor
+	if jup != nil {
+		jupDoor = jup
+		s.jupyter = jup
+	}
 	var oai http.Handler
 	if !cfg.NoOpenAI {
 		o, err := openai.New(m, openai.Options{StateDir: cfg.StateDir, MaxBodyBytes: cfg.MaxBodyBytes, MaxUploadBytes: cfg.MaxUploadBytes,
@@ -354,6 +367,7 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (_ *Server, err
 		Keys:           opts.Keys,
 		MetricsPublic:  cfg.MetricsPublic,
 		E2B:            front,
+		Jupyter:        jupDoor,
 		OpenAI:         oai,
 		Tools:          tool.Options{TimeoutS: cfg.ExecTimeout.Seconds(), MemoryMB: cfg.MemoryMB},
 		NewProvider:    providers(cfg),
@@ -529,6 +543,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	// Stop taking requests, but let running ones end: the manager interrupts their cells.
 	s.MCP.Close()
+	if s.jupyter != nil {
+		s.jupyter.Close() // its websockets are hijacked connections, which the HTTP server's shutdown leaves open
+	}
 	if s.python != nil {
 		// Its event streams stay open until their clients go: close, don't wait.
 		s.python.Close()

@@ -312,6 +312,19 @@ def prepare():
     cfg.InteractiveShell.autoindent = False
     shell = Shell.instance(config=cfg, displayhook_class=Hook, display_pub_class=Publisher)
 
+    # Nobody can type into a cell's input(): say so, as ipykernel does for a client that
+    # takes no input, instead of an EOFError from an empty stdin.
+    import builtins
+    import getpass
+    from IPython.core.error import StdinNotImplementedError
+
+    def no_input(prompt="", *args, **kwargs):
+        raise StdinNotImplementedError("input() cannot ask for a value here: nobody can type into a cellbox cell. "
+                                       "Set the value in the code instead (e.g. name = 'value').")
+
+    builtins.input = no_input
+    getpass.getpass = no_input
+
     # Execution contexts: namespaces of this one kernel, each with its own working directory.
     # "" is the shell's own; a named one is made at its first cell, starting in the folder
     # the kernel started in (the workspace). Entering one makes its module the shell's user
