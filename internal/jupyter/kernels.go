@@ -234,13 +234,13 @@ func (h *Handler) restart(ctx context.Context, sid string) error {
 
 // langInfo is what kernel_info_reply says of the language.
 type langInfo struct {
-	Name              string            `json:"name"`
-	Version           string            `json:"version"`
-	Mimetype          string            `json:"mimetype"`
-	FileExtension     string            `json:"file_extension"`
-	PygmentsLexer     string            `json:"pygments_lexer"`
-	CodemirrorMode    map[string]any    `json:"codemirror_mode"`
-	NbconvertExporter string            `json:"nbconvert_exporter"`
+	Name              string         `json:"name"`
+	Version           string         `json:"version"`
+	Mimetype          string         `json:"mimetype"`
+	FileExtension     string         `json:"file_extension"`
+	PygmentsLexer     string         `json:"pygments_lexer"`
+	CodemirrorMode    map[string]any `json:"codemirror_mode"`
+	NbconvertExporter string         `json:"nbconvert_exporter"`
 }
 
 func pythonInfo(version string) langInfo {
