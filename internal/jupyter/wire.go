@@ -46,6 +46,10 @@ type jsonMessage struct {
 	Content      json.RawMessage `json:"content"`
 	Buffers      []any           `json:"buffers"`
 	Channel      string          `json:"channel,omitempty"`
+	// The header's msg_id and msg_type again, as jupyter_server's messages carry them
+	// (jupyter_client's Session.msg): its gateway kernel client reads them there.
+	MsgID   string `json:"msg_id,omitempty"`
+	MsgType string `json:"msg_type,omitempty"`
 }
 
 var errFraming = errors.New("not a kernel message")
@@ -82,7 +86,15 @@ func decode(v1, binaryFrame bool, b []byte) (*message, error) {
 		}
 	}
 	m := &message{Channel: jm.Channel, RawHeader: jm.Header, ParentHeader: jm.ParentHeader, Metadata: jm.Metadata, Content: jm.Content}
-	if err := json.Unmarshal(jm.Header, &m.Header); err != nil || m.Header.MsgType == "" {
+	// Leniently: clients write the date as a string or (jupyter_server's gateway client)
+	// as seconds, and only the strings below are read.
+	var hdr map[string]any
+	if err := json.Unmarshal(jm.Header, &hdr); err != nil {
+		return nil, fmt.Errorf("%w: its header is not an object", errFraming)
+	}
+	str := func(k string) string { v, _ := hdr[k].(string); return v }
+	m.Header = header{MsgID: str("msg_id"), MsgType: str("msg_type"), Session: str("session"), Username: str("username")}
+	if m.Header.MsgType == "" {
 		return nil, fmt.Errorf("%w: its header has no msg_type", errFraming)
 	}
 	if m.Channel == "" {
@@ -149,7 +161,8 @@ func encode(v1 bool, m *message) ([]byte, error) {
 	}
 	parent, md, content := orEmpty(m.ParentHeader), orEmpty(m.Metadata), orEmpty(m.Content)
 	if !v1 {
-		return json.Marshal(jsonMessage{Header: hdr, ParentHeader: parent, Metadata: md, Content: content, Buffers: []any{}, Channel: m.Channel})
+		return json.Marshal(jsonMessage{Header: hdr, ParentHeader: parent, Metadata: md, Content: content, Buffers: []any{}, Channel: m.Channel,
+			MsgID: m.Header.MsgID, MsgType: m.Header.MsgType})
 	}
 	parts := [][]byte{[]byte(m.Channel), hdr, parent, md, content}
 	n := uint64(len(parts) + 1)
