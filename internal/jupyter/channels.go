@@ -375,33 +375,36 @@ func (k *kernel) work() {
 		r := k.queue[0]
 		k.queue = k.queue[1:]
 		k.mu.Unlock()
-		k.shell(r)
+		if k.shell(r) {
+			k.abortQueued()
+		}
 	}
 }
 
 // shell serves one shell request: status busy, the reply, status idle, as a kernel does.
-func (k *kernel) shell(r request) {
+// It reports whether the execute requests queued behind it are to be aborted (a cell failed
+// with stop_on_error).
+func (k *kernel) shell(r request) (abort bool) {
 	t := r.m.Header.MsgType
 	switch t {
 	case "shutdown_request":
 		k.control(r.c, r.m) // older clients send it on shell
-		return
+		return false
 	case "comm_msg", "comm_close":
 		k.publish("status", r.m, map[string]string{"execution_state": "busy"})
 		k.publish("status", r.m, map[string]string{"execution_state": "idle"})
-		return
+		return false
 	}
 	if !strings.HasSuffix(t, "_request") && t != "comm_open" {
-		return
+		return false
 	}
 	k.publish("status", r.m, map[string]string{"execution_state": "busy"})
 	defer k.publish("status", r.m, map[string]string{"execution_state": "idle"})
 	ctx := k.ctx()
 	switch t {
 	case "execute_request":
-		if failed, stop := k.execute(ctx, r); failed && stop {
-			k.abortQueued()
-		}
+		failed, stop := k.execute(ctx, r)
+		return failed && stop
 	case "kernel_info_request":
 		k.reply(r, k.kernelInfo(ctx, true))
 	case "complete_request":
@@ -464,6 +467,7 @@ func (k *kernel) shell(r request) {
 	default:
 		k.reply(r, errorContent("UnknownMessageType", fmt.Sprintf("this kernel does not answer %s", t)))
 	}
+	return false
 }
 
 // errorReply is a reply's content for err, worded for the client.
@@ -492,10 +496,13 @@ func (k *kernel) abortQueued() {
 	}
 }
 
-// control serves a control request at once, whatever the shell runs.
+// control serves a control request at once, whatever the shell runs, between status busy
+// and idle as ipykernel does.
 func (k *kernel) control(c *conn, m *message) {
 	r := request{c, m}
 	ctx := k.ctx()
+	k.publish("status", m, map[string]string{"execution_state": "busy"})
+	defer k.publish("status", m, map[string]string{"execution_state": "idle"})
 	switch m.Header.MsgType {
 	case "interrupt_request":
 		if err := k.h.s.Interrupt(ctx, k.sid); err != nil {
