@@ -169,7 +169,7 @@ func TestKeepsWhatItDoesNotRun(t *testing.T) {
   {"cell_type": "code", "id": "empty", "metadata": {}, "source": "  \n", "outputs": [], "execution_count": 3}
  ]
 }`
-	res, err := New(&fakeSessions{}, nil).Run(t.Context(), api.NotebookRequest{Notebook: []byte(in)}, nil)
+	res, err := run(t, &fakeSessions{}, api.NotebookRequest{Notebook: []byte(in)}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,20 +24,25 @@ type Runner struct {
 	log *slog.Logger
 }
 
-// New returns a Runner over s.
+// New returns a Runner over s; log (nil: none) hears of sessions it failed to end.
 func New(s Sessions, log *slog.Logger) *Runner {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	return &Runner{s: s, log: log}
 }
 
-// Run runs req's notebook and returns it executed (see api.NotebookRequest). The
-// notebook, its parameters and the request are checked before any session is used. The
-// code cells run in order, each one execution of the session (its outputs with display
-// updates), and onCell (nil: none) gets each as it finishes. A cell that fails is a
-// status of the result; an error is a request that could not be served (a session not
-// found, a refused timeout, ...). When ctx ends, the running cell is interrupted and the
-// run stops.
-func (r *Runner) Run(ctx context.Context, req api.NotebookRequest, onCell func(api.NotebookCell)) (*api.NotebookResult, error) {
-	start := time.Now()
+// Job is a notebook run that Prepare checked, ready to run.
+type Job struct {
+	r   *Runner
+	nb  *Notebook
+	req api.NotebookRequest
+}
+
+// Prepare checks req (see api.NotebookRequest): its notebook, its parameters (injected
+// then), the session it names, which must be the caller's. Nothing runs yet, and no
+// session is made: a refusal costs nothing.
+func (r *Runner) Prepare(ctx context.Context, req api.NotebookRequest) (*Job, error) {
 	if req.Notebook == nil {
 		return nil, invalid("the request has none: send {\"notebook\": <the .ipynb file's JSON>}")
 	}
@@ -54,12 +59,25 @@ func (r *Runner) Run(ctx context.Context, req api.NotebookRequest, onCell func(a
 	case req.CellTimeoutS < 0:
 		return nil, invalid("cell_timeout_s must not be negative (0: the server's default)")
 	}
-	id := req.SessionID
-	if id != "" {
-		if _, err := r.s.Get(ctx, id); err != nil {
+	if req.SessionID != "" {
+		if _, err := r.s.Get(ctx, req.SessionID); err != nil {
 			return nil, err
 		}
-	} else {
+	}
+	return &Job{r: r, nb: nb, req: req}, nil
+}
+
+// Run runs the notebook and returns it executed: in the request's session, else in a new
+// one, ended afterwards unless the request keeps it. The code cells run in order, each one
+// execution of the session (its outputs with display updates), and onCell (nil: none) gets
+// each as it finishes. A cell that fails is a status of the result; an error is a request
+// that could not be served (no room for a session, a refused timeout, the session gone,
+// ...). When ctx ends, the running cell is interrupted and the run stops.
+func (j *Job) Run(ctx context.Context, onCell func(api.NotebookCell)) (*api.NotebookResult, error) {
+	start := time.Now()
+	r, req := j.r, j.req
+	id := req.SessionID
+	if id == "" {
 		create := api.CreateSessionRequest{}
 		if req.Session != nil {
 			create = *req.Session
@@ -74,10 +92,11 @@ func (r *Runner) Run(ctx context.Context, req api.NotebookRequest, onCell func(a
 		}
 	}
 	res := &api.NotebookResult{Status: api.StatusOK, SessionID: id}
-	if err := r.run(ctx, id, nb, req, res, onCell); err != nil {
+	if err := r.run(ctx, id, j.nb, req, res, onCell); err != nil {
 		return nil, err
 	}
-	if res.Notebook, err = json.Marshal(nb); err != nil {
+	var err error
+	if res.Notebook, err = json.Marshal(j.nb); err != nil {
 		return nil, fmt.Errorf("encode the notebook: %w", err)
 	}
 	res.DurationMS = time.Since(start).Milliseconds()

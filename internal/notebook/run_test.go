@@ -73,6 +73,16 @@ func (f *fakeSessions) ran() []string {
 	return codes
 }
 
+// run prepares and runs req.
+func run(t *testing.T, f *fakeSessions, req api.NotebookRequest, onCell func(api.NotebookCell)) (*api.NotebookResult, error) {
+	t.Helper()
+	job, err := New(f, nil).Prepare(t.Context(), req)
+	if err != nil {
+		return nil, err
+	}
+	return job.Run(t.Context(), onCell)
+}
+
 func raised(ename string) api.ExecuteResult {
 	return api.ExecuteResult{Status: api.StatusError, Outputs: []api.Output{
 		{Type: api.OutputStream, Name: "stdout", Text: "before\n"},
@@ -126,7 +136,7 @@ func TestRunStatuses(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			f := &fakeSessions{results: results}
 			var events []api.NotebookCell
-			res, err := New(f, nil).Run(t.Context(), api.NotebookRequest{Notebook: tt.nb, AllowErrors: tt.allowErrors, CellTimeoutS: 7},
+			res, err := run(t, f, api.NotebookRequest{Notebook: tt.nb, AllowErrors: tt.allowErrors, CellTimeoutS: 7},
 				func(c api.NotebookCell) { events = append(events, c) })
 			if err != nil {
 				t.Fatal(err)
@@ -185,7 +195,7 @@ func TestRunSessions(t *testing.T) {
 	t.Run("new with settings", func(t *testing.T) {
 		f := &fakeSessions{}
 		settings := &api.CreateSessionRequest{Image: "graphs", Limits: &api.Limits{MemoryMB: 512}}
-		if _, err := New(f, nil).Run(t.Context(), api.NotebookRequest{Notebook: nb, Session: settings}, nil); err != nil {
+		if _, err := run(t, f, api.NotebookRequest{Notebook: nb, Session: settings}, nil); err != nil {
 			t.Fatal(err)
 		}
 		if len(f.created) != 1 || !reflect.DeepEqual(f.created[0], *settings) || len(f.deleted) != 1 {
@@ -194,14 +204,14 @@ func TestRunSessions(t *testing.T) {
 	})
 	t.Run("kept", func(t *testing.T) {
 		f := &fakeSessions{}
-		res, err := New(f, nil).Run(t.Context(), api.NotebookRequest{Notebook: nb, KeepSession: true}, nil)
+		res, err := run(t, f, api.NotebookRequest{Notebook: nb, KeepSession: true}, nil)
 		if err != nil || res.SessionID != "s1" || len(f.deleted) != 0 {
 			t.Errorf("%v: %+v, deleted %v", err, res, f.deleted)
 		}
 	})
 	t.Run("existing", func(t *testing.T) {
 		f := &fakeSessions{live: []string{"mine"}}
-		res, err := New(f, nil).Run(t.Context(), api.NotebookRequest{Notebook: nb, SessionID: "mine"}, nil)
+		res, err := run(t, f, api.NotebookRequest{Notebook: nb, SessionID: "mine"}, nil)
 		if err != nil || res.SessionID != "mine" || len(f.created) != 0 || len(f.deleted) != 0 || len(f.reqs) != 1 {
 			t.Errorf("%v: %+v, created %v, deleted %v", err, res, f.created, f.deleted)
 		}
@@ -221,7 +231,7 @@ func TestRunSessions(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			f := &fakeSessions{live: []string{"mine"}}
-			_, err := New(f, nil).Run(t.Context(), tt.req, nil)
+			_, err := run(t, f, tt.req, nil)
 			if !errors.Is(err, tt.is) || !strings.Contains(err.Error(), tt.msg) {
 				t.Errorf("error %v, want %v with %q", err, tt.is, tt.msg)
 			}
@@ -237,7 +247,11 @@ func TestRunSessions(t *testing.T) {
 func TestRunEndsWithItsCaller(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	f := &fakeSessions{execute: func(context.Context, string) { cancel() }}
-	res, err := New(f, nil).Run(ctx, api.NotebookRequest{Notebook: notebook(5, codeCell("a"), mdCell("m"), codeCell("b"))}, nil)
+	job, err := New(f, nil).Prepare(ctx, api.NotebookRequest{Notebook: notebook(5, codeCell("a"), mdCell("m"), codeCell("b"))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := job.Run(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -338,7 +352,7 @@ func TestOutputsValidate(t *testing.T) {
 			{Type: api.OutputError, EName: "ValueError", EValue: "v", Traceback: []string{"\x1b[31mValueError\x1b[0m: v"}},
 		}},
 	}}
-	res, err := New(f, nil).Run(t.Context(), api.NotebookRequest{Notebook: notebook(4, codeCell("a"), codeCell("b"), codeCell("c"))}, nil)
+	res, err := run(t, f, api.NotebookRequest{Notebook: notebook(4, codeCell("a"), codeCell("b"), codeCell("c"))}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
