@@ -477,8 +477,11 @@ type NotebookResult struct {
 	Message string `json:"message,omitempty"`
 	// SessionID is the session the notebook ran in: ended by now, unless the request
 	// named it or asked to keep it.
-	SessionID  string `json:"session_id"`
-	DurationMS int64  `json:"duration_ms"`
+	SessionID string `json:"session_id"`
+	// Truncated: outputs were cut, a cell's past the server's limits of one execution, or
+	// the run's past 64 MiB of them (later cells still ran); a note in the outputs says so.
+	Truncated  bool  `json:"truncated,omitempty"`
+	DurationMS int64 `json:"duration_ms"`
 }
 
 // NotebookCell is a code cell of a notebook that finished running: the "cell" event of

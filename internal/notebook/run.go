@@ -103,9 +103,14 @@ func (j *Job) Run(ctx context.Context, onCell func(api.NotebookCell)) (*api.Note
 	return res, nil
 }
 
+// MaxOutputBytes bounds the outputs a run keeps, all cells' together (as JSON): past it,
+// cells still run, and their outputs are dropped for a note.
+const MaxOutputBytes = 64 << 20
+
 // run executes nb's cells in session id, recording the first failure in res.
 func (r *Runner) run(ctx context.Context, id string, nb *Notebook, req api.NotebookRequest, res *api.NotebookResult, onCell func(api.NotebookCell)) error {
 	var d displays
+	left := MaxOutputBytes
 	for i, c := range nb.cells {
 		if !c.runs() {
 			continue
@@ -119,7 +124,9 @@ func (r *Runner) run(ctx context.Context, id string, nb *Notebook, req api.Noteb
 		if err != nil {
 			return fmt.Errorf("cell %d: %w", i, err)
 		}
-		d.add(c, er.Outputs)
+		outs, cut := keep(er.Outputs, &left)
+		d.add(c, outs)
+		res.Truncated = res.Truncated || cut || er.Truncated
 		if er.ExecutionCount > 0 {
 			n := er.ExecutionCount
 			c.count = &n
@@ -141,6 +148,21 @@ func (r *Runner) run(ctx context.Context, id string, nb *Notebook, req api.Noteb
 		}
 	}
 	return nil
+}
+
+// keep returns the first of outs that fit in what is *left of the run's output budget,
+// and a note in place of the others (cut); it takes what they use from *left.
+func keep(outs []api.Output, left *int) (kept []api.Output, cut bool) {
+	for i, o := range outs {
+		b, _ := json.Marshal(o)
+		if len(b) > *left {
+			*left = 0
+			note := fmt.Sprintf("\n[cellbox: output dropped: this notebook's outputs reached the limit of %d MiB per run]\n", MaxOutputBytes>>20)
+			return append(outs[:i:i], api.Output{Type: api.OutputStream, Name: "stderr", Text: note}), true
+		}
+		*left -= len(b)
+	}
+	return outs, false
 }
 
 // errorOf is the name and value of the last error among outs.

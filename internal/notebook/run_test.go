@@ -361,3 +361,21 @@ func TestOutputsValidate(t *testing.T) {
 		t.Errorf("notebook %s", res.Notebook)
 	}
 }
+
+// TestOutputBudget: outputs past the run's budget are dropped for a note, in the cell that
+// reached it and in every later one.
+func TestOutputBudget(t *testing.T) {
+	out := func(s string) api.Output { return api.Output{Type: api.OutputStream, Name: "stdout", Text: s} }
+	left := 200
+	kept, cut := keep([]api.Output{out("a"), {Type: api.OutputDisplayData, Data: map[string]any{"image/png": strings.Repeat("A", 300)}}, out("b")}, &left)
+	if !cut || len(kept) != 2 || kept[0].Text != "a" || !strings.Contains(kept[1].Text, "outputs reached the limit of 64 MiB") || left != 0 {
+		t.Errorf("kept %+v, cut %v, left %d", kept, cut, left)
+	}
+	if kept, cut := keep([]api.Output{out("c")}, &left); !cut || len(kept) != 1 || kept[0].Name != "stderr" {
+		t.Errorf("after: kept %+v, cut %v", kept, cut)
+	}
+	left = 1000
+	if kept, cut := keep([]api.Output{out("a"), out("b")}, &left); cut || len(kept) != 2 || left >= 1000 {
+		t.Errorf("within: kept %+v, cut %v, left %d", kept, cut, left)
+	}
+}
