@@ -494,11 +494,13 @@ type NotebookCell struct {
 	ExecutionCount int    `json:"execution_count"`
 	// Outputs are the cell's outputs as the notebook holds them (nbformat 4: output_type
 	// stream, display_data, execute_result or error).
-	Outputs    []map[string]any `json:"outputs"`
-	EName      string           `json:"ename,omitempty"`
-	EValue     string           `json:"evalue,omitempty"`
-	Message    string           `json:"message,omitempty"`
-	DurationMS int64            `json:"duration_ms"`
+	Outputs []map[string]any `json:"outputs"`
+	EName   string           `json:"ename,omitempty"`
+	EValue  string           `json:"evalue,omitempty"`
+	Message string           `json:"message,omitempty"`
+	// Files are the workspace files the cell created, changed or deleted.
+	Files      []FileChange `json:"files,omitempty"`
+	DurationMS int64        `json:"duration_ms"`
 }
 
 // Error codes of the service's error shape.

@@ -134,7 +134,7 @@ func (r *Runner) run(ctx context.Context, id string, nb *Notebook, req api.Noteb
 		ename, evalue := errorOf(er.Outputs)
 		if onCell != nil {
 			onCell(api.NotebookCell{Index: i, Cells: len(nb.cells), Status: er.Status, ExecutionCount: er.ExecutionCount,
-				Outputs: c.outputs, EName: ename, EValue: evalue, Message: er.Message, DurationMS: er.DurationMS})
+				Outputs: c.outputs, EName: ename, EValue: evalue, Message: er.Message, Files: er.Files, DurationMS: er.DurationMS})
 		}
 		if er.Status == api.StatusOK || (er.Status == api.StatusError && c.tagged(TagRaisesException)) {
 			continue
