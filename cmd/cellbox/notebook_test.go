@@ -14,8 +14,7 @@ import (
 )
 
 // writeIpynb writes an nbformat 4.5 notebook (a markdown cell, then code cells, the first
-// tagged parameters) into a folder of its own and
-// returns its path.
+// tagged parameters) into a folder of its own and returns its path.
 func writeIpynb(t *testing.T, sources ...string) string {
 	t.Helper()
 	cells := []map[string]any{{"cell_type": "markdown", "id": "title", "metadata": map[string]any{}, "source": "# A notebook"}}
