@@ -162,7 +162,8 @@ func kind(v any) string {
 }
 
 // checkLanguage refuses a notebook whose metadata says it is for another language than
-// Python (its kernelspec's language, or language_info's name).
+// Python (its kernelspec's language, or language_info's name; python3, ipython and
+// ipython3 are Python too).
 func checkLanguage(raw json.RawMessage) error {
 	var md struct {
 		Kernelspec struct {
@@ -174,7 +175,8 @@ func checkLanguage(raw json.RawMessage) error {
 	}
 	json.Unmarshal(raw, &md) // metadata nbformat would refuse is not this package's to refuse
 	for _, v := range []any{md.Kernelspec.Language, md.LanguageInfo.Name} {
-		if l, ok := v.(string); ok && l != "" && !strings.EqualFold(l, "python") {
+		l, _ := v.(string)
+		if name := strings.TrimSuffix(strings.TrimPrefix(strings.ToLower(l), "i"), "3"); l != "" && name != "python" {
 			return invalid("its metadata says it is written in %.40q; this server's kernels run Python", l)
 		}
 	}

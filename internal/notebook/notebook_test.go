@@ -143,6 +143,7 @@ func TestParseRefuses(t *testing.T) {
 	for _, ok := range []string{
 		`{"nbformat": 4, "nbformat_minor": 2, "metadata": {}, "cells": []}`,
 		`{"nbformat": 4, "metadata": {"kernelspec": {"language": "Python"}, "language_info": {"name": "python"}}, "cells": [{"cell_type": "code", "source": ["a\n", "b"]}]}`,
+		`{"nbformat": 4, "metadata": {"kernelspec": {"language": "python3"}, "language_info": {"name": "IPython3"}}, "cells": []}`,
 		`{"nbformat": 4, "cells": [{"cell_type": "future-kind", "whatever": [1]}]}`,
 	} {
 		if _, err := Parse([]byte(ok)); err != nil {
