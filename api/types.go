@@ -432,6 +432,77 @@ type OneShotRequest struct {
 	Links bool `json:"links,omitempty"`
 }
 
+// NotebookRequest is the body of POST /v1/notebooks/execute: a Jupyter notebook (nbformat
+// 4) whose code cells run one after another, as nbclient and papermill run them.
+type NotebookRequest struct {
+	// Notebook is the .ipynb document, a JSON object of nbformat 4.
+	Notebook json.RawMessage `json:"notebook"`
+	// SessionID runs the notebook in this session, which keeps its state and lives on;
+	// "": a new session, made with Session (nil: the defaults), and ended afterwards unless
+	// KeepSession.
+	SessionID   string                `json:"session_id,omitempty"`
+	Session     *CreateSessionRequest `json:"session,omitempty"`
+	KeepSession bool                  `json:"keep_session,omitempty"`
+	// Parameters, papermill's: a code cell tagged "injected-parameters" assigns each value,
+	// as a Python literal, to its name (a Python identifier); it goes right after the first
+	// cell tagged "parameters" (at the top without one) and replaces an earlier injected
+	// cell. Values are JSON's: objects become dicts, arrays lists, null None. A Go float64
+	// of an integral value encodes as an integer; json.Number("1.0") keeps it a float.
+	Parameters map[string]any `json:"parameters,omitempty"`
+	// CellTimeoutS bounds each cell as ExecuteRequest.TimeoutS does (0: the server's
+	// default).
+	CellTimeoutS float64 `json:"cell_timeout_s,omitempty"`
+	// AllowErrors goes on past a cell that raised or timed out; without it the run stops
+	// there, as nbclient's does. A run stops at a cell that cost the kernel (oom, crashed)
+	// or was interrupted either way.
+	AllowErrors bool `json:"allow_errors,omitempty"`
+}
+
+// NotebookResult is the answer of POST /v1/notebooks/execute (its "result" event with
+// Server-Sent Events). A failure of the notebook's code is a status, as for ExecuteResult.
+type NotebookResult struct {
+	// Notebook is the executed notebook: each code cell that ran has its outputs and
+	// execution_count; code cells that did not (after a stop, empty ones, those tagged
+	// skip-execution) have none and a null count; everything else is as it came.
+	Notebook json.RawMessage `json:"notebook"`
+	// Status is ok when every code cell that ran was ok (an error in a cell tagged
+	// raises-exception counts as ok), else the status of the first that was not (error,
+	// timeout, oom, crashed, interrupted), which FailedCell names (its index in the
+	// returned notebook's cells) with the error's EName and EValue.
+	Status     string `json:"status"`
+	FailedCell *int   `json:"failed_cell,omitempty"`
+	EName      string `json:"ename,omitempty"`
+	EValue     string `json:"evalue,omitempty"`
+	// Message explains a status other than ok or error, as ExecuteResult's does.
+	Message string `json:"message,omitempty"`
+	// SessionID is the session the notebook ran in: ended by now, unless the request
+	// named it or asked to keep it.
+	SessionID string `json:"session_id"`
+	// Truncated: outputs were cut, a cell's past the server's limits of one execution, or
+	// the run's past 64 MiB of them (later cells still ran); a note in the outputs says so.
+	Truncated  bool  `json:"truncated,omitempty"`
+	DurationMS int64 `json:"duration_ms"`
+}
+
+// NotebookCell is a code cell of a notebook that finished running: the "cell" event of
+// POST /v1/notebooks/execute with Server-Sent Events.
+type NotebookCell struct {
+	Index int `json:"index"` // in the notebook's cells (the injected parameters' cell counted)
+	Cells int `json:"cells"` // how many cells the notebook has
+	// Status is as ExecuteResult's; EName and EValue name an error.
+	Status         string `json:"status"`
+	ExecutionCount int    `json:"execution_count"`
+	// Outputs are the cell's outputs as the notebook holds them (nbformat 4: output_type
+	// stream, display_data, execute_result or error).
+	Outputs []map[string]any `json:"outputs"`
+	EName   string           `json:"ename,omitempty"`
+	EValue  string           `json:"evalue,omitempty"`
+	Message string           `json:"message,omitempty"`
+	// Files are the workspace files the cell created, changed or deleted.
+	Files      []FileChange `json:"files,omitempty"`
+	DurationMS int64        `json:"duration_ms"`
+}
+
 // Error codes of the service's error shape.
 const (
 	CodeInvalidArgument    = "invalid_argument"

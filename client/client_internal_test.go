@@ -39,7 +39,7 @@ func TestReadEvents(t *testing.T) {
 		"event: empty\n\n" + // no data: not dispatched
 		"event: tail\ndata: x" // no blank line at the end: not dispatched
 	var got []string
-	err := readEvents(strings.NewReader(stream), func(event string, data []byte) error {
+	err := readEvents(strings.NewReader(stream), maxEventLine, func(event string, data []byte) error {
 		got = append(got, event+"="+string(data))
 		return nil
 	})
@@ -48,9 +48,9 @@ func TestReadEvents(t *testing.T) {
 		t.Fatalf("events %q, err %v; want %q", got, err, want)
 	}
 	// A line above the limit is an error, not a silent cut.
-	long := "data: " + strings.Repeat("x", maxEventLine) + "\n\n"
-	if err := readEvents(strings.NewReader(long), func(string, []byte) error { return nil }); err == nil {
-		t.Error("a line above 64 MiB was accepted")
+	long := "data: " + strings.Repeat("x", 64<<10) + "\n\n"
+	if err := readEvents(strings.NewReader(long), 64<<10, func(string, []byte) error { return nil }); err == nil {
+		t.Error("a line above the limit was accepted")
 	}
 }
 

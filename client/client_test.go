@@ -5,6 +5,7 @@ package client_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -410,4 +411,54 @@ func (b countingBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	b.n.Add(int64(n))
 	return n, err
+}
+
+// notebook is an nbformat 4.5 notebook of code cells.
+func notebook(sources ...string) json.RawMessage {
+	var cells []map[string]any
+	for i, src := range sources {
+		cells = append(cells, map[string]any{"cell_type": "code", "id": fmt.Sprint("c", i), "metadata": map[string]any{},
+			"source": src, "outputs": []any{}, "execution_count": nil})
+	}
+	b, _ := json.Marshal(map[string]any{"nbformat": 4, "nbformat_minor": 5, "metadata": map[string]any{}, "cells": cells})
+	return b
+}
+
+// TestExecuteNotebook: a notebook with parameters, whole and streamed a cell at a time; a
+// bad one is an invalid argument; canceling the stream interrupts the running cell and
+// nothing after it runs.
+func TestExecuteNotebook(t *testing.T) {
+	c := newClient(t)
+	ctx := t.Context()
+	nb := notebook("print(who, type(n).__name__)", "n * 2")
+	var cells []api.NotebookCell
+	res, err := c.ExecuteNotebookStream(ctx, api.NotebookRequest{Notebook: nb, Parameters: map[string]any{"who": "sdk", "n": json.Number("1.0")}},
+		func(cell api.NotebookCell) { cells = append(cells, cell) })
+	if err != nil || res.Status != api.StatusOK {
+		t.Fatalf("stream: %+v, %v", res, err)
+	}
+	if len(cells) != 3 || cells[1].Outputs[0]["text"] != "sdk float\n" || cells[2].Outputs[0]["data"].(map[string]any)["text/plain"] != "2.0" {
+		t.Errorf("cells %+v", cells)
+	}
+	whole, err := c.ExecuteNotebook(ctx, api.NotebookRequest{Notebook: nb, Parameters: map[string]any{"who": "again", "n": 2}})
+	if err != nil || whole.Status != api.StatusOK || !bytes.Contains(whole.Notebook, []byte(`"again int\n"`)) {
+		t.Errorf("whole: %+v, %v", whole, err)
+	}
+	if _, err := c.ExecuteNotebook(ctx, api.NotebookRequest{Notebook: json.RawMessage(`{"nbformat": 3}`)}); !client.IsInvalidArgument(err) {
+		t.Errorf("nbformat 3: %v", err)
+	}
+
+	id := newSession(t, c)
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	_, err = c.ExecuteNotebookStream(sctx, api.NotebookRequest{Notebook: notebook("print('up')", "import time\ntime.sleep(60)", "after = True"), SessionID: id},
+		func(api.NotebookCell) { cancel() })
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("canceled stream: %v", err)
+	}
+	// The session's turn comes once the sleeping cell is interrupted; the last cell never ran.
+	r, err := c.Execute(ctx, id, api.ExecuteRequest{Code: "print('after' in dir())"})
+	if err != nil || stdout(r) != "False\n" {
+		t.Errorf("after the canceled notebook: %+v, %v", r, err)
+	}
 }

@@ -23,7 +23,7 @@ func (c *Client) Execute(ctx context.Context, id string, req api.ExecuteRequest)
 // produces it, in order, on the calling goroutine; the returned result holds them all again.
 // Canceling ctx drops the stream, and the server then interrupts the cell.
 func (c *Client) ExecuteStream(ctx context.Context, id string, req api.ExecuteRequest, onOutput func(api.Output)) (*api.ExecuteResult, error) {
-	return stream(ctx, c, sessionPath(id, "/execute"), req, onOutput, executeOutputs)
+	return stream(ctx, c, sessionPath(id, "/execute"), req, "output", onOutput, executeOutputs)
 }
 
 // ExecuteOnce runs code once in a fresh sandbox that the server discards afterwards.
@@ -33,20 +33,37 @@ func (c *Client) ExecuteOnce(ctx context.Context, req api.OneShotRequest) (*api.
 
 // ExecuteOnceStream is ExecuteOnce with outputs streamed to onOutput, as in ExecuteStream.
 func (c *Client) ExecuteOnceStream(ctx context.Context, req api.OneShotRequest, onOutput func(api.Output)) (*api.ExecuteResult, error) {
-	return stream(ctx, c, "/v1/execute", req, onOutput, executeOutputs)
+	return stream(ctx, c, "/v1/execute", req, "output", onOutput, executeOutputs)
 }
 
-// maxEventLine bounds one line of an event stream: an output may carry a large image.
-const maxEventLine = 64 << 20
+// ExecuteNotebook runs a Jupyter notebook (nbformat 4) and returns it executed (see
+// api.NotebookRequest): in req.SessionID's session, else in a new one. A cell that fails
+// is the result's Status (with FailedCell), not an error; the result holds the notebook as
+// far as it ran.
+func (c *Client) ExecuteNotebook(ctx context.Context, req api.NotebookRequest) (*api.NotebookResult, error) {
+	return call[api.NotebookResult](ctx, c, http.MethodPost, "/v1/notebooks/execute", req)
+}
+
+// ExecuteNotebookStream is ExecuteNotebook with Server-Sent Events: onCell gets each code
+// cell as it finishes, in order, on the calling goroutine. Canceling ctx drops the stream,
+// and the server then interrupts the running cell and stops.
+func (c *Client) ExecuteNotebookStream(ctx context.Context, req api.NotebookRequest, onCell func(api.NotebookCell)) (*api.NotebookResult, error) {
+	return stream[api.NotebookResult](ctx, c, "/v1/notebooks/execute", req, "cell", onCell, nil)
+}
+
+// maxEventLine bounds one line of an event stream: an output may carry a large image, a
+// notebook's result the whole notebook.
+const maxEventLine = 256 << 20
 
 func executeOutputs(r *api.ExecuteResult) []api.Output { return r.Outputs }
 
-// stream POSTs in to path asking for Server-Sent Events: onOutput gets each "output" event,
-// and the "result" event is the T returned. A server that answers with the whole result at
-// once is read as well: onOutput then gets outputs(result), in order.
-func stream[T any](ctx context.Context, c *Client, path string, in any, onOutput func(api.Output), outputs func(*T) []api.Output) (*T, error) {
-	if onOutput == nil {
-		onOutput = func(api.Output) {}
+// stream POSTs in to path asking for Server-Sent Events: onEvent gets each event named
+// event, and the "result" event is the T returned. A server that answers with the whole
+// result at once is read as well: onEvent then gets whole(result) (none for a nil whole),
+// in order.
+func stream[T, E any](ctx context.Context, c *Client, path string, in any, event string, onEvent func(E), whole func(*T) []E) (*T, error) {
+	if onEvent == nil {
+		onEvent = func(E) {}
 	}
 	req, err := c.newRequest(ctx, http.MethodPost, path, in)
 	if err != nil {
@@ -64,20 +81,22 @@ func stream[T any](ctx context.Context, c *Client, path string, in any, onOutput
 		if err := json.NewDecoder(resp.Body).Decode(&res); err != nil {
 			return nil, fmt.Errorf("decode the response of POST %s: %w", path, err)
 		}
-		for _, o := range outputs(&res) {
-			onOutput(o)
+		if whole != nil {
+			for _, e := range whole(&res) {
+				onEvent(e)
+			}
 		}
 		return &res, nil
 	}
 	var res *T
-	err = readEvents(resp.Body, func(event string, data []byte) error {
-		switch event {
-		case "output":
-			var o api.Output
-			if err := json.Unmarshal(data, &o); err != nil {
-				return fmt.Errorf("decode output event: %w", err)
+	err = readEvents(resp.Body, maxEventLine, func(name string, data []byte) error {
+		switch name {
+		case event:
+			var e E
+			if err := json.Unmarshal(data, &e); err != nil {
+				return fmt.Errorf("decode %s event: %w", event, err)
 			}
-			onOutput(o)
+			onEvent(e)
 		case "result":
 			res = new(T)
 			if err := json.Unmarshal(data, res); err != nil {
@@ -108,12 +127,12 @@ func stream[T any](ctx context.Context, c *Client, path string, in any, onOutput
 	return nil, fmt.Errorf("POST %s: %w", path, err)
 }
 
-// readEvents parses a Server-Sent Events stream, calling fn for each event until fn returns
-// an error (returned as is) or the stream ends (nil). Comment lines (":...") are skipped;
+// readEvents parses a Server-Sent Events stream of lines of at most max bytes, calling fn
+// for each event until fn returns an error (returned as is) or the stream ends (nil). Comment lines (":...") are skipped;
 // several data lines of one event are joined with "\n", as the SSE standard says.
-func readEvents(r io.Reader, fn func(event string, data []byte) error) error {
+func readEvents(r io.Reader, max int, fn func(event string, data []byte) error) error {
 	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), maxEventLine)
+	sc.Buffer(make([]byte, 0, 64<<10), max)
 	var event string
 	var data []byte
 	var hasData bool

@@ -32,7 +32,7 @@ func (c *Client) CallTool(ctx context.Context, id, name string, req api.ToolCall
 	if onOutput == nil {
 		return call[api.ToolCallResult](ctx, c, http.MethodPost, path, req)
 	}
-	return stream(ctx, c, path, req, onOutput, func(r *api.ToolCallResult) []api.Output { return r.Outputs })
+	return stream(ctx, c, path, req, "output", onOutput, func(r *api.ToolCallResult) []api.Output { return r.Outputs })
 }
 
 // LoadTools defines saved tools of the API key's library in the session (those named, or

@@ -32,8 +32,9 @@ pkgs=(runc crun runsc iptables e2fsprogs mount python3 python3-ipython python3-n
 # npm for the MCP and E2B client tests; chromium for the web page's browser test; Debian's
 # Docker engine for the docker backend's, and curl to ask it whether it runs
 # (scripts/with-dockerd.sh starts it); pydantic, for the kernel tools' schemas of pydantic
-# models (internal/guest/pyrunner).
-test_pkgs=(make git gcc libc6-dev chromium docker.io curl iproute2 python3-pip python3-requests python3-pydantic)
+# models (internal/guest/pyrunner); nbformat, which checks the notebooks that
+# /v1/notebooks/execute and cellbox run write.
+test_pkgs=(make git gcc libc6-dev chromium docker.io curl iproute2 python3-pip python3-requests python3-pydantic python3-nbformat)
 
 if [[ ! -r /etc/os-release ]] || ! grep -qiE '^(ID|ID_LIKE)=.*(debian|ubuntu)' /etc/os-release ||
 	! command -v apt-get >/dev/null || ! command -v dpkg-query >/dev/null; then

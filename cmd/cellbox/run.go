@@ -15,10 +15,21 @@ func init() {
 }
 
 func runMain(args []string) int {
-	f := newFlags("run", "cellbox run [flags] (-c CODE | FILE | -)")
-	var code string
+	f := newFlags("run", "cellbox run [flags] (-c CODE | FILE | -)\n       cellbox run [flags] NOTEBOOK.ipynb [-p NAME VALUE]... [-o OUT.ipynb]")
+	var code, out string
+	var allowErrors bool
 	f.fs.StringVar(&code, "c", "", "the code to run")
-	f.own = append([]string{"c"}, f.own...)
+	f.fs.StringVar(&out, "o", "", "a notebook's output `file` (default: NOTEBOOK.out.ipynb beside it; never the notebook itself)")
+	f.fs.Func("p", "set a notebook's parameter `NAME VALUE`, as papermill does (repeatable): a JSON number, true, false, null or \"quoted string\" is that value, anything else a string", func(string) error {
+		return errors.New("give -p NAME VALUE, as two arguments")
+	})
+	f.fs.BoolVar(&allowErrors, "allow-errors", false, "a notebook's run goes on past a cell that raised or timed out (the exit status still says it failed)")
+	f.own = append([]string{"c", "p", "o", "allow-errors"}, f.own...)
+	args, params, err := cutParams(args)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "cellbox run: %v\n", err)
+		return exitUsage
+	}
 	if rc := f.parse(args); rc >= 0 {
 		return rc
 	}
@@ -30,10 +41,9 @@ func runMain(args []string) int {
 			return exitUsage
 		}
 	}
-	src, err := readCode(code, pos)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "cellbox run: %v\n", err)
-		f.fs.Usage()
+	notebook := code == "" && len(pos) == 1 && isNotebook(pos[0])
+	if !notebook && (params != nil || out != "" || allowErrors) {
+		fmt.Fprintln(os.Stderr, "cellbox run: -p, -o and --allow-errors are for notebooks: give a FILE ending in .ipynb")
 		return exitUsage
 	}
 
@@ -41,6 +51,19 @@ func runMain(args []string) int {
 	defer cancel()
 	sig := watchSignals(cancel)
 	defer sig.stop()
+	if notebook {
+		if out, err = notebookOut(pos[0], out); err != nil {
+			fmt.Fprintf(os.Stderr, "cellbox run: %v\n", err)
+			return exitUsage
+		}
+		return runNotebook(ctx, f, sig, pos[0], out, api.NotebookRequest{Parameters: params, CellTimeoutS: f.timeout.Seconds(), AllowErrors: allowErrors})
+	}
+	src, err := readCode(code, pos)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "cellbox run: %v\n", err)
+		f.fs.Usage()
+		return exitUsage
+	}
 	s, end, err := f.start(ctx, sig)
 	if err != nil {
 		return failed(ctx, err)

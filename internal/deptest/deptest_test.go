@@ -245,3 +245,10 @@ func TestFrontDoorsApart(t *testing.T) {
 		bad: none("the session layer links a front door",
 			"internal/httpapi/...", "internal/mcpserver/...", "internal/e2b/...", "internal/openai/...", "internal/conversation/...", "internal/agent/...")}.check(t)
 }
+
+// The notebook runner stands on its own Sessions interface: of the module it links only
+// the wire types and the error vocabulary (httpapi serves it, cellbox run reaches it over
+// REST).
+func TestNotebookStandsAlone(t *testing.T) {
+	rule{from: []string{"internal/notebook"}, bad: onlyModule("api", "internal/errdefs")}.check(t)
+}

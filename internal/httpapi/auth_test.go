@@ -120,7 +120,7 @@ func TestAttackAPIKeys(t *testing.T) {
 		"POST /v1/sessions", "GET /v1/sessions", "GET /v1/sessions/x", "PATCH /v1/sessions/x", "DELETE /v1/sessions/x",
 		"POST /v1/sessions/x/execute", "POST /v1/sessions/x/interrupt", "POST /v1/sessions/x/restart", "POST /v1/sessions/x/pause", "POST /v1/sessions/x/resume", "POST /v1/sessions/x/fork", "POST /v1/sessions/x/complete", "POST /v1/sessions/x/inspect",
 		"POST /v1/sessions/x/commands", "DELETE /v1/sessions/x/contexts/c", "GET /v1/sessions/x/files", "PUT /v1/sessions/x/files/a.txt",
-		"GET /v1/sessions/x/files/a.txt", "DELETE /v1/sessions/x/files/a.txt", "POST /v1/execute",
+		"GET /v1/sessions/x/files/a.txt", "DELETE /v1/sessions/x/files/a.txt", "POST /v1/execute", "POST /v1/notebooks/execute",
 		"GET /v1/tools", "POST /v1/agent", "GET /v1/openapi.json", "POST /mcp", "GET /mcp", "DELETE /mcp", "GET /mcp/sse", "POST /mcp/sse",
 		"GET /v1/sessions/x/egress", "GET /v1/sessions/x/tools", "POST /v1/sessions/x/tools/t/call", "POST /v1/sessions/x/tools/load",
 		"GET /v1/saved-tools", "GET /v1/saved-tools/t", "DELETE /v1/saved-tools/t",
@@ -278,6 +278,7 @@ func TestAttackTenantsOverHTTP(t *testing.T) {
 		{"GET", "/v1/sessions/ID/files/secret.txt", ""},
 		{"DELETE", "/v1/sessions/ID/files/secret.txt", ""},
 		{"POST", "/v1/agent", `{"input": "print the secret", "session_id": "ID", "files": [{"path": "pwned", "content": "x"}]}`},
+		{"POST", "/v1/notebooks/execute", `{"session_id": "ID", "notebook": {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [{"cell_type": "code", "id": "c", "metadata": {}, "source": "open('pwned', 'w')", "outputs": [], "execution_count": null}]}}`},
 		{"PATCH", "/v1/sessions/ID", `{"lifetime_s": 1}`},
 		{"DELETE", "/v1/sessions/ID", ""}, // last: were it to work, the others would find nothing
 	}

@@ -78,6 +78,16 @@ func (s *server) routeInCluster(w http.ResponseWriter, r *http.Request, pattern 
 		return r, s.place(w, r, s.writeError)
 	case pattern == "POST /v1/agent" || pattern == "POST /v1/conversations":
 		return r, s.toSessionNode(w, r)
+	case pattern == "POST "+notebookPath:
+		// In the session it names, else in a new one: new work.
+		id, ok := s.sessionInBody(w, r)
+		switch {
+		case !ok:
+			return r, true
+		case id == "":
+			return r, s.place(w, r, s.writeError)
+		}
+		return r, s.toNodeOf(w, r, id, s.writeError)
 	case pattern == "GET /v1/sessions":
 		s.listSessionsInCluster(w, r)
 		return r, true
@@ -184,10 +194,10 @@ func OpenOnNode(r *http.Request, id, path string) (*http.Response, error) {
 	return s.getOn(r.Context(), r, *m, path)
 }
 
-// keepBody reads r's body, at most MaxBodyBytes, and puts it back for whoever serves r;
-// false when it could not be read (r is answered).
+// keepBody reads r's body, at most maxBody, and puts it back for whoever serves r; false
+// when it could not be read (r is answered).
 func (s *server) keepBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody(r)))
 	if err != nil {
 		s.writeError(w, r, err)
 		return nil, false
@@ -197,7 +207,7 @@ func (s *server) keepBody(w http.ResponseWriter, r *http.Request) ([]byte, bool)
 }
 
 // toResponseNode forwards a new response to the node of the response it goes on from, else
-// of the container its code_interpreter names; the body, at most MaxBodyBytes, is read for
+// of the container its code_interpreter names; the body, at most maxBody, is read for
 // that and kept for whoever serves it. Anything else is served here.
 func (s *server) toResponseNode(w http.ResponseWriter, r *http.Request) bool {
 	body, ok := s.keepBody(w, r)
@@ -320,34 +330,43 @@ func Elsewhere(ctx context.Context) []api.Session {
 }
 
 // toSessionNode forwards a request whose body names a session_id of another node to that
-// node (an agent run, a conversation: they work in the session, where it is). The body, at
-// most MaxBodyBytes, is read for that and kept for whoever serves it; one that does not
-// parse is served here, which says why.
+// node (an agent run, a conversation: they work in the session, where it is).
 func (s *server) toSessionNode(w http.ResponseWriter, r *http.Request) bool {
-	body, ok := s.keepBody(w, r)
+	id, ok := s.sessionInBody(w, r)
 	if !ok {
 		return true
+	}
+	return id != "" && s.toNodeOf(w, r, id, s.writeError)
+}
+
+// sessionInBody is the session_id r's body names ("" none, or a body that does not parse:
+// served here, which says why). The body, at most maxBody, is read for that and kept for
+// whoever serves r; ok is false when it could not be read (r is answered).
+func (s *server) sessionInBody(w http.ResponseWriter, r *http.Request) (id string, ok bool) {
+	body, ok := s.keepBody(w, r)
+	if !ok {
+		return "", false
 	}
 	var req struct {
 		SessionID string `json:"session_id"`
 	}
-	if json.Unmarshal(body, &req) != nil || req.SessionID == "" {
-		return false
+	if json.Unmarshal(body, &req) != nil {
+		return "", true
 	}
-	return s.toNodeOf(w, r, req.SessionID, s.writeError)
+	return req.SessionID, true
 }
 
 // place sends a request that starts new work to the node with the most room, trying the
 // next when one does not answer or refuses it as full (429: its Lease said it had room, but
 // others' sessions came first, or the tenant is at its cap there); the body, at most
-// MaxBodyBytes, is kept for that. The last node's answer is the client's, whatever it is.
+// maxBody, is kept for that. The last node's answer is the client's, whatever it is.
 func (s *server) place(w http.ResponseWriter, r *http.Request, fail failer) bool {
 	c := s.opts.Cluster
 	nodes := c.Place()
 	if len(nodes) == 0 || nodes[0].Here {
 		return false // here has the most room, or no node says it has any: here says why
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody(r)))
 	if err != nil {
 		fail(w, r, err)
 		return true

@@ -153,6 +153,7 @@ func New(m *session.Manager, opts Options) http.Handler {
 	mux.HandleFunc("POST /v1/sessions/{id}/links", s.createLink)
 	mux.HandleFunc("POST /v1/links/rotate", s.rotateLinks)
 	mux.HandleFunc("POST /v1/execute", s.oneShot)
+	mux.HandleFunc("POST "+notebookPath, s.executeNotebook)
 	mux.HandleFunc("GET /v1/tools", s.tools)
 	mux.HandleFunc("POST /v1/agent", s.agent)
 	mux.HandleFunc("GET /v1/providers", s.providers)
@@ -402,9 +403,18 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // decode reads a JSON body of at most MaxBodyBytes into v, refusing unknown fields so a
 // typo is an error rather than a silently ignored setting.
 func (s *server) decode(w http.ResponseWriter, r *http.Request, v any) error {
-	r.Body = http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes)
+	return s.decodeJSON(w, r, v, false)
+}
+
+// decodeJSON is decode, with the numbers of values of type any kept as json.Number
+// (numbers), and at most maxBody bytes.
+func (s *server) decodeJSON(w http.ResponseWriter, r *http.Request, v any, numbers bool) error {
+	r.Body = http.MaxBytesReader(w, r.Body, s.maxBody(r))
 	dec := json.NewDecoder(r.Body)
 	dec.DisallowUnknownFields()
+	if numbers {
+		dec.UseNumber()
+	}
 	if err := dec.Decode(v); err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
