@@ -1,11 +1,13 @@
 // The notebook: cells a person types and runs in a session's kernel (POST .../execute,
 // streamed), the kernel's Interrupt and Restart, the workspace's files, the session's
 // tools (functions marked @tool) and its network (its policy and recent connections). Opened on a
-// session the model worked in, it starts with the model's Python steps as cells.
+// session the model worked in, it starts with the model's Python steps as cells. A cell's
+// editor completes and explains names (editor.js).
 
 import { html, useEffect, useReducer, useRef, useState } from './vendor/preact-htm.js';
 import { ApiError, get, message, post, sessionPath, stream } from './api.js';
 import { Outputs, Result } from './cells.js';
+import { Editor } from './editor.js';
 import { Files, dropTarget } from './files.js';
 import { Network } from './network.js';
 import { Tools } from './tools.js';
@@ -199,13 +201,13 @@ export function Notebook({ active, sessionId, go, onSession, ended }) {
               <button type="button" class="primary small" onClick=${() => run(c)} disabled=${c.running}>Run cell</button>
               <button type="button" class="small" onClick=${() => ((st.cells = st.cells.filter((x) => x !== c)), render())}>Delete cell</button>
             </header>
-            <textarea class="source" aria-label=${`Code of cell ${i + 1}`} spellcheck="false" rows=${Math.min(30, Math.max(2, c.code.split('\n').length))}
-              ref=${(el) => (boxes.current[c.key] = el)} value=${c.code} placeholder="Python (Shift+Enter runs the cell)"
+            <${Editor} id=${`cell-${c.key}`} sessionId=${st.sid} label=${`Code of cell ${i + 1}`} rows=${Math.min(30, Math.max(2, c.code.split('\n').length))}
+              inputRef=${(el) => (boxes.current[c.key] = el)} value=${c.code}
               onInput=${(e) => {
                 c.code = e.target.value;
                 render();
               }}
-              onKeyDown=${(e) => onKey(e, c)}></textarea>
+              onKeyDown=${(e) => onKey(e, c)} />
             ${c.note && html`<p class="status">${c.note}</p>`}
             <div class="outputs" aria-live="polite">
               <${Outputs} outputs=${c.outputs} />

@@ -1,6 +1,6 @@
 // Drives cellbox's web page in Debian's chromium with playwright-core: the path a person
 // takes (key, upload, ask, approve, see the code, output and plot, answer, follow-up, stop a
-// long cell, the notebook on the same session). Run by internal/web's TestBrowser, which
+// long cell, the notebook on the same session, its completion and help). Run by internal/web's TestBrowser, which
 // starts the server and a stand-in model API; it exits non-zero with the failed check.
 //
 // Environment: CELLBOX_URL, CELLBOX_KEY, CHROMIUM, DATA_CSV, MEAN_SPEED (what the follow-up
@@ -271,6 +271,62 @@ try {
   await notebook.getByRole('button', { name: 'Run cell' }).last().click();
   await notebook.locator('pre.out.stdout', { hasText: /^\s*False\s*$/ }).waitFor();
   await tools.getByText(/^No tools yet/).waitFor(); // the restart dropped the unsaved tool
+
+  step('Tab completes a name from the kernel (one is put in, several are a list) and indents; Shift+Tab shows a docstring');
+  await notebook.getByRole('button', { name: 'Add cell' }).click();
+  await editors.last().fill('completion_alpha = 1\ncompletion_beta = 2\ndef completion_fn(x):\n    """Doubles x, for the completion test."""\n    return 2 * x');
+  await notebook.getByRole('button', { name: 'Run cell' }).last().click();
+  await notebook.locator('article.cell').last().locator('.count', { hasText: /\[\d+\]/ }).waitFor();
+  await notebook.getByRole('button', { name: 'Add cell' }).click();
+  const ed = editors.last();
+  const completions = notebook.getByRole('listbox', { name: 'Completions' });
+  const typeAndTab = async (text) => {
+    await ed.fill(text);
+    await ed.press('Tab');
+  };
+  // valueIs waits for the editor to hold want (completions arrive from the kernel).
+  const valueIs = async (want) => {
+    const el = await ed.elementHandle();
+    await page.waitForFunction(([el, want]) => el.value === want, [el, want]).catch(async () => {
+      throw new Error(`check failed: the editor holds ${JSON.stringify(await ed.inputValue())}, not ${JSON.stringify(want)}`);
+    });
+  };
+  await typeAndTab("'😀', completion_f"); // the API counts code points, the textarea UTF-16 units
+  await valueIs("'😀', completion_fn");
+  await typeAndTab('x = completion_');
+  await completions.waitFor();
+  const offered = await completions.getByRole('option').allInnerTexts();
+  for (const name of ['completion_alpha', 'completion_beta', 'completion_fn']) check(offered.some((o) => o.startsWith(name)), `${name} is offered: ${offered}`);
+  await ed.press('b'); // typing on narrows the list
+  await completions.getByRole('option').nth(1).waitFor({ state: 'detached' });
+  await ed.press('Enter');
+  await valueIs('x = completion_beta');
+  await completions.waitFor({ state: 'detached' });
+  await typeAndTab('completion_');
+  await completions.getByRole('option', { name: /completion_alpha/ }).click();
+  await valueIs('completion_alpha');
+  await typeAndTab('completion_');
+  await completions.waitFor();
+  await ed.press('Escape');
+  await completions.waitFor({ state: 'detached' });
+  await ed.press('Tab');
+  await completions.waitFor();
+  await ed.press('ArrowDown');
+  const picked = (await completions.locator('[aria-selected=true] .match').innerText()).trim();
+  await ed.press('Tab');
+  await valueIs(picked);
+  await ed.fill('if True:\n');
+  await ed.press('Tab'); // after only whitespace: an indent
+  await valueIs('if True:\n    ');
+  await ed.fill('completion_fn');
+  await ed.press('Shift+Tab');
+  const help = notebook.getByRole('note', { name: 'Help' });
+  await help.getByText('Doubles x, for the completion test.').waitFor();
+  await ed.press('Escape');
+  await help.waitFor({ state: 'detached' });
+  await ed.press('Escape'); // then Tab leaves the editor, as it would without completion
+  await ed.press('Tab');
+  check(await ed.evaluate((el) => document.activeElement !== el), 'Escape, then Tab moves the focus on');
 
   step('the sessions view lists the session');
   await page.getByRole('link', { name: 'Sessions' }).click();
