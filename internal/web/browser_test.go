@@ -97,6 +97,7 @@ func TestBrowser(t *testing.T) {
 	testbin.NeedRunc(t)
 	node := testbin.NeedProgram(t, "node", "nodejs")
 	chromium := testbin.NeedProgram(t, "chromium", "chromium")
+	testbin.NeedIPython(t, "nbformat") // Debian's, to validate the notebook the page downloads
 	dir, err := filepath.Abs(filepath.Join("testdata", "browser"))
 	if err != nil {
 		t.Fatal(err)
@@ -120,12 +121,19 @@ func TestBrowser(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, "browser.mjs")
 	cmd.Dir = dir
+	ipynb := filepath.Join(t.TempDir(), "downloaded.ipynb")
 	cmd.Env = append(os.Environ(), "CELLBOX_URL="+url, "CELLBOX_KEY="+testKey, "CHROMIUM="+chromium,
-		"DATA_CSV="+csvPath, "MEAN_SPEED="+meanSpeed, "DEFAULT_MODEL="+agent.DefaultOpenAIModel)
+		"DATA_CSV="+csvPath, "MEAN_SPEED="+meanSpeed, "DEFAULT_MODEL="+agent.DefaultOpenAIModel, "NOTEBOOK_OUT="+ipynb)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, io.MultiWriter(&stderr, testWriter{t})
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("browser.mjs: %v\n%s", err, &stderr)
+	}
+	// The notebook the page downloaded is one that Jupyter's own nbformat accepts, without
+	// repairs (-W error: nbformat warns of what it fixes, such as a 4.5 cell without an id).
+	check := exec.Command("/usr/bin/python3", "-W", "error", "-c", "import nbformat, sys; nbformat.validate(nbformat.read(sys.argv[1], 4))", ipynb)
+	if out, err := check.CombinedOutput(); err != nil {
+		t.Errorf("nbformat refuses the downloaded notebook: %v\n%s", err, out)
 	}
 	// What the model was sent: the file's preview, then the whole conversation.
 	reqs := llmSrv.Requests()

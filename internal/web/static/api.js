@@ -210,10 +210,15 @@ export async function upload(id, path, file, onProgress) {
 // download (a plain link could not carry the key).
 export async function download(id, path) {
   const res = await send('GET', filePath(id, path));
-  const url = URL.createObjectURL(await res.blob());
+  save(await res.blob(), baseName(path));
+}
+
+// save hands blob to the browser as a download named name.
+export function save(blob, name) {
+  const url = URL.createObjectURL(blob);
   const a = document.createElement('a');
   a.href = url;
-  a.download = baseName(path);
+  a.download = name;
   document.body.append(a);
   a.click();
   a.remove();

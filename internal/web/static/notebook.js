@@ -1,26 +1,35 @@
 // The notebook: cells a person types and runs in a session's kernel (POST .../execute,
 // streamed), the kernel's Interrupt and Restart, the workspace's files, the session's
 // tools (functions marked @tool) and its network (its policy and recent connections). Opened on a
-// session the model worked in, it starts with the model's Python steps as cells.
+// session the model worked in, it starts with the model's Python steps as cells. A Jupyter
+// notebook (.ipynb) opens into it, its cells in place of the page's, and the page's cells
+// download as one (ipynb.js); a cell's editor completes and explains names (editor.js).
 
 import { html, useEffect, useReducer, useRef, useState } from './vendor/preact-htm.js';
-import { ApiError, get, message, post, sessionPath, stream } from './api.js';
-import { Outputs, Result } from './cells.js';
+import { ApiError, get, message, post, save, sessionPath, stream } from './api.js';
+import { Markdown, Outputs, Result } from './cells.js';
+import { Editor } from './editor.js';
 import { Files, dropTarget } from './files.js';
+import { NotebookError, readNotebook, writeNotebook } from './ipynb.js';
 import { Network } from './network.js';
 import { Tools } from './tools.js';
 
 let keys = 0;
-const cell = (code = '', more = {}) => ({ key: ++keys, code, outputs: [], result: null, running: false, error: '', note: '', ...more });
+// A cell's type is code, markdown or raw (the last two only from an .ipynb, shown, not
+// edited); count is its execution count.
+const cell = (code = '', more = {}) =>
+  ({ key: ++keys, type: 'code', code, outputs: [], result: null, count: null, running: false, error: '', note: '', ...more });
 
-// A notebook's state is one mutable object, drawn again after each change (render).
-const fresh = (sid) => ({ sid, cells: [cell()], imported: new Set(), error: '', note: '', creating: null, importing: null, focus: 0 });
+// A notebook's state is one mutable object, drawn again after each change (render); name
+// is the .ipynb it was opened from.
+const fresh = (sid) => ({ sid, cells: [cell()], imported: new Set(), error: '', note: '', creating: null, importing: null, focus: 0, name: '' });
 
 // stepCell is a python step of the model as a cell: its code and what it gave.
 const stepCell = (s) =>
   cell(s.code, {
     outputs: s.result?.outputs || [],
     result: s.result || null,
+    count: s.result?.execution_count || null,
     byModel: true,
     note: s.declined ? 'The model wrote this; it was skipped, not run.' : s.error ? `The model wrote this; it did not run: ${s.error}` : '',
   });
@@ -34,6 +43,7 @@ export function Notebook({ active, sessionId, go, onSession, ended }) {
   const [ran, setRan] = useState(0); // cells finished: the tools and the network's connections are read again
   const [dragging, setDragging] = useState(false);
   const adder = useRef();
+  const picker = useRef();
   const boxes = useRef({});
   const books = useRef(new Map()); // session id → its notebook, kept while the page lives
   const activeRef = useRef(active);
@@ -116,8 +126,8 @@ export function Notebook({ active, sessionId, go, onSession, ended }) {
   }
 
   async function run(c) {
-    if (c.running || !c.code.trim()) return;
-    Object.assign(c, { running: true, outputs: [], result: null, error: '', note: '' });
+    if (c.type !== 'code' || c.running || !c.code.trim()) return;
+    Object.assign(c, { running: true, outputs: [], result: null, count: null, error: '', note: '' });
     render();
     try {
       const sid = await ensureSession();
@@ -128,6 +138,7 @@ export function Notebook({ active, sessionId, go, onSession, ended }) {
       };
       c.result = await stream(sessionPath(sid) + '/execute', { code: c.code }, onEvent);
       if (c.result.outputs?.length) c.outputs = c.result.outputs;
+      c.count = c.result.execution_count || null;
       if (c.result.files?.length) setRefresh((n) => n + 1);
     } catch (e) {
       c.error = message(e);
@@ -151,8 +162,8 @@ export function Notebook({ active, sessionId, go, onSession, ended }) {
     e.preventDefault();
     run(c);
     if (e.shiftKey) {
-      // Shift+Enter runs and goes on to the next cell, as in Jupyter.
-      const next = st.cells[st.cells.indexOf(c) + 1];
+      // Shift+Enter runs and goes on to the next code cell, as in Jupyter.
+      const next = st.cells.slice(st.cells.indexOf(c) + 1).find((x) => x.type === 'code');
       if (next) {
         st.focus = next.key;
         render();
@@ -174,6 +185,33 @@ export function Notebook({ active, sessionId, go, onSession, ended }) {
     render();
   }
 
+  // openFile puts the cells of an .ipynb file in place of the notebook's, in the same
+  // session; nothing runs until the person runs it.
+  async function openFile(file) {
+    if (!file) return;
+    const mine = state.current;
+    mine.error = '';
+    mine.note = '';
+    try {
+      if (file.size > 100e6) throw new NotebookError(`it is ${Math.round(file.size / 1e6)} MB; the page opens notebooks up to 100 MB.`);
+      const nb = readNotebook(await file.text());
+      if (mine.cells.some((c) => c.code.trim()) && !confirm(`Put the cells of ${file.name} in place of this notebook's? The session, its variables and files stay.`)) return;
+      mine.cells = nb.cells.map((c) => cell(c.code, c));
+      if (!mine.cells.some((c) => c.type === 'code')) mine.cells.push(cell());
+      mine.name = file.name;
+      mine.note = `Opened ${file.name}: ${nb.cells.length} cells, none run yet.` +
+        (/^python/i.test(nb.language) ? '' : ` It was written for ${nb.language}; this session runs Python.`);
+    } catch (e) {
+      mine.error = `Could not open ${file.name}: ` + (e instanceof NotebookError ? e.message : message(e));
+    }
+    render();
+  }
+
+  function downloadNotebook() {
+    const name = st.name || (st.sid ? `${st.sid}.ipynb` : 'notebook.ipynb');
+    save(new Blob([writeNotebook(st.cells)], { type: 'application/x-ipynb+json' }), name);
+  }
+
   const drop = dropTarget(setDragging, (files) => adder.current?.(files));
 
   return html`<section class="view notebook" hidden=${!active} aria-label="Notebook" ...${drop}>
@@ -181,6 +219,10 @@ export function Notebook({ active, sessionId, go, onSession, ended }) {
     <div class="toolbar">
       <span class="muted small">${st.sid ? html`Session <code>${st.sid}</code>` : 'New session'}</span>
       <span class="grow"></span>
+      <input type="file" accept=".ipynb,application/x-ipynb+json,application/json" hidden ref=${picker} aria-label="Notebook file"
+        onChange=${(e) => (openFile(e.target.files[0]), (e.target.value = ''))} />
+      <button type="button" onClick=${() => picker.current.click()}>Open .ipynb</button>
+      <button type="button" onClick=${downloadNotebook}>Download .ipynb</button>
       <button type="button" onClick=${() => kernel('interrupt')} disabled=${!st.sid}>Interrupt</button>
       <button type="button" onClick=${() => kernel('restart')} disabled=${!st.sid}>Restart</button>
       <button type="button" onClick=${() => go('#notebook')}>New session</button>
@@ -190,22 +232,31 @@ export function Notebook({ active, sessionId, go, onSession, ended }) {
     <div class="columns">
       <div class="cells">
         ${st.importing && html`<p class="muted">Loading the model's steps…</p>`}
-        ${st.cells.map(
-          (c, i) => html`<article class=${'cell' + (c.byModel ? ' by-model' : '')} key=${c.key} aria-label=${`Cell ${i + 1}`}>
+        ${st.cells.map((c, i) =>
+          c.type !== 'code'
+            ? html`<article class="cell text" key=${c.key} aria-label=${`Cell ${i + 1}`}>
+                <header>
+                  <span class="muted small">${c.type === 'markdown' ? 'Markdown' : 'Raw'}</span>
+                  <span class="grow"></span>
+                  <button type="button" class="small" onClick=${() => ((st.cells = st.cells.filter((x) => x !== c)), render())}>Delete cell</button>
+                </header>
+                ${c.type === 'markdown' ? html`<${Markdown} text=${c.code} />` : html`<pre class="raw">${c.code}</pre>`}
+              </article>`
+            : html`<article class=${'cell' + (c.byModel ? ' by-model' : '')} key=${c.key} aria-label=${`Cell ${i + 1}`}>
             <header>
-              <span class="count">[${c.running ? '*' : c.result?.execution_count || ' '}]</span>
+              <span class="count">[${c.running ? '*' : c.count || ' '}]</span>
               ${c.byModel && html`<span class="muted small">written by the model</span>`}
               <span class="grow"></span>
               <button type="button" class="primary small" onClick=${() => run(c)} disabled=${c.running}>Run cell</button>
               <button type="button" class="small" onClick=${() => ((st.cells = st.cells.filter((x) => x !== c)), render())}>Delete cell</button>
             </header>
-            <textarea class="source" aria-label=${`Code of cell ${i + 1}`} spellcheck="false" rows=${Math.min(30, Math.max(2, c.code.split('\n').length))}
-              ref=${(el) => (boxes.current[c.key] = el)} value=${c.code} placeholder="Python (Shift+Enter runs the cell)"
+            <${Editor} id=${`cell-${c.key}`} sessionId=${st.sid} label=${`Code of cell ${i + 1}`} rows=${Math.min(30, Math.max(2, c.code.split('\n').length))}
+              inputRef=${(el) => (boxes.current[c.key] = el)} value=${c.code}
               onInput=${(e) => {
                 c.code = e.target.value;
                 render();
               }}
-              onKeyDown=${(e) => onKey(e, c)}></textarea>
+              onKeyDown=${(e) => onKey(e, c)} />
             ${c.note && html`<p class="status">${c.note}</p>`}
             <div class="outputs" aria-live="polite">
               <${Outputs} outputs=${c.outputs} />

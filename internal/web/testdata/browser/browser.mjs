@@ -1,10 +1,12 @@
 // Drives cellbox's web page in Debian's chromium with playwright-core: the path a person
 // takes (key, upload, ask, approve, see the code, output and plot, answer, follow-up, stop a
-// long cell, the notebook on the same session). Run by internal/web's TestBrowser, which
+// long cell, the notebook on the same session, its completion and help, an .ipynb opened and
+// downloaded). Run by internal/web's TestBrowser, which
 // starts the server and a stand-in model API; it exits non-zero with the failed check.
 //
 // Environment: CELLBOX_URL, CELLBOX_KEY, CHROMIUM, DATA_CSV, MEAN_SPEED (what the follow-up
-// must show), CELLBOX_SCREENSHOTS (optional: a folder for the docs' screenshots).
+// must show), NOTEBOOK_OUT (where the downloaded .ipynb goes, for the test to validate),
+// CELLBOX_SCREENSHOTS (optional: a folder for the docs' screenshots).
 
 import { chromium } from 'playwright-core';
 import { readFileSync } from 'node:fs';
@@ -271,6 +273,102 @@ try {
   await notebook.getByRole('button', { name: 'Run cell' }).last().click();
   await notebook.locator('pre.out.stdout', { hasText: /^\s*False\s*$/ }).waitFor();
   await tools.getByText(/^No tools yet/).waitFor(); // the restart dropped the unsaved tool
+
+  step('Tab completes a name from the kernel (one is put in, several are a list) and indents; Shift+Tab shows a docstring');
+  await notebook.getByRole('button', { name: 'Add cell' }).click();
+  await editors.last().fill('completion_alpha = 1\ncompletion_beta = 2\ndef completion_fn(x):\n    """Doubles x, for the completion test."""\n    return 2 * x');
+  await notebook.getByRole('button', { name: 'Run cell' }).last().click();
+  await notebook.locator('article.cell').last().locator('.count', { hasText: /\[\d+\]/ }).waitFor();
+  await notebook.getByRole('button', { name: 'Add cell' }).click();
+  const ed = editors.last();
+  const completions = notebook.getByRole('listbox', { name: 'Completions' });
+  const typeAndTab = async (text) => {
+    await ed.fill(text);
+    await ed.press('Tab');
+  };
+  // valueIs waits for the editor to hold want (completions arrive from the kernel).
+  const valueIs = async (want) => {
+    const el = await ed.elementHandle();
+    await page.waitForFunction(([el, want]) => el.value === want, [el, want]).catch(async () => {
+      throw new Error(`check failed: the editor holds ${JSON.stringify(await ed.inputValue())}, not ${JSON.stringify(want)}`);
+    });
+  };
+  await typeAndTab("'😀', completion_f"); // the API counts code points, the textarea UTF-16 units
+  await valueIs("'😀', completion_fn");
+  await typeAndTab('x = completion_');
+  await completions.waitFor();
+  const offered = await completions.getByRole('option').allInnerTexts();
+  for (const name of ['completion_alpha', 'completion_beta', 'completion_fn']) check(offered.some((o) => o.startsWith(name)), `${name} is offered: ${offered}`);
+  await ed.press('b'); // typing on narrows the list
+  await completions.getByRole('option').nth(1).waitFor({ state: 'detached' });
+  await ed.press('Enter');
+  await valueIs('x = completion_beta');
+  await completions.waitFor({ state: 'detached' });
+  await typeAndTab('completion_');
+  await completions.getByRole('option', { name: /completion_alpha/ }).click();
+  await valueIs('completion_alpha');
+  await typeAndTab('completion_');
+  await completions.waitFor();
+  await ed.press('Escape');
+  await completions.waitFor({ state: 'detached' });
+  await ed.press('Tab');
+  await completions.waitFor();
+  await ed.press('ArrowDown');
+  const picked = (await completions.locator('[aria-selected=true] .match').innerText()).trim();
+  await ed.press('Tab');
+  await valueIs(picked);
+  await ed.fill('if True:\n');
+  await ed.press('Tab'); // after only whitespace: an indent
+  await valueIs('if True:\n    ');
+  await ed.fill('completion_fn');
+  await ed.press('Shift+Tab');
+  const help = notebook.getByRole('note', { name: 'Help' });
+  await help.getByText('Doubles x, for the completion test.').waitFor();
+  await ed.press('Escape');
+  await help.waitFor({ state: 'detached' });
+  await ed.press('Escape'); // then Tab leaves the editor, as it would without completion
+  await ed.press('Tab');
+  check(await ed.evaluate((el) => document.activeElement !== el), 'Escape, then Tab moves the focus on');
+
+  step('an .ipynb opens into the notebook (Markdown rendered, saved outputs shown), runs, and downloads as nbformat 4');
+  const opened = {
+    nbformat: 4,
+    nbformat_minor: 5,
+    metadata: { kernelspec: { name: 'python3', display_name: 'Python 3', language: 'python' } },
+    cells: [
+      { cell_type: 'markdown', id: 'intro', metadata: {}, source: ['# From a file\n', '\n', 'Some *text*.'] },
+      {
+        cell_type: 'code', id: 'sum', metadata: {}, execution_count: 5, source: ["print('from the file', 6 * 7)"],
+        outputs: [{ output_type: 'stream', name: 'stdout', text: ['saved ', 'output\n'] }],
+      },
+    ],
+  };
+  const openIpynb = async (name, text) => {
+    const [chooser] = await Promise.all([page.waitForEvent('filechooser'), notebook.getByRole('button', { name: 'Open .ipynb' }).click()]);
+    await chooser.setFiles({ name, mimeType: 'application/json', buffer: Buffer.from(text) });
+  };
+  await openIpynb('opened.ipynb', JSON.stringify(opened));
+  await notebook.getByRole('heading', { name: 'From a file' }).waitFor();
+  await notebook.getByText('Opened opened.ipynb: 2 cells').waitFor();
+  const fileCell = notebook.locator('article.cell', { has: page.getByRole('button', { name: 'Run cell' }) });
+  check((await fileCell.count()) === 1, `one code cell after opening (${await fileCell.count()})`);
+  await fileCell.locator('pre.out.stdout', { hasText: 'saved output' }).waitFor();
+  check((await fileCell.locator('.count').innerText()) === '[5]', 'the saved execution count');
+  await fileCell.getByRole('button', { name: 'Run cell' }).click();
+  await fileCell.locator('pre.out.stdout', { hasText: 'from the file 42' }).waitFor();
+  const [ipynb] = await Promise.all([page.waitForEvent('download'), notebook.getByRole('button', { name: 'Download .ipynb' }).click()]);
+  check(ipynb.suggestedFilename() === 'opened.ipynb', `the download's name: ${ipynb.suggestedFilename()}`);
+  await ipynb.saveAs(env('NOTEBOOK_OUT')); // the test validates it with nbformat
+  const back = JSON.parse(readFileSync(env('NOTEBOOK_OUT'), 'utf8'));
+  check(back.nbformat === 4 && back.cells.length === 2 && back.cells[0].cell_type === 'markdown', `the downloaded notebook: ${JSON.stringify(back).slice(0, 300)}`);
+  check(back.cells[1].outputs.some((o) => o.output_type === 'stream' && o.text.includes('from the file 42')), 'the downloaded cell has its new output');
+
+  step('a file that is not an nbformat 4 notebook is refused with a message');
+  await openIpynb('broken.ipynb', '{"cells": [');
+  await notebook.getByRole('alert').getByText('Could not open broken.ipynb: it is not JSON').waitFor();
+  await openIpynb('old.ipynb', JSON.stringify({ nbformat: 3, nbformat_minor: 0, worksheets: [] }));
+  await notebook.getByRole('alert').getByText('Could not open old.ipynb: it is a notebook of nbformat 3').waitFor();
+  check((await fileCell.count()) === 1, 'the notebook is unchanged');
 
   step('the sessions view lists the session');
   await page.getByRole('link', { name: 'Sessions' }).click();
