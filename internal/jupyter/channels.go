@@ -229,6 +229,7 @@ func (c *conn) read(ctx context.Context) {
 			continue
 		}
 		bad = 0
+		c.k.h.log.Debug("jupyter message", "session_id", c.k.sid, "channel", m.Channel, "msg_type", m.Header.MsgType)
 		switch m.Channel {
 		case "shell":
 			c.k.enqueue(request{c, m})

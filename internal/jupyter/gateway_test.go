@@ -121,12 +121,15 @@ type msg struct {
 func (m msg) typ() string    { s, _ := m.Header["msg_type"].(string); return s }
 func (m msg) parent() string { s, _ := m.ParentHeader["msg_id"].(string); return s }
 
-// client is a websocket to a kernel.
+// client is a websocket to a kernel. One goroutine reads it (a read whose context ends
+// closes a websocket of coder/websocket): recv waits for what it read.
 type client struct {
-	t  *testing.T
-	ws *websocket.Conn
-	v1 bool
-	n  int
+	t   *testing.T
+	ws  *websocket.Conn
+	v1  bool
+	n   int
+	in  chan msg
+	err error // why in was closed
 }
 
 // dial opens kernel kid's websocket with key ("" for none; in the query with inQuery) in
@@ -150,10 +153,11 @@ func (g *gw) dial(t *testing.T, kid, key string, inQuery, v1 bool) (*client, *ht
 		return nil, resp, err
 	}
 	ws.SetReadLimit(64 << 20)
-	c := &client{t: t, ws: ws, v1: v1}
+	c := &client{t: t, ws: ws, v1: v1, in: make(chan msg, 1<<16)}
 	if v1 && ws.Subprotocol() != "v1.kernel.websocket.jupyter.org" {
 		t.Fatalf("subprotocol %q", ws.Subprotocol())
 	}
+	go c.read()
 	t.Cleanup(func() { ws.CloseNow() })
 	return c, resp, nil
 }
@@ -191,28 +195,64 @@ func (c *client) send(channel, msgType string, content any) string {
 	return id
 }
 
-// recv reads one message.
-func (c *client) recv(d time.Duration) (msg, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	defer cancel()
-	typ, b, err := c.ws.Read(ctx)
-	if err != nil {
-		return msg{}, err
-	}
-	var m msg
-	if c.v1 {
-		if typ != websocket.MessageBinary {
-			return msg{}, fmt.Errorf("a v1 message as text")
+func (c *client) read() {
+	defer close(c.in)
+	for {
+		typ, b, err := c.ws.Read(context.Background())
+		if err != nil {
+			c.err = err
+			return
 		}
-		channel, parts := v1Split(b)
-		m.Channel = channel
-		json.Unmarshal(parts[0], &m.Header)
-		json.Unmarshal(parts[1], &m.ParentHeader)
-		json.Unmarshal(parts[3], &m.Content)
-		return m, nil
+		var m msg
+		if c.v1 {
+			if typ != websocket.MessageBinary {
+				c.err = fmt.Errorf("a v1 message as text")
+				return
+			}
+			channel, parts := v1Split(b)
+			m.Channel = channel
+			json.Unmarshal(parts[0], &m.Header)
+			json.Unmarshal(parts[1], &m.ParentHeader)
+			json.Unmarshal(parts[3], &m.Content)
+		} else if err := json.Unmarshal(b, &m); err != nil {
+			c.err = err
+			return
+		}
+		c.in <- m
 	}
-	err = json.Unmarshal(b, &m)
-	return m, err
+}
+
+// recv returns the next message, or an error after d or when the websocket closed.
+func (c *client) recv(d time.Duration) (msg, error) {
+	select {
+	case m, ok := <-c.in:
+		if !ok {
+			return msg{}, c.err
+		}
+		return m, nil
+	case <-time.After(d):
+		return msg{}, fmt.Errorf("no message within %s", d)
+	}
+}
+
+// ready sends kernel_info_request until one is answered, as jupyter_client's
+// wait_for_ready does: jupyter_server 1.23 and Notebook 6, as gateway clients, drop a
+// message that comes before their own websocket to the gateway is up.
+func (c *client) ready() {
+	c.t.Helper()
+	for range 30 {
+		id := c.send("shell", "kernel_info_request", map[string]any{})
+		for {
+			m, err := c.recv(2 * time.Second)
+			if err != nil {
+				break // not answered: again
+			}
+			if m.parent() == id && m.typ() == "kernel_info_reply" {
+				return
+			}
+		}
+	}
+	c.t.Fatal("no kernel_info_reply in 30 tries")
 }
 
 // reply sends a request and collects what answers it until its status idle: the iopub
@@ -406,7 +446,7 @@ func TestKernelProtocol(t *testing.T) {
 				t.Errorf("kernel_info on control: %+v", reply)
 			}
 			// input() says that nobody can type into it.
-			iopub, reply = c.request("shell", "execute_request", map[string]any{"code": "input('name? ')", "allow_stdin": true})
+			_, reply = c.request("shell", "execute_request", map[string]any{"code": "input('name? ')", "allow_stdin": true})
 			if reply.Content["ename"] != "StdinNotImplementedError" {
 				t.Errorf("input(): %+v", reply.Content)
 			}
