@@ -359,6 +359,7 @@ func TestClusterOtherAPIs(t *testing.T) {
 	t.Run("SavedTools", func(t *testing.T) { clusterSavedTools(t, tc, call, s.ID, own, other) })
 	t.Run("Links", func(t *testing.T) { clusterLinks(t, tc, call, s.ID, own, other) })
 	t.Run("Artifacts", func(t *testing.T) { clusterArtifacts(t, call, s3, s.ID, own, other) })
+	t.Run("Jupyter", func(t *testing.T) { clusterJupyter(t, tc, call) })
 }
 
 // clusterArtifacts: a cell run through the node without its session has its files kept by
