@@ -211,7 +211,7 @@ func TestBackendsBelowSessions(t *testing.T) {
 	rule{from: []string{"internal/sandbox/..."}, bad: either(
 		none("a backend knows nothing above the session layer", "internal/session/...", "internal/server/...",
 			"internal/httpapi/...", "internal/mcpserver/...", "internal/e2b/...", "internal/openai/...", "internal/conversation/...",
-			"internal/agent/...", "internal/llm/...", "internal/cluster/...", "internal/tool/..."),
+			"internal/agent/...", "internal/llm/...", "internal/cluster/...", "internal/tool/...", "internal/jupyter/..."),
 		none("the guest daemon is the guest's, not the server's", "internal/guest"),
 	)}.check(t)
 }
@@ -228,7 +228,7 @@ func TestSandboxInterfacesBelowBackends(t *testing.T) {
 // sandbox.Backend: none links a backend (the session layer's test helpers may).
 func TestFrontDoorsNoBackends(t *testing.T) {
 	rule{from: []string{"internal/httpapi/...", "internal/mcpserver/...", "internal/e2b/...", "internal/openai/...",
-		"internal/conversation/...", "internal/agent/...", "internal/session"},
+		"internal/conversation/...", "internal/agent/...", "internal/jupyter/...", "internal/session"},
 		bad: none("a front door (or the session layer) sees sandbox.Backend, not a backend",
 			"internal/sandbox/runc/...", "internal/sandbox/docker/...", "internal/sandbox/local/...")}.check(t)
 }
@@ -237,13 +237,17 @@ func TestFrontDoorsNoBackends(t *testing.T) {
 // mounts them through interfaces it owns (the server wires them together); and the session
 // layer links no front door.
 func TestFrontDoorsApart(t *testing.T) {
-	rule{from: []string{"internal/mcpserver/...", "internal/e2b/...", "internal/openai/...", "internal/conversation/...", "internal/agent/..."},
+	rule{from: []string{"internal/mcpserver/...", "internal/e2b/...", "internal/openai/...", "internal/conversation/...", "internal/agent/...",
+		"internal/jupyter/..."},
 		bad: none("a front door links another front door's package", "internal/httpapi/...")}.check(t)
+	rule{from: []string{"internal/jupyter/..."}, bad: none("a front door links another front door's package",
+		"internal/e2b/...", "internal/mcpserver/...", "internal/openai/...", "internal/conversation/...", "internal/agent/...", "internal/notebook/...")}.check(t)
 	rule{from: []string{"internal/openai/..."}, bad: none("a front door links another front door's package",
 		"internal/e2b/...", "internal/mcpserver/...", "internal/conversation/...", "internal/agent/...")}.check(t)
 	rule{from: []string{"internal/session/..."},
 		bad: none("the session layer links a front door",
-			"internal/httpapi/...", "internal/mcpserver/...", "internal/e2b/...", "internal/openai/...", "internal/conversation/...", "internal/agent/...")}.check(t)
+			"internal/httpapi/...", "internal/mcpserver/...", "internal/e2b/...", "internal/openai/...", "internal/conversation/...", "internal/agent/...",
+			"internal/jupyter/...")}.check(t)
 }
 
 // The notebook runner stands on its own Sessions interface: of the module it links only
