@@ -3,12 +3,14 @@ package guest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/internal/errdefs"
+	"github.com/cellbox/cellbox/internal/guestproto"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -172,5 +174,51 @@ func TestInputRefused(t *testing.T) {
 		if r.Status != api.StatusError || e == nil || e.EName != "StdinNotImplementedError" || !strings.Contains(e.EValue, "Set the value in the code") {
 			t.Errorf("%q: %+v", code, r)
 		}
+	}
+}
+
+// TestInputAsked: with a caller that answers (Request.Stdin), input() and getpass() ask it
+// and get its value; its error is the cell's EOFError; a cell interrupted while it waits
+// stops, its variables kept.
+func TestInputAsked(t *testing.T) {
+	needIPython(t)
+	t.Parallel()
+	g := startKernelGuest(t, testConfig())
+	ctx := context.Background()
+	var asked []string
+	answer := func(ctx context.Context, prompt string, password bool) (string, error) {
+		asked = append(asked, fmt.Sprintf("%s|%v", prompt, password))
+		if strings.Contains(prompt, "fail") {
+			return "", errors.New("nobody there")
+		}
+		return "value for " + prompt, nil
+	}
+	r, err := g.ExecuteWith(ctx, api.ExecuteRequest{Code: "print('before')\nname = input('who? ')\nimport getpass\npw = getpass.getpass('pw: ')\nprint(name, pw, sep=';')", TimeoutS: 30},
+		guestproto.ExecuteOptions{OnInput: answer})
+	if err != nil || r.Status != api.StatusOK || text(r, "stdout") != "before\nvalue for who? ;value for pw: \n" {
+		t.Fatalf("input: %+v, %v", r, err)
+	}
+	if !slices.Equal(asked, []string{"who? |false", "pw: |true"}) {
+		t.Errorf("asked %q", asked)
+	}
+	r, err = g.ExecuteWith(ctx, api.ExecuteRequest{Code: "input('fail')", TimeoutS: 30}, guestproto.ExecuteOptions{OnInput: answer})
+	if err != nil || r.Status != api.StatusError || !strings.Contains(fmt.Sprint(r.Outputs), "EOFError") || !strings.Contains(fmt.Sprint(r.Outputs), "nobody there") {
+		t.Errorf("an answer that failed: %+v, %v", r, err)
+	}
+	// Interrupted while it waits: the caller's context ends, the cell stops.
+	g.exec(t, "kept = 1", 30)
+	ictx, cancel := context.WithCancel(ctx)
+	waiting := make(chan struct{})
+	go func() { <-waiting; cancel() }()
+	r, err = g.ExecuteWith(ictx, api.ExecuteRequest{Code: "input('wait')", TimeoutS: 30}, guestproto.ExecuteOptions{OnInput: func(ctx context.Context, prompt string, _ bool) (string, error) {
+		close(waiting)
+		<-ctx.Done()
+		return "", ctx.Err()
+	}})
+	if err != nil || r.Status != api.StatusInterrupted {
+		t.Errorf("interrupted while waiting: %+v, %v", r, err)
+	}
+	if out := text(g.exec(t, "print(kept)", 30), "stdout"); out != "1\n" {
+		t.Errorf("after: %q", out)
 	}
 }

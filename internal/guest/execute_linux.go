@@ -3,6 +3,7 @@ package guest
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -236,7 +237,10 @@ func (s *server) restart() guestproto.Message {
 // the caller goes away, or when an interrupt names runID, before or after it began. A quiet
 // one (a tool's call) is not counted: the execution count stays. The kernel's tools, if the
 // cell changed them, go before the result.
-func (s *server) execute(ctx context.Context, w io.Writer, runID string, req *api.ExecuteRequest, quiet bool) {
+//
+// With replies (Request.Stdin) the cell's input() asks the caller: an Input message on the
+// stream, answered by the next value on replies.
+func (s *server) execute(ctx context.Context, w io.Writer, runID string, req *api.ExecuteRequest, quiet bool, replies <-chan guestproto.InputReply) {
 	if req == nil {
 		writeMsg(w, errMsg(api.CodeInvalidArgument, "the execute request has no body"))
 		return
@@ -314,7 +318,7 @@ func (s *server) execute(ctx context.Context, w io.Writer, runID string, req *ap
 	}
 	r := newRun(req.Code, false, timeout, seconds(cfg.InterruptGraceS), newBudget(cfg.MaxOutputBytes, cfg.MaxRichBytes))
 	r.context, r.env, r.quiet = req.Context, req.Env, quiet
-	r.displays, r.exprs = req.DisplayUpdates, req.UserExpressions
+	r.displays, r.exprs, r.stdin = req.DisplayUpdates, req.UserExpressions, replies != nil
 	before := s.root.snapshot()
 	oom0 := s.oom.read()
 	start := time.Now()
@@ -323,7 +327,8 @@ func (s *server) execute(ctx context.Context, w io.Writer, runID string, req *ap
 	defer stopOnEnd()
 	failed := false
 	send := func() {
-		for _, o := range r.take() {
+		outs, in := r.take()
+		for _, o := range outs {
 			if failed {
 				return
 			}
@@ -331,6 +336,28 @@ func (s *server) execute(ctx context.Context, w io.Writer, runID string, req *ap
 				failed = true
 				k.stopRun(r, stopInterrupt) // nobody is listening any more
 			}
+		}
+		if in != nil && !failed {
+			if err := writeMsg(w, guestproto.Message{Input: in}); err != nil {
+				failed = true
+				k.stopRun(r, stopInterrupt)
+				return
+			}
+			// The answer goes to the runner, which waits for it, unless the run ended first.
+			go func() {
+				var line []byte
+				select {
+				case rep := <-replies:
+					if rep.Error != "" {
+						line, _ = json.Marshal(map[string]string{"op": "input", "error": rep.Error})
+					} else {
+						line, _ = json.Marshal(map[string]string{"op": "input", "value": rep.Value})
+					}
+				case <-r.done:
+					return
+				}
+				k.write(append(line, '\n'))
+			}()
 		}
 	}
 	for waiting := true; waiting; {

@@ -53,6 +53,7 @@ type cellRun struct {
 	context  string            // the execution context ("": the default)
 	env      map[string]string // set in os.environ for this cell only
 	displays bool              // send display ids, display updates and clear_output
+	stdin    bool              // input() asks the caller (Request.Stdin)
 	exprs    map[string]string // user expressions, evaluated after the code
 	pos      int               // a question's cursor (code points)
 	detail   int               // inspect's detail level
@@ -84,9 +85,11 @@ type cellRun struct {
 	finished time.Time
 	timer    *time.Timer // wakes the pump at the deadline
 
-	// Outputs the pump queued for the execute handler to send.
+	// Outputs the pump queued for the execute handler to send, and the input() waiting
+	// for a value, if any, after them.
 	qmu    sync.Mutex
 	queue  []api.Output
+	input  *guestproto.InputRequest
 	notify chan struct{}
 	done   chan struct{}
 }
@@ -110,13 +113,27 @@ func (r *cellRun) push(o api.Output) {
 	}
 }
 
-// take returns the queued outputs.
-func (r *cellRun) take() []api.Output {
+// ask queues an input() of the cell, after the outputs before it.
+func (r *cellRun) ask(in guestproto.InputRequest) {
+	if len(in.Prompt) > guestproto.MaxInput/2 {
+		in.Prompt = in.Prompt[:runeCut([]byte(in.Prompt), guestproto.MaxInput/2)]
+	}
 	r.qmu.Lock()
-	q := r.queue
-	r.queue = nil
+	r.input = &in
 	r.qmu.Unlock()
-	return q
+	select {
+	case r.notify <- struct{}{}:
+	default:
+	}
+}
+
+// take returns the queued outputs, and the input() waiting after them (nil: none).
+func (r *cellRun) take() ([]api.Output, *guestproto.InputRequest) {
+	r.qmu.Lock()
+	q, in := r.queue, r.input
+	r.queue, r.input = nil, nil
+	r.qmu.Unlock()
+	return q, in
 }
 
 // kernel is one Python process running the IPython runner.
@@ -303,7 +320,8 @@ func (k *kernel) begin(r *cellRun) error {
 		Exprs    map[string]string `json:"ux,omitempty"`
 		Pos      int               `json:"pos"`
 		Detail   int               `json:"detail,omitempty"`
-	}{r.op, r.code, r.silent, r.quiet, r.context, env, r.displays, r.exprs, r.pos, r.detail})
+		Stdin    bool              `json:"stdin,omitempty"`
+	}{r.op, r.code, r.silent, r.quiet, r.context, env, r.displays, r.exprs, r.pos, r.detail, r.stdin})
 	return k.write(append(msg, '\n'))
 }
 
@@ -678,6 +696,9 @@ type runnerMsg struct {
 	// "tools": all the kernel's tools (module cellbox), passed on as they are; the
 	// server checks them.
 	Tools []guestproto.Tool `json:"tools"`
+	// "input": a cell's input() waiting for a value.
+	Prompt   string `json:"prompt"`
+	Password bool   `json:"password"`
 	// "done": the user expressions' answers, a question's answer.
 	UX    map[string]api.Output `json:"ux"`
 	Reply json.RawMessage       `json:"reply"`
@@ -729,6 +750,11 @@ func (k *kernel) handle(line []byte) {
 		k.flush(r, true)
 		if r.budget.rich(&o) {
 			r.push(o)
+		}
+	case "input":
+		if r != nil && r.stdin && !r.silent {
+			k.flush(r, true)
+			r.ask(guestproto.InputRequest{Prompt: m.Prompt, Password: m.Password})
 		}
 	case "tools":
 		if r != nil && !r.silent {

@@ -289,14 +289,30 @@ func (s *server) handle(ctx context.Context, st *yamux.Stream) {
 		writeMsg(st, errMsg(api.CodeInvalidArgument, "the guest could not read the request"))
 		return
 	}
+	var replies chan guestproto.InputReply
 	if req.Op != guestproto.OpPutFile {
-		// The server writes nothing after the request but for an upload: the stream's end
-		// (the server closed it, or the connection is gone) is the caller going away, and
-		// ends what it asked for.
+		// The server writes nothing after the request but for an upload, and the answers
+		// to a cell's input(): the stream's end (the server closed it, or the connection
+		// is gone) is the caller going away, and ends what it asked for.
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithCancel(ctx)
 		defer cancel()
+		if req.Op == guestproto.OpExecute && req.Stdin {
+			replies = make(chan guestproto.InputReply, 1)
+		}
 		go func() {
+			if replies != nil {
+				for {
+					var rep guestproto.InputReply
+					if guestproto.ReadJSON(br, guestproto.MaxInput, &rep) != nil {
+						break
+					}
+					select {
+					case replies <- rep:
+					default: // one asked at a time: an answer nobody asked for is dropped
+					}
+				}
+			}
 			io.Copy(io.Discard, io.LimitReader(br, 1<<10))
 			cancel()
 			// Nobody reads this stream any more: a write must not wait for room forever.
@@ -310,7 +326,7 @@ func (s *server) handle(ctx context.Context, st *yamux.Stream) {
 	case guestproto.OpConfigure:
 		writeMsg(st, s.configure(req.Config))
 	case guestproto.OpExecute:
-		s.execute(ctx, st, req.RunID, req.Execute, req.Quiet)
+		s.execute(ctx, st, req.RunID, req.Execute, req.Quiet, replies)
 	case guestproto.OpInterrupt:
 		s.interrupt(req.RunID)
 		writeMsg(st, guestproto.Message{OK: true})

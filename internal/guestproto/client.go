@@ -228,7 +228,7 @@ func (c *Client) streamErr(ctx context.Context, err error) error {
 // final reads messages until the final one, passing outputs to onOutput (nil: none
 // expected) and a tool set to onTools (nil: none expected), and returns the final message.
 // It stops after budget bytes.
-func (c *Client) final(ctx context.Context, br *bufio.Reader, budget int64, onOutput func(api.Output), onTools func(*ToolSet) error) (*Message, error) {
+func (c *Client) final(ctx context.Context, br *bufio.Reader, budget int64, onInput func(*InputRequest) error, onOutput func(api.Output), onTools func(*ToolSet) error) (*Message, error) {
 	for {
 		line, err := ReadLine(br, MaxMessageSize)
 		if err != nil {
@@ -247,6 +247,15 @@ func (c *Client) final(ctx context.Context, br *bufio.Reader, budget int64, onOu
 				return nil, fmt.Errorf("guest sent an output where none belongs: %w", errdefs.ErrUnavailable)
 			}
 			onOutput(*m.Output)
+			continue
+		}
+		if m.Input != nil {
+			if onInput == nil {
+				return nil, fmt.Errorf("guest asked for input where none belongs: %w", errdefs.ErrUnavailable)
+			}
+			if err := onInput(m.Input); err != nil {
+				return nil, err
+			}
 			continue
 		}
 		if m.Tools != nil {
@@ -276,7 +285,7 @@ func (c *Client) roundTrip(ctx context.Context, req Request, m *Message) error {
 		return err
 	}
 	defer done()
-	got, err := c.final(ctx, br, MaxMessageSize, nil, nil)
+	got, err := c.final(ctx, br, MaxMessageSize, nil, nil, nil)
 	if err != nil {
 		return err
 	}
@@ -348,6 +357,10 @@ type ExecuteOptions struct {
 	// most, from the calling goroutine, before ExecuteWith returns; checked (ToolSet.Check).
 	// nil: they are dropped.
 	OnTools func(ToolSet)
+	// OnInput, when set, answers the cell's input() and getpass() (Request.Stdin): called
+	// from a goroutine of its own, one at a time, with a context that ends when the run
+	// does. Its error is the cell's EOFError. nil: they fail at once in the cell.
+	OnInput func(ctx context.Context, prompt string, password bool) (string, error)
 }
 
 // ExecuteWith is Execute with options: a run id, a quiet run, the tools the run changed.
@@ -360,14 +373,39 @@ func (c *Client) ExecuteWith(ctx context.Context, req api.ExecuteRequest, opts E
 	sctx, stop := c.runContext(ctx, id, wait)
 	defer stop()
 	// A run without history is a quiet one to the guest: not counted, not in In and Out.
-	_, br, done, err := c.call(sctx, Request{Op: OpExecute, RunID: id, Execute: &req, Quiet: opts.Quiet || req.NoHistory})
+	st, br, done, err := c.call(sctx, Request{Op: OpExecute, RunID: id, Execute: &req, Quiet: opts.Quiet || req.NoHistory,
+		Stdin: opts.OnInput != nil})
 	if err != nil {
 		return nil, err
 	}
 	defer done()
+	var onInput func(*InputRequest) error
+	if opts.OnInput != nil {
+		ictx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		var asking atomic.Bool
+		onInput = func(in *InputRequest) error {
+			if len(in.Prompt) > MaxInput || !asking.CompareAndSwap(false, true) {
+				return fmt.Errorf("guest asked for input out of turn: %w", errdefs.ErrUnavailable)
+			}
+			go func() {
+				v, err := opts.OnInput(ictx, in.Prompt, in.Password)
+				rep := InputReply{Value: v}
+				if err != nil {
+					rep = InputReply{Error: err.Error()}
+				}
+				asking.Store(false)
+				if len(rep.Value) > MaxInput-64 {
+					rep = InputReply{Error: fmt.Sprintf("the value is longer than %d bytes", MaxInput-64)}
+				}
+				WriteJSON(st, rep)
+			}()
+			return nil
+		}
+	}
 	var outputs []api.Output
 	var tools *ToolSet
-	m, err := c.final(sctx, br, c.MaxExecutionBytes, func(o api.Output) {
+	m, err := c.final(sctx, br, c.MaxExecutionBytes, onInput, func(o api.Output) {
 		outputs = append(outputs, o)
 		if opts.OnOutput != nil {
 			opts.OnOutput(o)
@@ -479,7 +517,7 @@ func (c *Client) CommandRun(ctx context.Context, id, dir string, req api.Command
 			}
 		}
 	}
-	m, err := c.final(sctx, br, c.MaxExecutionBytes, each, nil)
+	m, err := c.final(sctx, br, c.MaxExecutionBytes, nil, each, nil)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
 			return nil, fmt.Errorf("guest gave no result within %s: %w", wait, errdefs.ErrUnavailable)
@@ -525,7 +563,7 @@ func (c *Client) PutFile(ctx context.Context, path string, r io.Reader) (*api.Fi
 			return nil, rerr.err
 		}
 		// The guest may have answered already (a bad path, a full disk): prefer its reason.
-		if _, ferr := c.final(ctx, br, MaxMessageSize, nil, nil); ferr != nil && !errors.Is(ferr, ErrGuestGone) {
+		if _, ferr := c.final(ctx, br, MaxMessageSize, nil, nil, nil); ferr != nil && !errors.Is(ferr, ErrGuestGone) {
 			return nil, ferr
 		}
 		return nil, c.streamErr(ctx, err)
@@ -533,7 +571,7 @@ func (c *Client) PutFile(ctx context.Context, path string, r io.Reader) (*api.Fi
 	if err := cw.Close(); err != nil {
 		return nil, c.streamErr(ctx, err)
 	}
-	m, err := c.final(ctx, br, MaxMessageSize, nil, nil)
+	m, err := c.final(ctx, br, MaxMessageSize, nil, nil, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -565,7 +603,7 @@ func (c *Client) GetFile(ctx context.Context, path string) (*api.FileInfo, io.Re
 	if err != nil {
 		return nil, nil, err
 	}
-	m, err := c.final(ctx, br, MaxMessageSize, nil, nil)
+	m, err := c.final(ctx, br, MaxMessageSize, nil, nil, nil)
 	if err != nil {
 		done()
 		return nil, nil, err

@@ -53,7 +53,7 @@ const MinVersion = 9
 // Since which version the guest has what (for Client.Supports).
 const (
 	// VersionAsk: complete, inspect and is_complete; execute's user expressions,
-	// display updates and NoHistory.
+	// display updates, NoHistory and Stdin.
 	VersionAsk = 10
 )
 
@@ -139,6 +139,10 @@ type Request struct {
 	// count stays), not in the kernel's history (In, Out, _); its outputs are kept as a
 	// cell's. A tool's call and a saved tool's load run so.
 	Quiet bool `json:"quiet,omitempty"`
+	// Execute: input() and getpass() in the cell ask the server: the guest sends an Input
+	// message on the stream, and the server answers each with one InputReply line. Without
+	// it they fail at once (StdinNotImplementedError).
+	Stdin bool `json:"stdin,omitempty"`
 	// Command.
 	Command *api.CommandRequest `json:"command,omitempty"`
 	// Command: the folder the program starts in, an absolute path in the sandbox. The
@@ -201,10 +205,28 @@ type Message struct {
 	Hello         *Hello             `json:"hello,omitempty"`
 	OK            bool               `json:"ok,omitempty"`
 	Error         *Error             `json:"error,omitempty"`
+	Input         *InputRequest      `json:"input,omitempty"`
 	Completion    *api.Completion    `json:"completion,omitempty"`
 	Inspection    *api.Inspection    `json:"inspection,omitempty"`
 	IsComplete    *api.IsComplete    `json:"is_complete,omitempty"`
 }
+
+// InputRequest is a cell's input() (or getpass(), Password) waiting for a value: the
+// server answers with an InputReply line on the execute's stream.
+type InputRequest struct {
+	Prompt   string `json:"prompt"`
+	Password bool   `json:"password,omitempty"`
+}
+
+// InputReply answers an InputRequest: the value typed, or Error (input() then raises
+// EOFError with it). MaxInput caps the line.
+type InputReply struct {
+	Value string `json:"value"`
+	Error string `json:"error,omitempty"`
+}
+
+// MaxInput caps an InputReply line, and an InputRequest's prompt.
+const MaxInput = 1 << 20
 
 // Entry describes one workspace entry, its symbolic link not followed: the answer to
 // OpStat, OpMakeDir and OpMove.

@@ -61,6 +61,7 @@ type conn struct {
 	ws     *websocket.Conn
 	v1     bool
 	out    chan []byte
+	stdin  chan *message // input_reply messages, for a cell's input()
 	closed chan struct{}
 	once   sync.Once
 	why    string // the close reason, set before closed is closed
@@ -107,7 +108,7 @@ func (h *Handler) channels(w http.ResponseWriter, r *http.Request) {
 		return // Accept answered
 	}
 	ws.SetReadLimit(h.opts.MaxMessageBytes)
-	c := &conn{k: k, ws: ws, v1: ws.Subprotocol() == protocolV1, out: make(chan []byte, maxOut), closed: make(chan struct{})}
+	c := &conn{k: k, ws: ws, v1: ws.Subprotocol() == protocolV1, out: make(chan []byte, maxOut), stdin: make(chan *message, 1), closed: make(chan struct{})}
 	if !k.add(c) {
 		ws.Close(websocket.StatusGoingAway, "the kernel's session ended")
 		k.detach(nil)
@@ -235,7 +236,14 @@ func (c *conn) read(ctx context.Context) {
 			c.k.enqueue(request{c, m})
 		case "control":
 			c.k.control(c, m)
-		default: // stdin (no input is asked for), iopub and hb: nothing to do
+		case "stdin":
+			if m.Header.MsgType == "input_reply" {
+				select {
+				case c.stdin <- m:
+				default: // one is asked for at a time: a reply nobody asked for is dropped
+				}
+			}
+		default: // iopub and hb: nothing to do
 		}
 	}
 }
@@ -328,6 +336,28 @@ func (k *kernel) publish(msgType string, parent *message, content any) {
 	k.mu.Unlock()
 	for _, c := range conns {
 		c.post(m)
+	}
+}
+
+// input asks r's websocket for a cell's input() (input_request on stdin) and waits for its
+// input_reply, until ctx ends (the cell ended or was interrupted) or the websocket closes.
+func (k *kernel) input(ctx context.Context, r request, prompt string, password bool) (string, error) {
+	select { // a reply left from an earlier cell is no answer to this one
+	case <-r.c.stdin:
+	default:
+	}
+	r.c.post(k.message("stdin", "input_request", r.m, map[string]any{"prompt": prompt, "password": password}))
+	select {
+	case m := <-r.c.stdin:
+		var c struct {
+			Value string `json:"value"`
+		}
+		json.Unmarshal(m.Content, &c)
+		return c.Value, nil
+	case <-r.c.closed:
+		return "", errors.New("the client that ran the cell went away")
+	case <-ctx.Done():
+		return "", ctx.Err()
 	}
 }
 

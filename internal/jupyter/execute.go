@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 
 	"github.com/cellbox/cellbox/api"
+	"github.com/cellbox/cellbox/internal/session"
 )
 
 // executeContent is an execute_request's content.
@@ -14,6 +15,7 @@ type executeContent struct {
 	StoreHistory    *bool             `json:"store_history"`
 	UserExpressions map[string]string `json:"user_expressions"`
 	StopOnError     *bool             `json:"stop_on_error"`
+	AllowStdin      bool              `json:"allow_stdin"`
 }
 
 // statusNames are the errors a cell that did not end on its own is told as, when the
@@ -58,7 +60,13 @@ func (k *kernel) execute(ctx context.Context, r request) (failed, stop bool) {
 	}
 	req := api.ExecuteRequest{Code: c.Code, NoHistory: noHistory, UserExpressions: c.UserExpressions, DisplayUpdates: true,
 		TimeoutS: k.h.opts.CellTimeout.Seconds()}
-	res, err := k.h.s.Execute(ctx, k.sid, req, onOutput)
+	hooks := session.ExecuteHooks{OnOutput: onOutput}
+	if c.AllowStdin && !c.Silent {
+		hooks.OnInput = func(ctx context.Context, prompt string, password bool) (string, error) {
+			return k.input(ctx, r, prompt, password)
+		}
+	}
+	res, err := k.h.s.ExecuteInteractive(ctx, k.sid, req, hooks)
 	if err != nil {
 		reply := k.errorReply(err)
 		if !c.Silent {

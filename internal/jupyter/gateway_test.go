@@ -445,10 +445,28 @@ func TestKernelProtocol(t *testing.T) {
 			if reply.Channel != "control" || reply.typ() != "kernel_info_reply" {
 				t.Errorf("kernel_info on control: %+v", reply)
 			}
-			// input() says that nobody can type into it.
-			_, reply = c.request("shell", "execute_request", map[string]any{"code": "input('name? ')", "allow_stdin": true})
+			// input() asks the client that ran the cell, over stdin, when it allows stdin;
+			// else it says that nobody can type into it.
+			_, reply = c.request("shell", "execute_request", map[string]any{"code": "input('name? ')", "allow_stdin": false})
 			if reply.Content["ename"] != "StdinNotImplementedError" {
-				t.Errorf("input(): %+v", reply.Content)
+				t.Errorf("input() without stdin: %+v", reply.Content)
+			}
+			id := c.send("shell", "execute_request", map[string]any{"code": "import getpass\nname = input('name? ')\npw = getpass.getpass()\nprint('hello', name, len(pw))",
+				"allow_stdin": true})
+			var asked []string
+			for len(asked) < 2 {
+				m, err := c.recv(time.Minute)
+				if err != nil {
+					t.Fatalf("waiting for input_request: %v", err)
+				}
+				if m.Channel == "stdin" && m.typ() == "input_request" && m.parent() == id {
+					asked = append(asked, fmt.Sprint(m.Content["prompt"], "|", m.Content["password"]))
+					c.send("stdin", "input_reply", map[string]any{"value": map[bool]string{false: "ada", true: "secret"}[m.Content["password"] == true]})
+				}
+			}
+			iopub, reply = c.until(id)
+			if reply.Content["status"] != "ok" || texts(iopub, "stream") != "hello ada 6\n" || asked[0] != "name? |false" || asked[1] != "Password: |true" {
+				t.Errorf("input() over stdin: asked %q, %+v %q", asked, reply.Content, texts(iopub, "stream"))
 			}
 		})
 	}

@@ -39,6 +39,7 @@ type Sessions interface {
 	List(ctx context.Context) []api.Session
 	Delete(ctx context.Context, id string) error
 	Execute(ctx context.Context, id string, req api.ExecuteRequest, onOutput func(api.Output)) (*api.ExecuteResult, error)
+	ExecuteInteractive(ctx context.Context, id string, req api.ExecuteRequest, hooks session.ExecuteHooks) (*api.ExecuteResult, error)
 	Interrupt(ctx context.Context, id string) error
 	Restart(ctx context.Context, id string) error
 	Complete(ctx context.Context, id string, req api.CompleteRequest) (*api.Completion, error)

@@ -10,6 +10,22 @@ import (
 // Execute runs code in a session, after any execution already running there. Outputs go
 // to onOutput as they happen (may be nil).
 func (m *Manager) Execute(ctx context.Context, id string, req api.ExecuteRequest, onOutput func(api.Output)) (*api.ExecuteResult, error) {
+	return m.ExecuteInteractive(ctx, id, req, ExecuteHooks{OnOutput: onOutput})
+}
+
+// ExecuteHooks are what the caller of ExecuteInteractive handles while the cell runs.
+type ExecuteHooks struct {
+	// OnOutput gets each output as it happens; nil: none.
+	OnOutput func(api.Output)
+	// OnInput answers the cell's input() and getpass(), one at a time, from a goroutine of
+	// its own; ctx ends with the run. Its error is the cell's EOFError. nil: they fail at
+	// once in the cell (StdinNotImplementedError), as in every execution but a Jupyter
+	// client's that allows stdin.
+	OnInput func(ctx context.Context, prompt string, password bool) (string, error)
+}
+
+// ExecuteInteractive is Execute whose cell may ask its caller for input (hooks.OnInput).
+func (m *Manager) ExecuteInteractive(ctx context.Context, id string, req api.ExecuteRequest, hooks ExecuteHooks) (*api.ExecuteResult, error) {
 	s, err := m.lookup(ctx, id)
 	if err != nil {
 		return nil, err
@@ -25,7 +41,7 @@ func (m *Manager) Execute(ctx context.Context, id string, req api.ExecuteRequest
 		return nil, err
 	}
 	defer release()
-	res, set, err := runKernel(rctx, b.guest, req, false, onOutput)
+	res, set, err := runKernel(rctx, b.guest, req, false, hooks)
 	if err != nil {
 		if res, err = m.afterGuestFailure(ctx, s, b, err); err != nil {
 			return nil, err

@@ -12,9 +12,9 @@ import (
 // (guestproto.Request.Quiet): no execution count, nothing in the kernel's history. It is
 // the one place a guestproto.ToolSet arrives from the guest; everything after it
 // (Manager.afterRun, toolsReported) is tested by feeding tool sets directly.
-func runKernel(ctx context.Context, g *guestproto.Client, req api.ExecuteRequest, quiet bool, onOutput func(api.Output)) (*api.ExecuteResult, *guestproto.ToolSet, error) {
+func runKernel(ctx context.Context, g *guestproto.Client, req api.ExecuteRequest, quiet bool, hooks ExecuteHooks) (*api.ExecuteResult, *guestproto.ToolSet, error) {
 	var set *guestproto.ToolSet
-	res, err := g.ExecuteWith(ctx, req, guestproto.ExecuteOptions{Quiet: quiet, OnOutput: onOutput,
+	res, err := g.ExecuteWith(ctx, req, guestproto.ExecuteOptions{Quiet: quiet, OnOutput: hooks.OnOutput, OnInput: hooks.OnInput,
 		OnTools: func(ts guestproto.ToolSet) { set = &ts }})
 	return res, set, err
 }

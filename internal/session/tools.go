@@ -79,7 +79,7 @@ func (m *Manager) CallTool(ctx context.Context, id, name string, req api.ToolCal
 			}
 		}
 	}
-	res, set, err := runKernel(rctx, b.guest, api.ExecuteRequest{Code: code, TimeoutS: timeout}, true, each)
+	res, set, err := runKernel(rctx, b.guest, api.ExecuteRequest{Code: code, TimeoutS: timeout}, true, ExecuteHooks{OnOutput: each})
 	if err != nil {
 		if res, err = m.afterGuestFailure(ctx, s, b, err); err != nil {
 			return nil, err
@@ -323,7 +323,7 @@ var errKernelLost = errors.New("loading it cost the kernel, which restarted with
 // Quiet execute of the cellbox module's _load, whose report makes it the session's.
 func (m *Manager) loadTool(ctx context.Context, s *Session, b *box, t *sessionTool) error {
 	code := fmt.Sprintf(`__import__("cellbox")._load("%s")`, base64.StdEncoding.EncodeToString([]byte(t.Source)))
-	res, set, err := runKernel(ctx, b.guest, api.ExecuteRequest{Code: code, TimeoutS: m.cfg.ExecTimeout.Seconds()}, true, nil)
+	res, set, err := runKernel(ctx, b.guest, api.ExecuteRequest{Code: code, TimeoutS: m.cfg.ExecTimeout.Seconds()}, true, ExecuteHooks{})
 	if err != nil {
 		return err
 	}

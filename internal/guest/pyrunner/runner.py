@@ -6,13 +6,16 @@
 # writes there is a stream output. This script never writes to them itself.
 #
 # guest -> runner:  {"op": "exec", "code": "...", "silent": false, "quiet": false, "ctx": "name", "env": {...},
-#                    "du": false, "ux": {"key": "expression", ...}}
+#                    "du": false, "ux": {"key": "expression", ...}, "stdin": false}
 #                        runs code in execution context ctx ("" or absent: the default),
 #                        with env set in os.environ for the cell only; silent (the
 #                        pre-imports) or quiet (a tool's call, or a cell run without
 #                        history): not counted, not in the history (In, Out, _); du: send
 #                        display ids, update_display_data and clear_output; ux: user
-#                        expressions, evaluated after the code, answered in "done"
+#                        expressions, evaluated after the code, answered in "done"; stdin:
+#                        input() and getpass() ask the guest ("input" below), else fail
+#                   {"op": "input", "value": "..."} or {"op": "input", "error": "..."}
+#                        the answer to an "input" (read only while one waits)
 #                   {"op": "complete", "code": "...", "pos": N, "ctx": "name"}
 #                   {"op": "inspect", "code": "...", "pos": N, "detail": 0|1, "ctx": "name"}
 #                   {"op": "is_complete", "code": "..."}
@@ -30,6 +33,8 @@
 #                   {"t": "tools", "tools": [{"name", "description", "input_schema",
 #                        "source", "save"}, ...]}   after a run (not a silent one) that
 #                        changed the tools (module cellbox), before its "done": all of them
+#                   {"t": "input", "prompt": "...", "password": bool}   a cell's input() or getpass()
+#                        waits for the value (the guest asks its caller)
 #                   {"t": "done", "ok": bool, "ename": "...", "n": N, "ux": {...}, "reply": {...}}
 #                        ux: the user expressions' answers, each an output (display_data
 #                        or error); reply: a complete, inspect or is_complete's answer
@@ -107,7 +112,7 @@ def prepare():
     wfd = 4
 
     # Never let SIGINT hit the runner's own loop: it only raises while a cell runs.
-    state = {"armed": False, "in_send": False, "pending": False, "du": False, "asking": False}
+    state = {"armed": False, "in_send": False, "pending": False, "du": False, "asking": False, "stdin": False}
     main_thread = threading.main_thread()
 
     def on_sigint(signum, frame):
@@ -312,18 +317,34 @@ def prepare():
     cfg.InteractiveShell.autoindent = False
     shell = Shell.instance(config=cfg, displayhook_class=Hook, display_pub_class=Publisher)
 
-    # Nobody can type into a cell's input(): say so, as ipykernel does for a client that
-    # takes no input, instead of an EOFError from an empty stdin.
+    # input() and getpass() ask the cell's caller when it takes input (a Jupyter client that
+    # allows stdin); otherwise they say that nobody can type here, as ipykernel does for a
+    # client that takes no input, instead of an EOFError from an empty stdin.
     import builtins
     import getpass
     from IPython.core.error import StdinNotImplementedError
 
-    def no_input(prompt="", *args, **kwargs):
-        raise StdinNotImplementedError("input() cannot ask for a value here: nobody can type into a cellbox cell. "
-                                       "Set the value in the code instead (e.g. name = 'value').")
+    def ask_input(prompt, password):
+        if not state["stdin"] or threading.current_thread() is not main_thread:
+            raise StdinNotImplementedError("input() cannot ask for a value here: nobody can type into this cell. "
+                                           "Set the value in the code instead (e.g. name = 'value').")
+        send({"t": "input", "prompt": str(prompt), "password": bool(password)})
+        while True:
+            line = pipes["r"].readline()
+            if not line:
+                os._exit(0)  # the guest is gone
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            if msg.get("op") != "input":
+                continue  # an ack nobody waits for
+            if "error" in msg:
+                raise EOFError(str(msg["error"]))
+            return str(msg.get("value", ""))
 
-    builtins.input = no_input
-    getpass.getpass = no_input
+    builtins.input = lambda prompt="": ask_input(prompt, False)
+    getpass.getpass = lambda prompt="Password: ", stream=None: ask_input(prompt, True)
 
     # Execution contexts: namespaces of this one kernel, each with its own working directory.
     # "" is the shell's own; a named one is made at its first cell, starting in the folder
@@ -419,7 +440,7 @@ def prepare():
             out[k] = o
         return out
 
-    def run(code, silent, quiet, ctx, env, du=False, ux=None):
+    def run(code, silent, quiet, ctx, env, du=False, ux=None, stdin=False):
         n = shell.execution_count
         ok, ename = True, ""
         answers = None
@@ -431,7 +452,7 @@ def prepare():
                 saved[k] = os.environ.get(k)
                 os.environ[k] = v
             try:
-                state["armed"], state["du"] = True, du
+                state["armed"], state["du"], state["stdin"] = True, du, stdin
                 send({"t": "started", "n": n})
                 # A silent run (the pre-imports) is not silent to IPython: its events and
                 # display hooks run as a cell's do (the guest drops what it outputs), so a
@@ -441,7 +462,7 @@ def prepare():
                 if ux:
                     answers = user_expressions(ux)
             finally:
-                state["armed"], state["du"] = False, False
+                state["armed"], state["du"], state["stdin"] = False, False, False
                 state["pending"] = False
             err = r.error_before_exec if r.error_before_exec is not None else r.error_in_exec
             if err is not None:
@@ -530,7 +551,7 @@ def prepare():
         if op == "exec":
             ux = msg.get("ux")
             run(msg.get("code", ""), bool(msg.get("silent")), bool(msg.get("quiet")), str(msg.get("ctx") or ""),
-                msg.get("env") or {}, bool(msg.get("du")), ux if isinstance(ux, dict) else None)
+                msg.get("env") or {}, bool(msg.get("du")), ux if isinstance(ux, dict) else None, bool(msg.get("stdin")))
         elif op in ("complete", "inspect", "is_complete"):
             ask(op, msg)
         elif op == "drop":
