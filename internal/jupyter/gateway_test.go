@@ -406,7 +406,7 @@ func TestKernelProtocol(t *testing.T) {
 				t.Errorf("kernel_info on control: %+v", reply)
 			}
 			// input() says that nobody can type into it.
-			iopub, reply = c.request("shell", "execute_request", map[string]any{"code": "input('name? ')", "allow_stdin": true})
+			_, reply = c.request("shell", "execute_request", map[string]any{"code": "input('name? ')", "allow_stdin": true})
 			if reply.Content["ename"] != "StdinNotImplementedError" {
 				t.Errorf("input(): %+v", reply.Content)
 			}
