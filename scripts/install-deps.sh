@@ -33,8 +33,10 @@ pkgs=(runc crun runsc iptables e2fsprogs mount python3 python3-ipython python3-n
 # Docker engine for the docker backend's, and curl to ask it whether it runs
 # (scripts/with-dockerd.sh starts it); pydantic, for the kernel tools' schemas of pydantic
 # models (internal/guest/pyrunner); nbformat, which checks the notebooks that
-# /v1/notebooks/execute and cellbox run write.
-test_pkgs=(make git gcc libc6-dev chromium docker.io curl iproute2 python3-pip python3-requests python3-pydantic python3-nbformat)
+# /v1/notebooks/execute and cellbox run write; ipykernel and jupyter_client, cellbox bench's
+# reference for a cell over Jupyter's protocol (a local kernel, no sandbox).
+test_pkgs=(make git gcc libc6-dev chromium docker.io curl iproute2 python3-pip python3-requests python3-pydantic python3-nbformat
+	python3-ipykernel python3-jupyter-client)
 
 if [[ ! -r /etc/os-release ]] || ! grep -qiE '^(ID|ID_LIKE)=.*(debian|ubuntu)' /etc/os-release ||
 	! command -v apt-get >/dev/null || ! command -v dpkg-query >/dev/null; then
