@@ -15,7 +15,7 @@ import (
 	"github.com/cellbox/cellbox/internal/config"
 )
 
-// bench measures one setup's server over REST.
+// bench measures one setup's server over REST (and a cell over Jupyter's kernel API).
 type bench struct {
 	c      *client.Client
 	url    string // the server's, for Jupyter's kernel API
@@ -96,9 +96,11 @@ func (b *bench) run(ctx context.Context, n benchN) (*benchResult, error) {
 	if r.cell, err = b.warmCells(ctx, trivialCell, n.cells, 20, nil); err != nil {
 		return nil, err
 	}
-	b.progress("trivial cell over Jupyter's kernel websocket ×%d", n.cells)
-	if r.kernelReply, r.kernelIdle, err = b.kernelCells(ctx, n.cells, 20); err != nil {
-		return nil, fmt.Errorf("over Jupyter's kernel websocket: %w", err)
+	if !b.cfg.NoJupyter {
+		b.progress("trivial cell over Jupyter's kernel websocket ×%d", n.cells)
+		if r.kernelReply, r.kernelIdle, err = b.kernelCells(ctx, n.cells, 20); err != nil {
+			return nil, fmt.Errorf("over Jupyter's kernel websocket: %w", err)
+		}
 	}
 	b.progress("new session → first result ×%d", n.starts)
 	if r.first, err = b.newSessions(ctx, n.starts); err != nil {
