@@ -181,7 +181,7 @@ func benchMain(args []string) int {
 		}
 		cols = append(cols, fc...)
 	}
-	printTable(cfg.Python, n, len(flows) > 0, cols)
+	printTable(ctx, cfg.Python, n, len(flows) > 0, cols)
 	return 0
 }
 
@@ -216,6 +216,8 @@ type column struct {
 // The rows of the table, by key.
 const (
 	rowTrivial    = "trivial"
+	rowKernel     = "kernel"
+	rowIdle       = "kernel-idle"
 	rowImport     = "import"
 	rowPlot       = "plot"
 	rowOnce       = "once"
@@ -237,8 +239,9 @@ const (
 
 // printTable prints one markdown table: a column per setup and flow, then the bare python3
 // of this machine for reference.
-func printTable(python string, n benchN, flows bool, cols []column) {
+func printTable(ctx context.Context, python string, n benchN, flows bool, cols []column) {
 	bare := timeCmd(20, python, "-c", trivialCell)
+	kernelRef, idleRef := jupyterClientRefs(ctx, python, n.cells)
 	imports := timeCmd(5, python, "-c", importCell)
 	plot := timeCmd(5, python, "-c", plotScript)
 	print2 := timeCmd(20, python, "-c", "print(1+1)")
@@ -251,6 +254,8 @@ func printTable(python string, n benchN, flows bool, cols []column) {
 	rows := []struct{ key, label, ref string }{
 		{rowTrivial, fmt.Sprintf("trivial cell `x=1` (cellbox: warm session, REST round trip, n=%d%s)", n.cells, per),
 			"bare `python3 -c 'x=1'` (a new process): " + ms(pct(bare, 50))},
+		{rowKernel, fmt.Sprintf("the same over Jupyter's kernel websocket (cellbox: a kernel of `POST /api/kernels`, JSON text frames; execute_request sent → execute_reply read, n=%d)", n.cells), kernelRef},
+		{rowIdle, "the same → its status idle read (after the reply)", idleRef},
 		{rowImport, fmt.Sprintf("`import pandas, matplotlib.pyplot` (cellbox: new session → first result, warm pool, n=%d%s)", n.starts, per),
 			"bare `python3 -c` of the same: " + ms(pct(imports, 50))},
 		{rowPlot, fmt.Sprintf("plot `plt.plot([1, 2, 3])` → one PNG (cellbox: warm session, n=%d%s)", n.plots, per),

@@ -15,16 +15,17 @@ import (
 	"github.com/cellbox/cellbox/internal/config"
 )
 
-// bench measures one setup's server over REST.
+// bench measures one setup's server over REST (and a cell over Jupyter's kernel API).
 type bench struct {
 	c      *client.Client
+	url    string // the server's, for Jupyter's kernel API
 	cfg    config.Config
 	name   string
 	docker *mobyclient.Client // the docker backend's engine: where its sandboxes' cgroups are
 }
 
 func newBench(url string, cfg config.Config, name string) (*bench, error) {
-	b := &bench{c: client.New(url), cfg: cfg, name: name}
+	b := &bench{c: client.New(url), url: url, cfg: cfg, name: name}
 	if cfg.Backend == "docker" {
 		opts := []mobyclient.Opt{mobyclient.FromEnv}
 		if cfg.DockerHost != "" {
@@ -47,6 +48,7 @@ func (b *bench) close() {
 // benchResult is what one setup measured.
 type benchResult struct {
 	cell, first, plot, once, cold  []time.Duration
+	kernelReply, kernelIdle        []time.Duration // the trivial cell over Jupyter's kernel websocket
 	firstLimits, firstEnv, restart []time.Duration
 	restartBurst                   []time.Duration
 	pss, charge                    float64 // idle memory per session, bytes
@@ -58,6 +60,8 @@ type benchResult struct {
 func (r *benchResult) column(name string) column {
 	c := column{name: name, cells: map[string]string{
 		rowTrivial: stat(r.cell),
+		rowKernel:  stat(r.kernelReply),
+		rowIdle:    stat(r.kernelIdle),
 		rowImport:  stat(r.first),
 		rowPlot:    stat(r.plot),
 		rowOnce:    stat(r.once),
@@ -91,6 +95,12 @@ func (b *bench) run(ctx context.Context, n benchN) (*benchResult, error) {
 	b.progress("trivial cell round trip ×%d", n.cells)
 	if r.cell, err = b.warmCells(ctx, trivialCell, n.cells, 20, nil); err != nil {
 		return nil, err
+	}
+	if !b.cfg.NoJupyter {
+		b.progress("trivial cell over Jupyter's kernel websocket ×%d", n.cells)
+		if r.kernelReply, r.kernelIdle, err = b.kernelCells(ctx, n.cells, 20); err != nil {
+			return nil, fmt.Errorf("over Jupyter's kernel websocket: %w", err)
+		}
 	}
 	b.progress("new session → first result ×%d", n.starts)
 	if r.first, err = b.newSessions(ctx, n.starts); err != nil {

@@ -1,13 +1,19 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/cellbox/cellbox/internal/config"
 	"github.com/cellbox/cellbox/internal/image"
+	"github.com/cellbox/cellbox/internal/server"
+	"github.com/cellbox/cellbox/internal/testbin"
 )
 
 func TestParseSetups(t *testing.T) {
@@ -116,5 +122,61 @@ func TestNotebook(t *testing.T) {
 	}
 	if nb.NBFormat != 4 || len(nb.Cells) != 1 || nb.Cells[0].Type != "code" || nb.Cells[0].Source != plotCell {
 		t.Errorf("notebook = %+v", nb)
+	}
+}
+
+// The websocket's row and its reference, each with a few cells: figures come back, the
+// status idle after the reply. On the local-unsafe backend: the protocol is the subject, not
+// the sandbox.
+func TestBenchKernelWebsocket(t *testing.T) {
+	testbin.NeedIPython(t, "jupyter_client", "ipykernel")
+	cfg := config.Default()
+	cfg.Addr = "127.0.0.1:0"
+	cfg.Backend = "local-unsafe"
+	cfg.StateDir = t.TempDir()
+	cfg.PoolSize = 0
+	cfg.Preimport = ""
+	cfg.LogLevel = "warn"
+	s, err := server.Start(t.Context(), cfg, server.Options{GuestBinary: testbin.Cellbox(t), Quiet: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		s.Shutdown(ctx)
+	}()
+	b, err := newBench(s.URL, cfg, "local-unsafe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.close()
+	check := func(what string, reply, idle []time.Duration, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if len(reply) != 3 || len(idle) != 3 {
+			t.Fatalf("%s: %d replies and %d idles timed, want 3 each", what, len(reply), len(idle))
+		}
+		for i := range reply {
+			if reply[i] <= 0 || idle[i] < reply[i] {
+				t.Errorf("%s: cell %d: reply after %v, idle after %v", what, i, reply[i], idle[i])
+			}
+		}
+	}
+	reply, idle, err := b.kernelCells(t.Context(), 3, 1)
+	check("the websocket", reply, idle, err)
+	reply, idle, err = jupyterClientCells(t.Context(), cfg.Python, 3, 1)
+	check("jupyter_client", reply, idle, err)
+
+	// A python without them (-S: no site, so no dist-packages): the reference says so,
+	// and the bench goes on.
+	py := filepath.Join(t.TempDir(), "python3")
+	if err := os.WriteFile(py, []byte("#!/bin/sh\nexec "+cfg.Python+" -S \"$@\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := jupyterClientRefs(t.Context(), py, 3); !strings.Contains(r, "not measured") || !strings.Contains(r, "python3-ipykernel") {
+		t.Errorf("the reference without ipykernel: %q", r)
 	}
 }
