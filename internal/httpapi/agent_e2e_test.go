@@ -139,21 +139,11 @@ func TestAgentStreamsARetryWithAnthropic(t *testing.T) {
 			return llmtest.Text("The answer is " + strings.TrimSpace(res.Text) + ".")
 		}
 	})
-	req, _ := http.NewRequest("POST", c.url+"/v1/agent", strings.NewReader(
-		`{"input": "what is x*7?", "provider": "anthropic", "session_id": "`+id+`"}`))
-	req.Header.Set("Accept", "text/event-stream")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
-		t.Fatalf("content type %q", ct)
-	}
+	events, _ := c.postSSE("/v1/agent", []byte(`{"input": "what is x*7?", "provider": "anthropic", "session_id": "`+id+`"}`))
 	var kinds []string
 	var text strings.Builder
 	var res api.AgentResponse
-	for ev := range readSSE(t, resp.Body) {
+	for ev := range events {
 		if len(kinds) == 0 || kinds[len(kinds)-1] != ev.name {
 			kinds = append(kinds, ev.name)
 		}

@@ -22,17 +22,7 @@ import (
 func (c *client) stream(convID string, req api.MessageRequest) (<-chan sseEvent, func()) {
 	c.t.Helper()
 	b, _ := json.Marshal(req)
-	r, _ := http.NewRequest("POST", c.url+"/v1/conversations/"+convID+"/messages", strings.NewReader(string(b)))
-	r.Header.Set("Accept", "text/event-stream")
-	resp, err := http.DefaultClient.Do(r)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	if resp.StatusCode != 200 {
-		resp.Body.Close()
-		c.t.Fatalf("message: status %d", resp.StatusCode)
-	}
-	return readSSE(c.t, resp.Body), func() { resp.Body.Close() }
+	return c.postSSE("/v1/conversations/"+convID+"/messages", b)
 }
 
 // turnOf drains events into their names and the final turn (an error event fails the test).

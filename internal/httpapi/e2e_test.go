@@ -295,17 +295,7 @@ func TestSSEWhileRunning(t *testing.T) {
 	code := "import os, time\nprint('first', flush=True)\n" +
 		"while not os.path.exists('/mnt/data/go'): time.sleep(0.02)\nprint('second')"
 	body, _ := json.Marshal(api.ExecuteRequest{Code: code, TimeoutS: 30})
-	req, _ := http.NewRequest("POST", c.url+"/v1/sessions/"+id+"/execute", bytes.NewReader(body))
-	req.Header.Set("Accept", "text/event-stream")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
-		t.Fatalf("content type %q", ct)
-	}
-	events := readSSE(t, resp.Body)
+	events, _ := c.postSSE("/v1/sessions/"+id+"/execute", body)
 	ev := <-events
 	var o api.Output
 	if ev.name != "output" || json.Unmarshal([]byte(ev.data), &o) != nil || o.Text != "first\n" {
@@ -332,6 +322,24 @@ func TestSSEWhileRunning(t *testing.T) {
 }
 
 type sseEvent struct{ name, data string }
+
+// postSSE POSTs body to path asking for Server-Sent Events, checks that they come, and
+// returns them and what closes the response (closed anyway when the test ends).
+func (c *client) postSSE(path string, body []byte) (<-chan sseEvent, func()) {
+	c.t.Helper()
+	req, _ := http.NewRequest("POST", c.url+path, bytes.NewReader(body))
+	req.Header.Set("Accept", "text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	closeBody := func() { resp.Body.Close() }
+	c.t.Cleanup(closeBody)
+	if ct := resp.Header.Get("Content-Type"); resp.StatusCode != http.StatusOK || ct != "text/event-stream" {
+		c.t.Fatalf("POST %s: status %d, content type %q", path, resp.StatusCode, ct)
+	}
+	return readSSE(c.t, resp.Body), closeBody
+}
 
 func readSSE(t *testing.T, r io.Reader) <-chan sseEvent {
 	ch := make(chan sseEvent)

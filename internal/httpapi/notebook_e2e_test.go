@@ -229,17 +229,7 @@ func TestNotebookStream(t *testing.T) {
 	id := c.session(api.CreateSessionRequest{})
 	nb := ipynb("# Waiting", "print('first')", "import os, time\nwhile not os.path.exists('/mnt/data/go'): time.sleep(0.02)\nprint('second')")
 	body, _ := json.Marshal(api.NotebookRequest{Notebook: nb, SessionID: id, CellTimeoutS: 60})
-	req, _ := http.NewRequest("POST", c.url+"/v1/notebooks/execute", bytes.NewReader(body))
-	req.Header.Set("Accept", "text/event-stream")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
-		t.Fatalf("content type %q", ct)
-	}
-	events := readSSE(t, resp.Body)
+	events, _ := c.postSSE("/v1/notebooks/execute", body)
 	var cell api.NotebookCell
 	if ev := <-events; ev.name != "cell" || json.Unmarshal([]byte(ev.data), &cell) != nil || cell.Index != 1 || cell.Cells != 3 ||
 		cell.Status != api.StatusOK || len(cell.Outputs) != 1 || cell.Outputs[0]["text"] != "first\n" {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/cellbox/cellbox/internal/auth"
 	"github.com/cellbox/cellbox/internal/config"
+	"github.com/cellbox/cellbox/internal/jupyter"
 	"github.com/cellbox/cellbox/internal/server"
 	"github.com/cellbox/cellbox/internal/testserver"
 )
@@ -183,7 +184,7 @@ func (c *client) send(channel, msgType string, content any) string {
 	defer cancel()
 	var err error
 	if c.v1 {
-		err = c.ws.Write(ctx, websocket.MessageBinary, v1Frame(channel, string(hdr), "{}", "{}", string(body)))
+		err = c.ws.Write(ctx, websocket.MessageBinary, jupyter.V1Frame(channel, string(hdr), "{}", "{}", string(body)))
 	} else {
 		b, _ := json.Marshal(map[string]any{"header": json.RawMessage(hdr), "parent_header": map[string]any{}, "metadata": map[string]any{},
 			"content": json.RawMessage(body), "channel": channel, "buffers": []any{}})
@@ -285,23 +286,6 @@ func (c *client) until(id string) (iopub []msg, reply msg) {
 		}
 		iopub = append(iopub, m)
 	}
-}
-
-// v1Frame frames a message as jupyter_server's serialize_msg_to_ws_v1.
-func v1Frame(channel string, parts ...string) []byte {
-	all := append([]string{channel}, parts...)
-	offs := []uint64{8 * uint64(1+len(all)+1)}
-	for _, p := range all {
-		offs = append(offs, offs[len(offs)-1]+uint64(len(p)))
-	}
-	b := binary.LittleEndian.AppendUint64(nil, uint64(len(offs)))
-	for _, o := range offs {
-		b = binary.LittleEndian.AppendUint64(b, o)
-	}
-	for _, p := range all {
-		b = append(b, p...)
-	}
-	return b
 }
 
 // v1Split reads a message as deserialize_msg_from_ws_v1.
