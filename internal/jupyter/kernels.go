@@ -133,7 +133,8 @@ func (h *Handler) startKernel(w http.ResponseWriter, r *http.Request) {
 		h.WriteError(w, r, fmt.Errorf("session %s has an id no kernel id is made of", s.ID)) // internal: logged
 		return
 	}
-	h.log.Info("jupyter kernel started", "session_id", s.ID, "kernel_id", m.ID)
+	// Not its kernel id: with Options.OpenChannels that is the key to its websocket.
+	h.log.Info("jupyter kernel started", "session_id", s.ID)
 	w.Header().Set("Location", "/api/kernels/"+m.ID)
 	writeJSON(w, http.StatusCreated, m)
 }

@@ -1,7 +1,12 @@
 package jupyter
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/cellbox/cellbox/api"
@@ -42,5 +47,27 @@ func TestLanguageVersion(t *testing.T) {
 	s.version = "3.13.0rc1"
 	if v := h.language(alice, "s2", true).Version; v != "3.13.0rc1" {
 		t.Errorf("alice's kernel says 3.13.0rc1, alice is told %q (mallory's answer kept for her?)", v)
+	}
+}
+
+func (v *versionSays) Create(ctx context.Context, req api.CreateSessionRequest) (*api.Session, error) {
+	return &api.Session{ID: "9837de5dc60eee5f1b625950", Image: "default"}, nil
+}
+
+// TestKernelIDNotLogged: with open channels a kernel id is the key to its websocket, so
+// the server's log names kernels by their session ids only.
+func TestKernelIDNotLogged(t *testing.T) {
+	var logs bytes.Buffer
+	ids, _ := newIDCodec([]byte("0123456789abcdef"))
+	h := &Handler{s: &versionSays{}, ids: ids, kernels: map[string]*kernel{}, langs: map[string]langInfo{},
+		log: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+	w := httptest.NewRecorder()
+	h.startKernel(w, httptest.NewRequest("POST", "/api/kernels", strings.NewReader(`{"name":"python3"}`)))
+	var m kernelModel
+	if err := json.Unmarshal(w.Body.Bytes(), &m); err != nil || w.Code != 201 || m.ID == "" {
+		t.Fatalf("start: %d %s", w.Code, w.Body)
+	}
+	if strings.Contains(logs.String(), m.ID) {
+		t.Errorf("the log has kernel id %s: %s", m.ID, logs.String())
 	}
 }
