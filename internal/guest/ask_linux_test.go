@@ -205,6 +205,13 @@ func TestInputAsked(t *testing.T) {
 	if err != nil || r.Status != api.StatusError || !strings.Contains(fmt.Sprint(r.Outputs), "EOFError") || !strings.Contains(fmt.Sprint(r.Outputs), "nobody there") {
 		t.Errorf("an answer that failed: %+v, %v", r, err)
 	}
+	// A value that is short but long once written as JSON (a control character is six
+	// bytes there): the cell's EOFError says so; the sandbox is not lost for it.
+	r, err = g.ExecuteWith(ctx, api.ExecuteRequest{Code: "input('long')", TimeoutS: 30}, guestproto.ExecuteOptions{
+		OnInput: func(context.Context, string, bool) (string, error) { return strings.Repeat("\x01", guestproto.MaxInput/2), nil }})
+	if err != nil || r.Status != api.StatusError || !strings.Contains(fmt.Sprint(r.Outputs), "EOFError") {
+		t.Errorf("a value of %d control characters: %+v, %v", guestproto.MaxInput/2, r, err)
+	}
 	// Interrupted while it waits: the caller's context ends, the cell stops.
 	g.exec(t, "kept = 1", 30)
 	ictx, cancel := context.WithCancel(ctx)

@@ -395,10 +395,13 @@ func (c *Client) ExecuteWith(ctx context.Context, req api.ExecuteRequest, opts E
 					rep = InputReply{Error: err.Error()}
 				}
 				asking.Store(false)
-				if len(rep.Value) > MaxInput-64 {
-					rep = InputReply{Error: fmt.Sprintf("the value is longer than %d bytes", MaxInput-64)}
+				// The guest reads a line of at most MaxInput bytes, the value as JSON
+				// writes it (a control character is six bytes there).
+				line, err := jsonLine(rep)
+				if err != nil || len(line) > MaxInput {
+					line, _ = jsonLine(InputReply{Error: fmt.Sprintf("the value is longer than this server takes (%d bytes as JSON)", MaxInput-64)})
 				}
-				WriteJSON(st, rep)
+				st.Write(line)
 			}()
 			return nil
 		}

@@ -53,14 +53,23 @@ func ReadJSON(br *bufio.Reader, max int, v any) error {
 
 // WriteJSON writes v as one JSON line.
 func WriteJSON(w io.Writer, v any) error {
+	b, err := jsonLine(v)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(b)
+	return err
+}
+
+// jsonLine is v as WriteJSON writes it, its newline included.
+func jsonLine(v any) ([]byte, error) {
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(v); err != nil {
-		return err
+		return nil, err
 	}
-	_, err := w.Write(b.Bytes())
-	return err
+	return b.Bytes(), nil
 }
 
 // MaxChunk caps one chunk of an uploaded file's body.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -299,5 +300,82 @@ func TestKernelLifecycle(t *testing.T) {
 	}
 	if st := g.do(t, "GET", "/api/kernels/"+kid, aliceKey, "", nil); st != http.StatusNotFound {
 		t.Errorf("the kernel after shutdown: %d", st)
+	}
+}
+
+// TestKernelHolds: what a kernel holds for its clients is bounded in bytes, not only in
+// messages: requests queued behind a running cell past 64 MiB are refused (QueueFull), and
+// a websocket that does not read what the kernel sends is closed once 64 MiB wait for it.
+func TestKernelHolds(t *testing.T) {
+	g := startGateway(t, false)
+	kid := g.kernel(t, aliceKey)
+	c := g.mustDial(t, kid, aliceKey, true)
+	c.ready()
+
+	// A cell that waits, and 80 cells of 1 MiB behind it: those past 64 MiB are refused.
+	first := c.send("shell", "execute_request", map[string]any{"code": "import time\nprint('waiting', flush=True)\ntime.sleep(600)"})
+	for {
+		m, err := c.recv(time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.parent() == first && m.typ() == "stream" {
+			break
+		}
+	}
+	const n = 80
+	code := "#" + strings.Repeat("x", 1<<20) + "\npass"
+	ids := map[string]bool{}
+	for range n {
+		ids[c.send("shell", "execute_request", map[string]any{"code": code})] = true
+	}
+	c.send("control", "interrupt_request", map[string]any{}) // the queued cells are then aborted
+	statuses := map[string]int{}
+	for len(ids) > 0 {
+		m, err := c.recv(2 * time.Minute)
+		if err != nil {
+			t.Fatalf("%d requests unanswered: %v", len(ids), err)
+		}
+		if m.Channel == "shell" && ids[m.parent()] {
+			delete(ids, m.parent())
+			s, _ := m.Content["status"].(string)
+			if s == "error" {
+				s += ":" + fmt.Sprint(m.Content["ename"])
+			}
+			statuses[s]++
+		}
+	}
+	if statuses["error:QueueFull"] == 0 || statuses["aborted"] > 64 || statuses["aborted"]+statuses["error:QueueFull"] != n {
+		t.Errorf("80 cells of 1 MiB behind a running one: %v", statuses)
+	}
+
+	// A websocket that reads nothing while 8 cells each show 12 MB: it is closed before the
+	// last cell's messages are queued for it.
+	u := "ws" + strings.TrimPrefix(g.url, "http") + "/api/kernels/" + kid + "/channels"
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	slow, _, err := websocket.Dial(ctx, u, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"token " + aliceKey}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.CloseNow()
+	slow.SetReadLimit(64 << 20)
+	var last string
+	for range 8 {
+		last = c.send("shell", "execute_request", map[string]any{"code": "from IPython.display import HTML, display\ndisplay(HTML('x' * 12_000_000))"})
+		if _, reply := c.until(last); reply.Content["status"] != "ok" {
+			t.Fatalf("a cell showing 12 MB: %+v", reply.Content)
+		}
+	}
+	for {
+		_, b, err := slow.Read(ctx)
+		if err != nil {
+			break
+		}
+		var m msg
+		json.Unmarshal(b, &m)
+		if m.parent() == last && m.typ() == "status" && m.Content["execution_state"] == "idle" {
+			t.Fatal("a websocket that read nothing was sent 96 MB")
+		}
 	}
 }

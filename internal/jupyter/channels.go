@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -20,12 +21,16 @@ import (
 const (
 	// maxConns caps the websockets of one kernel.
 	maxConns = 32
-	// maxQueued caps the shell requests waiting for one kernel; past it a request is
-	// answered at once with an error.
-	maxQueued = 256
-	// maxOut caps the messages waiting to be written to one websocket; a client that
-	// falls that far behind is disconnected.
-	maxOut = 4096
+	// maxQueued caps the shell requests waiting for one kernel, and maxQueuedBytes their
+	// size as they came; past either a request is answered at once with an error (but
+	// for one alone in the queue, whatever its size).
+	maxQueued      = 256
+	maxQueuedBytes = 64 << 20
+	// maxOut caps the messages waiting to be written to one websocket, and maxOutBytes
+	// their size (but for one alone, whatever its size); a client that falls that far
+	// behind is disconnected.
+	maxOut      = 4096
+	maxOutBytes = 64 << 20
 	// writeTimeout is how long one message may take to write.
 	writeTimeout = 30 * time.Second
 	// maxMalformed closes a websocket after that many messages in a row that are none.
@@ -45,14 +50,16 @@ type kernel struct {
 	conns   map[*conn]struct{}
 	held    int // places for websockets being accepted (attach)
 	queue   []request
+	qbytes  int // the size of the requests in queue, as they came
 	working bool
 	count   int  // the execution count, as last seen
 	ended   bool // its session ended: no more websockets
 }
 
 type request struct {
-	c *conn
-	m *message
+	c    *conn
+	m    *message
+	size int // of the websocket message it came in, which m may hold
 }
 
 // conn is one websocket of a kernel.
@@ -61,6 +68,7 @@ type conn struct {
 	ws     *websocket.Conn
 	v1     bool
 	out    chan []byte
+	held   atomic.Int64  // the bytes queued in out, and the one being written
 	stdin  chan *message // input_reply messages, for a cell's input()
 	closed chan struct{}
 	once   sync.Once
@@ -193,7 +201,7 @@ func (k *kernel) end(why string) {
 func (k *kernel) closeAll(status websocket.StatusCode, why string) {
 	k.mu.Lock()
 	k.ended = true
-	k.queue = nil
+	k.queue, k.qbytes = nil, 0
 	conns := make([]*conn, 0, len(k.conns))
 	for c := range k.conns {
 		conns = append(conns, c)
@@ -233,7 +241,7 @@ func (c *conn) read(ctx context.Context) {
 		c.k.h.log.Debug("jupyter message", "session_id", c.k.sid, "channel", m.Channel, "msg_type", m.Header.MsgType)
 		switch m.Channel {
 		case "shell":
-			c.k.enqueue(request{c, m})
+			c.k.enqueue(request{c, m, len(b)})
 		case "control":
 			c.k.control(c, m)
 		case "stdin":
@@ -249,19 +257,23 @@ func (c *conn) read(ctx context.Context) {
 }
 
 // write writes the queued messages until the websocket closes; after close, what is
-// queued still goes (a shutdown's reply), then the close frame.
+// queued still goes (a shutdown's reply) within one writeTimeout in all, then the close
+// frame: a closed websocket's client, which no longer counts towards maxConns, cannot keep
+// it and what it holds by reading slowly.
 func (c *conn) write() {
 	for {
 		select {
 		case b := <-c.out:
-			if !c.send(b) {
+			if !c.send(context.Background(), b) {
 				return
 			}
 		case <-c.closed:
+			ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+			defer cancel()
 			for {
 				select {
 				case b := <-c.out:
-					if !c.send(b) {
+					if !c.send(ctx, b) {
 						return
 					}
 				default:
@@ -273,8 +285,9 @@ func (c *conn) write() {
 	}
 }
 
-func (c *conn) send(b []byte) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+func (c *conn) send(ctx context.Context, b []byte) bool {
+	defer c.held.Add(-int64(len(b)))
+	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
 	defer cancel()
 	typ := websocket.MessageText
 	if c.v1 {
@@ -294,16 +307,33 @@ func (c *conn) close(status websocket.StatusCode, why string) {
 	})
 }
 
-// post queues m for c; a client that has fallen maxOut messages behind is closed.
+// post queues m for c.
 func (c *conn) post(m *message) {
 	b, err := encode(c.v1, m)
 	if err != nil {
 		return
 	}
+	c.postBytes(b)
+}
+
+// postBytes queues m encoded for c's framing; a client that has fallen maxOut messages or
+// maxOutBytes behind is closed.
+func (c *conn) postBytes(b []byte) {
 	select {
 	case <-c.closed:
+		return
+	default:
+	}
+	n := int64(len(b))
+	if held := c.held.Add(n); held > maxOutBytes && held != n {
+		c.held.Add(-n)
+		c.close(websocket.StatusPolicyViolation, "the client does not read its messages")
+		return
+	}
+	select {
 	case c.out <- b:
 	default:
+		c.held.Add(-n)
 		c.close(websocket.StatusPolicyViolation, "the client does not read its messages")
 	}
 }
@@ -325,7 +355,8 @@ func (k *kernel) message(channel, msgType string, parent *message, content any) 
 	return m
 }
 
-// publish sends an iopub message to every websocket of the kernel.
+// publish sends an iopub message to every websocket of the kernel, encoded once for each
+// framing: the websockets share the bytes.
 func (k *kernel) publish(msgType string, parent *message, content any) {
 	m := k.message("iopub", msgType, parent, content)
 	k.mu.Lock()
@@ -334,8 +365,20 @@ func (k *kernel) publish(msgType string, parent *message, content any) {
 		conns = append(conns, c)
 	}
 	k.mu.Unlock()
+	var framed [2][]byte // older framing, v1
 	for _, c := range conns {
-		c.post(m)
+		i := 0
+		if c.v1 {
+			i = 1
+		}
+		if framed[i] == nil {
+			b, err := encode(c.v1, m)
+			if err != nil {
+				return
+			}
+			framed[i] = b
+		}
+		c.postBytes(framed[i])
 	}
 }
 
@@ -379,12 +422,14 @@ func (k *kernel) enqueue(r request) {
 		k.mu.Unlock()
 		return
 	}
-	if len(k.queue) >= maxQueued {
+	if len(k.queue) >= maxQueued || len(k.queue) > 0 && k.qbytes+r.size > maxQueuedBytes {
 		k.mu.Unlock()
-		k.reply(r, errorContent("QueueFull", fmt.Sprintf("this kernel has %d requests waiting, the most it keeps: wait for their replies", maxQueued)))
+		k.reply(r, errorContent("QueueFull", fmt.Sprintf("this kernel has %d requests (%d MiB) waiting, the most it keeps: wait for their replies",
+			len(k.queue), k.qbytes>>20)))
 		return
 	}
 	k.queue = append(k.queue, r)
+	k.qbytes += r.size
 	start := !k.working
 	k.working = true
 	k.mu.Unlock()
@@ -397,14 +442,16 @@ func (k *kernel) work() {
 	for {
 		k.mu.Lock()
 		if len(k.queue) == 0 || k.ended {
-			k.queue = nil
+			k.queue, k.qbytes = nil, 0
 			k.working = false
 			k.mu.Unlock()
 			k.detach(nil)
 			return
 		}
 		r := k.queue[0]
+		k.queue[0] = request{}
 		k.queue = k.queue[1:]
+		k.qbytes -= r.size
 		k.mu.Unlock()
 		if k.shell(r) {
 			k.abortQueued()
@@ -514,6 +561,7 @@ func (k *kernel) abortQueued() {
 	for _, r := range k.queue {
 		if r.m.Header.MsgType == "execute_request" {
 			aborted = append(aborted, r)
+			k.qbytes -= r.size
 		} else {
 			kept = append(kept, r)
 		}
@@ -530,7 +578,7 @@ func (k *kernel) abortQueued() {
 // control serves a control request at once, whatever the shell runs, between status busy
 // and idle as ipykernel does.
 func (k *kernel) control(c *conn, m *message) {
-	r := request{c, m}
+	r := request{c: c, m: m}
 	ctx := k.ctx()
 	k.publish("status", m, map[string]string{"execution_state": "busy"})
 	defer k.publish("status", m, map[string]string{"execution_state": "idle"})

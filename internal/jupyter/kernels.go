@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"regexp"
 	"time"
 
 	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/internal/errdefs"
+	"github.com/cellbox/cellbox/internal/session"
 )
 
 // specName is the one kernelspec: Python in the server's default image.
@@ -131,7 +133,8 @@ func (h *Handler) startKernel(w http.ResponseWriter, r *http.Request) {
 		h.WriteError(w, r, fmt.Errorf("session %s has an id no kernel id is made of", s.ID)) // internal: logged
 		return
 	}
-	h.log.Info("jupyter kernel started", "session_id", s.ID, "kernel_id", m.ID)
+	// Not its kernel id: with Options.OpenChannels that is the key to its websocket.
+	h.log.Info("jupyter kernel started", "session_id", s.ID)
 	w.Header().Set("Location", "/api/kernels/"+m.ID)
 	writeJSON(w, http.StatusCreated, m)
 }
@@ -249,15 +252,17 @@ func pythonInfo(version string) langInfo {
 }
 
 // language is the language_info of session sid's image: its Python version is asked once
-// per image (a user expression of an uncounted, empty run) and kept; "3" until then, or
-// when asking fails.
+// per image and tenant (a user expression of an uncounted, empty run) and kept; "3" until
+// then, or when asking fails. The answer comes from the tenant's own kernel, whose code
+// may say anything: it is kept only if it reads as a version, and only for that tenant.
 func (h *Handler) language(ctx context.Context, sid string, ask bool) langInfo {
 	s, err := h.s.Get(ctx, sid)
 	if err != nil {
 		return pythonInfo("3")
 	}
+	key := session.Tenant(ctx) + "\x00" + s.Image
 	h.mu.Lock()
-	li, ok := h.langs[s.Image]
+	li, ok := h.langs[key]
 	h.mu.Unlock()
 	if ok || !ask {
 		if !ok {
@@ -271,15 +276,18 @@ func (h *Handler) language(ctx context.Context, sid string, ask bool) langInfo {
 	res, err := h.s.Execute(actx, sid, api.ExecuteRequest{NoHistory: true, TimeoutS: 10,
 		UserExpressions: map[string]string{"v": "__import__('platform').python_version()"}}, nil)
 	if err == nil {
-		if v, ok := res.UserExpressions["v"].Data["text/plain"].(string); ok && len(v) < 32 {
+		if v, ok := res.UserExpressions["v"].Data["text/plain"].(string); ok && pythonVersion.MatchString(trimQuotes(v)) {
 			li.Version = trimQuotes(v)
 			h.mu.Lock()
-			h.langs[s.Image] = li
+			h.langs[key] = li
 			h.mu.Unlock()
 		}
 	}
 	return li
 }
+
+// pythonVersion is what platform.python_version() says: 3.11.2, 3.13.0rc1, 3.14.0a1+.
+var pythonVersion = regexp.MustCompile(`^[0-9]{1,3}\.[0-9]{1,3}(\.[0-9]{1,3})?([a-z]{1,3}[0-9]{0,3})?\+?$`)
 
 func trimQuotes(s string) string {
 	if len(s) >= 2 && (s[0] == '\'' || s[0] == '"') && s[len(s)-1] == s[0] {

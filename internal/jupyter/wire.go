@@ -52,13 +52,40 @@ type jsonMessage struct {
 	MsgType string `json:"msg_type,omitempty"`
 }
 
+// jsonIn is what decode reads of the older framing's message: no buffers (they are not
+// used, and a generic decoding of them turned a client's bytes into many times as many).
+type jsonIn struct {
+	Header       json.RawMessage `json:"header"`
+	ParentHeader json.RawMessage `json:"parent_header"`
+	Metadata     json.RawMessage `json:"metadata"`
+	Content      json.RawMessage `json:"content"`
+	Channel      string          `json:"channel"`
+}
+
+// maxHeaderBytes caps a client's header: it goes back as the parent_header of every
+// message that answers the request (each output, to each websocket of the kernel), so a
+// large one would be copied many times over. Jupyter's headers are a few hundred bytes.
+const maxHeaderBytes = 8 << 10
+
+// lenient is a header field read leniently: a string, or "" for anything else (clients
+// write the date as a string or, jupyter_server's gateway client, as seconds).
+type lenient string
+
+func (l *lenient) UnmarshalJSON(b []byte) error {
+	var s string
+	if json.Unmarshal(b, &s) == nil {
+		*l = lenient(s)
+	}
+	return nil
+}
+
 var errFraming = errors.New("not a kernel message")
 
 // decode reads one websocket message in the connection's framing: v1 (binary only) or the
 // older one (a JSON text message, or a binary one whose first part is that JSON). Untrusted
 // input: every offset is checked, and what is not a message is an error.
 func decode(v1, binaryFrame bool, b []byte) (*message, error) {
-	var jm jsonMessage
+	var jm jsonIn
 	switch {
 	case v1:
 		if !binaryFrame {
@@ -71,7 +98,7 @@ func decode(v1, binaryFrame bool, b []byte) (*message, error) {
 		if len(parts) < 4 {
 			return nil, fmt.Errorf("%w: %d parts, want header, parent header, metadata and content", errFraming, len(parts))
 		}
-		jm = jsonMessage{Header: parts[0], ParentHeader: parts[1], Metadata: parts[2], Content: parts[3], Channel: channel}
+		jm = jsonIn{Header: parts[0], ParentHeader: parts[1], Metadata: parts[2], Content: parts[3], Channel: channel}
 	case binaryFrame:
 		first, err := firstLegacyPart(b)
 		if err != nil {
@@ -85,15 +112,22 @@ func decode(v1, binaryFrame bool, b []byte) (*message, error) {
 			return nil, fmt.Errorf("%w: %v", errFraming, err)
 		}
 	}
+	if len(jm.Header) > maxHeaderBytes {
+		return nil, fmt.Errorf("%w: its header is %d bytes, more than %d", errFraming, len(jm.Header), maxHeaderBytes)
+	}
 	m := &message{Channel: jm.Channel, RawHeader: jm.Header, ParentHeader: jm.ParentHeader, Metadata: jm.Metadata, Content: jm.Content}
-	// Leniently: clients write the date as a string or (jupyter_server's gateway client)
-	// as seconds, and only the strings below are read.
-	var hdr map[string]any
+	// Only the strings below are read, leniently (lenient); the rest of the header goes
+	// back as it came.
+	var hdr struct {
+		MsgID    lenient `json:"msg_id"`
+		MsgType  lenient `json:"msg_type"`
+		Session  lenient `json:"session"`
+		Username lenient `json:"username"`
+	}
 	if err := json.Unmarshal(jm.Header, &hdr); err != nil {
 		return nil, fmt.Errorf("%w: its header is not an object", errFraming)
 	}
-	str := func(k string) string { v, _ := hdr[k].(string); return v }
-	m.Header = header{MsgID: str("msg_id"), MsgType: str("msg_type"), Session: str("session"), Username: str("username")}
+	m.Header = header{MsgID: string(hdr.MsgID), MsgType: string(hdr.MsgType), Session: string(hdr.Session), Username: string(hdr.Username)}
 	if m.Header.MsgType == "" {
 		return nil, fmt.Errorf("%w: its header has no msg_type", errFraming)
 	}

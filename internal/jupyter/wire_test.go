@@ -36,6 +36,9 @@ func TestDecode(t *testing.T) {
 	bin = binary.BigEndian.AppendUint32(bin, 12)
 	bin = binary.BigEndian.AppendUint32(bin, uint32(12+len(legacy)))
 	bin = append(append(bin, legacy...), "BUF"...)
+	// A header whose padding makes it larger than maxHeaderBytes: it would go back as the
+	// parent_header of every answer.
+	bigHdr := `{"msg_id":"m1","msg_type":"execute_request","pad":"` + strings.Repeat("p", maxHeaderBytes) + `"}`
 	cases := []struct {
 		name      string
 		v1, bin   bool
@@ -55,13 +58,16 @@ func TestDecode(t *testing.T) {
 		{"not json", false, false, []byte("{nope"), "", true},
 		{"no msg_type", false, false, []byte(`{"header":{"msg_id":"x"},"content":{}}`), "", true},
 		{"header not an object", false, false, []byte(`{"header":"x"}`), "", true},
+		{"header an array", true, true, v1Frame("shell", "[]", "{}", "{}", "{}"), "", true},
+		{"json header over the cap", false, false, []byte(`{"header":` + bigHdr + `,"content":{}}`), "", true},
+		{"v1 header over the cap", true, true, v1Frame("shell", bigHdr, "{}", "{}", "{}"), "", true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			m, err := decode(c.v1, c.bin, c.b)
 			if c.wantError {
 				if err == nil {
-					t.Fatalf("decoded %+v", m)
+					t.Fatalf("decoded: channel %q, msg_type %q", m.Channel, m.Header.MsgType)
 				}
 				return
 			}
@@ -83,6 +89,26 @@ func TestDecode(t *testing.T) {
 	binary.BigEndian.PutUint32(badLegacy[4:], 1<<30)
 	if _, err := decode(false, true, badLegacy); err == nil {
 		t.Error("a legacy offset past the end was decoded")
+	}
+}
+
+// TestDecodeHolds: what decode makes of a message is about as large as the message: the
+// older framing's buffers (not used) and a header's fields that are not read are skipped,
+// not built into values many times their size.
+func TestDecodeHolds(t *testing.T) {
+	ones := strings.TrimSuffix(strings.Repeat("1,", 100_000), ",")
+	for name, b := range map[string]string{
+		"buffers":      `{"header":{"msg_id":"m","msg_type":"execute_request"},"content":{},"buffers":[` + ones + `]}`,
+		"header field": `{"header":{"msg_id":"m","msg_type":"execute_request","date":[` + strings.Repeat("1,", 2000) + `1]},"content":{}}`,
+	} {
+		allocs := testing.AllocsPerRun(5, func() {
+			if _, err := decode(false, false, []byte(b)); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if allocs > 100 {
+			t.Errorf("%s: %.0f allocations to decode one message", name, allocs)
+		}
 	}
 }
 
