@@ -208,7 +208,9 @@ func TestInputAsked(t *testing.T) {
 	// A value that is short but long once written as JSON (a control character is six
 	// bytes there): the cell's EOFError says so; the sandbox is not lost for it.
 	r, err = g.ExecuteWith(ctx, api.ExecuteRequest{Code: "input('long')", TimeoutS: 30}, guestproto.ExecuteOptions{
-		OnInput: func(context.Context, string, bool) (string, error) { return strings.Repeat("\x01", guestproto.MaxInput/2), nil }})
+		OnInput: func(context.Context, string, bool) (string, error) {
+			return strings.Repeat("\x01", guestproto.MaxInput/2), nil
+		}})
 	if err != nil || r.Status != api.StatusError || !strings.Contains(fmt.Sprint(r.Outputs), "EOFError") {
 		t.Errorf("a value of %d control characters: %+v, %v", guestproto.MaxInput/2, r, err)
 	}

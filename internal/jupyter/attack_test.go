@@ -192,7 +192,7 @@ func TestKernelAbuse(t *testing.T) {
 		t.Errorf("flood: %v", statuses)
 	}
 
-	// A message over the cap (32 MiB) closes its websocket; the kernel lives on.
+	// A message over the cap (--max-body-bytes, 8 MiB) closes its websocket; the kernel lives on.
 	big := g.mustDial(t, kid, aliceKey, false)
 	big.ws.Write(ctx, websocket.MessageText, []byte(`{"header":{"msg_type":"execute_request","msg_id":"big"},"content":{"code":"`+strings.Repeat("#", 33<<20)+`"}}`))
 	if _, err := big.recv(30 * time.Second); websocket.CloseStatus(err) != websocket.StatusMessageTooBig {

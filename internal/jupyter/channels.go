@@ -1,6 +1,7 @@
 package jupyter
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -340,7 +341,7 @@ func (c *conn) postBytes(b []byte) {
 
 // message makes a message of the kernel on channel, in answer to parent (nil: none).
 func (k *kernel) message(channel, msgType string, parent *message, content any) *message {
-	body, err := json.Marshal(content)
+	body, err := marshal(content)
 	if err != nil {
 		body = []byte("{}")
 	}
@@ -400,7 +401,7 @@ func (k *kernel) input(ctx context.Context, r request, prompt string, password b
 	case <-r.c.closed:
 		return "", errors.New("the client that ran the cell went away")
 	case <-ctx.Done():
-		return "", ctx.Err()
+		return "", errors.New("the cell was interrupted, or ran out of time, while input() waited")
 	}
 }
 
@@ -622,4 +623,16 @@ func (k *kernel) kernelInfo(ctx context.Context, ask bool) map[string]any {
 		"implementation_version": k.h.opts.Version, "language_info": k.h.language(ctx, k.sid, ask),
 		"banner": "Python in a cellbox sandbox", "help_links": []any{}, "debugger": false,
 	}
+}
+
+// marshal is json.Marshal without HTML's escapes: code and outputs are full of < > &, which
+// json.Marshal writes as six bytes each.
+func marshal(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }

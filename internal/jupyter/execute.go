@@ -33,7 +33,8 @@ var statusNames = map[string]string{
 func (k *kernel) execute(ctx context.Context, r request) (failed, stop bool) {
 	var c executeContent
 	if err := json.Unmarshal(r.m.Content, &c); err != nil {
-		k.reply(r, errorContent("ValueError", "the execute_request's content is not valid: "+err.Error()))
+		k.reply(r, errorContent("ValueError", "the execute_request's content is not valid: code must be a string, silent, store_history, "+
+			"allow_stdin and stop_on_error booleans, user_expressions an object of strings"))
 		return true, false
 	}
 	stop = c.StopOnError == nil || *c.StopOnError

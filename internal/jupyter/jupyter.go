@@ -70,7 +70,8 @@ type Options struct {
 	// Elsewhere returns the caller's sessions on a cluster's other nodes, for the kernel
 	// list (httpapi.Elsewhere); nil outside a cluster.
 	Elsewhere func(context.Context) []api.Session
-	// MaxMessageBytes caps one message a client sends on a kernel's websocket; 0: 32 MiB.
+	// MaxMessageBytes caps one message a client sends on a kernel's websocket
+	// (--max-body-bytes); 0: 8 MiB.
 	MaxMessageBytes int64
 	Logger          *slog.Logger
 }
@@ -96,7 +97,7 @@ func New(s Sessions, opts Options) (*Handler, error) {
 		return nil, err
 	}
 	if opts.MaxMessageBytes <= 0 {
-		opts.MaxMessageBytes = 32 << 20
+		opts.MaxMessageBytes = 8 << 20
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)

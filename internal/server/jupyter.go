@@ -33,7 +33,7 @@ func newJupyter(cfg config.Config, m *session.Manager, secret string, log *slog.
 		return nil, err
 	}
 	return jupyter.New(m, jupyter.Options{IDKey: key, OpenChannels: cfg.JupyterOpenChannels, Version: mcpserver.Version,
-		CellTimeout: cfg.MaxExecTimeout, Elsewhere: httpapi.Elsewhere, Logger: log})
+		CellTimeout: cfg.MaxExecTimeout, MaxMessageBytes: cfg.MaxBodyBytes, Elsewhere: httpapi.Elsewhere, Logger: log})
 }
 
 // kernelIDKey is the key that seals session ids into Jupyter kernel ids. A single server
