@@ -423,10 +423,10 @@ func (k *kernel) enqueue(r request) {
 		k.mu.Unlock()
 		return
 	}
-	if len(k.queue) >= maxQueued || len(k.queue) > 0 && k.qbytes+r.size > maxQueuedBytes {
+	if n, size := len(k.queue), k.qbytes; n >= maxQueued || n > 0 && size+r.size > maxQueuedBytes {
 		k.mu.Unlock()
 		k.reply(r, errorContent("QueueFull", fmt.Sprintf("this kernel has %d requests (%d MiB) waiting, the most it keeps: wait for their replies",
-			len(k.queue), k.qbytes>>20)))
+			n, size>>20)))
 		return
 	}
 	k.queue = append(k.queue, r)
