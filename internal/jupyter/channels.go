@@ -45,6 +45,7 @@ type kernel struct {
 	h       *Handler
 	sid     string
 	tenant  string
+	image   string // its session's, for kernel_info's language_info
 	session string // header.session of what the kernel sends
 
 	mu      sync.Mutex
@@ -80,14 +81,10 @@ type conn struct {
 // channels serves GET /api/kernels/{id}/channels: the kernel's websocket.
 func (h *Handler) channels(w http.ResponseWriter, r *http.Request) {
 	kid := r.PathValue("id")
-	sid, ok := h.ids.session(kid)
-	if !ok {
-		h.WriteError(w, r, noKernel(kid))
-		return
-	}
 	ctx := r.Context()
-	if _, keyed := PresentedKey(r); !keyed && h.opts.OpenChannels {
+	if _, keyed := h.PresentedKey(r); !keyed && h.opts.OpenChannels {
 		// The kernel id alone (Options.OpenChannels): the session's own tenant.
+		sid, _ := h.ids.session(kid)
 		owner, ok := h.s.Owner(sid)
 		if !ok {
 			h.WriteError(w, r, noKernel(kid))
@@ -95,15 +92,12 @@ func (h *Handler) channels(w http.ResponseWriter, r *http.Request) {
 		}
 		ctx = session.WithTenant(ctx, owner)
 	}
-	s, err := h.s.Get(ctx, sid)
+	s, err := h.lookup(ctx, kid)
 	if err != nil {
-		if errors.Is(err, errdefs.ErrNotFound) {
-			err = noKernel(kid)
-		}
 		h.WriteError(w, r, err)
 		return
 	}
-	k, err := h.attach(s.ID, session.Tenant(ctx), s.ExecutionCount)
+	k, err := h.attach(s, session.Tenant(ctx))
 	if err != nil {
 		h.WriteError(w, r, err)
 		return
@@ -123,21 +117,21 @@ func (h *Handler) channels(w http.ResponseWriter, r *http.Request) {
 		k.detach(nil)
 		return
 	}
-	h.log.Debug("jupyter websocket open", "session_id", sid, "v1", c.v1)
+	h.log.Debug("jupyter websocket open", "session_id", s.ID, "v1", c.v1)
 	go c.write()
 	c.read(ctx)
 	k.detach(c)
 }
 
-// attach returns session sid's kernel, made if it has none, counting a websocket to come;
+// attach returns session s's kernel, made if it has none, counting a websocket to come;
 // past maxConns it refuses.
-func (h *Handler) attach(sid, tenant string, count int) (*kernel, error) {
+func (h *Handler) attach(s *api.Session, tenant string) (*kernel, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	k := h.kernels[sid]
+	k := h.kernels[s.ID]
 	if k == nil {
-		k = &kernel{h: h, sid: sid, tenant: tenant, session: newMsgID(), conns: map[*conn]struct{}{}, count: count}
-		h.kernels[sid] = k
+		k = &kernel{h: h, sid: s.ID, tenant: tenant, image: s.Image, session: newMsgID(), conns: map[*conn]struct{}{}, count: s.ExecutionCount}
+		h.kernels[s.ID] = k
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -203,14 +197,21 @@ func (k *kernel) closeAll(status websocket.StatusCode, why string) {
 	k.mu.Lock()
 	k.ended = true
 	k.queue, k.qbytes = nil, 0
+	k.mu.Unlock()
+	for _, c := range k.websockets() {
+		c.close(status, why)
+	}
+}
+
+// websockets are the kernel's websockets now.
+func (k *kernel) websockets() []*conn {
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	conns := make([]*conn, 0, len(k.conns))
 	for c := range k.conns {
 		conns = append(conns, c)
 	}
-	k.mu.Unlock()
-	for _, c := range conns {
-		c.close(status, why)
-	}
+	return conns
 }
 
 // ctx is the context of the kernel's work: its tenant's, not any websocket's (a client
@@ -360,14 +361,8 @@ func (k *kernel) message(channel, msgType string, parent *message, content any) 
 // framing: the websockets share the bytes.
 func (k *kernel) publish(msgType string, parent *message, content any) {
 	m := k.message("iopub", msgType, parent, content)
-	k.mu.Lock()
-	conns := make([]*conn, 0, len(k.conns))
-	for c := range k.conns {
-		conns = append(conns, c)
-	}
-	k.mu.Unlock()
 	var framed [2][]byte // older framing, v1
-	for _, c := range conns {
+	for _, c := range k.websockets() {
 		i := 0
 		if c.v1 {
 			i = 1
@@ -620,7 +615,7 @@ func (k *kernel) control(c *conn, m *message) {
 func (k *kernel) kernelInfo(ctx context.Context, ask bool) map[string]any {
 	return map[string]any{
 		"status": "ok", "protocol_version": protocolVersion, "implementation": "cellbox",
-		"implementation_version": k.h.opts.Version, "language_info": k.h.language(ctx, k.sid, ask),
+		"implementation_version": k.h.opts.Version, "language_info": k.h.language(ctx, k.sid, k.image, ask),
 		"banner": "Python in a cellbox sandbox", "help_links": []any{}, "debugger": false,
 	}
 }

@@ -89,17 +89,14 @@ func (k *kernel) execute(ctx context.Context, r request) (failed, stop bool) {
 			ux[key] = map[string]any{"status": "ok", "data": o.Data, "metadata": orEmptyMap(o.Metadata)}
 		}
 	}
+	if res.Message != "" && !c.Silent {
+		k.publish("stream", r.m, map[string]any{"name": "stderr", "text": "[cellbox: " + res.Message + "]\n"})
+	}
 	if res.Status == api.StatusOK {
-		if res.Message != "" && !c.Silent {
-			k.publish("stream", r.m, map[string]any{"name": "stderr", "text": "[cellbox: " + res.Message + "]\n"})
-		}
 		k.reply(r, map[string]any{"status": "ok", "execution_count": res.ExecutionCount, "user_expressions": ux, "payload": []any{}})
 		return false, stop
 	}
 	if res.Status != api.StatusError {
-		if !c.Silent && res.Message != "" {
-			k.publish("stream", r.m, map[string]any{"name": "stderr", "text": "[cellbox: " + res.Message + "]\n"})
-		}
 		if lastErr == nil {
 			lastErr = &api.Output{Type: api.OutputError, EName: statusNames[res.Status], EValue: res.Message, Traceback: []string{res.Message}}
 			if !c.Silent {

@@ -149,7 +149,7 @@ func (h *Handler) Claims(r *http.Request) (claimed, needsKey bool) {
 		return false, false
 	}
 	if h.opts.OpenChannels && isChannels(r) {
-		if _, ok := PresentedKey(r); !ok {
+		if _, ok := h.PresentedKey(r); !ok {
 			return true, false
 		}
 	}
@@ -162,8 +162,8 @@ func isChannels(r *http.Request) bool {
 
 // PresentedKey is the API key of a Jupyter request: Authorization: token KEY (Jupyter's
 // scheme) or Bearer KEY, X-API-Key: KEY, or the query's token=KEY (which a browser's
-// websocket can send, having no headers of its own).
-func PresentedKey(r *http.Request) (string, bool) {
+// websocket can send, having no headers of its own). httpapi reads it so (KeyReader).
+func (h *Handler) PresentedKey(r *http.Request) (string, bool) {
 	if a := r.Header.Get("Authorization"); a != "" {
 		f := strings.Fields(a)
 		if len(f) != 2 || !strings.EqualFold(f[0], "token") && !strings.EqualFold(f[0], "bearer") {
@@ -211,6 +211,3 @@ func (h *Handler) SessionOf(r *http.Request) (string, bool) {
 	kid, _, _ := strings.Cut(rest, "/")
 	return h.ids.session(kid)
 }
-
-// PresentedKey is the package's PresentedKey, for httpapi (KeyReader).
-func (h *Handler) PresentedKey(r *http.Request) (string, bool) { return PresentedKey(r) }

@@ -141,12 +141,17 @@ func (h *Handler) startKernel(w http.ResponseWriter, r *http.Request) {
 
 // session finds the session of the request's kernel, the caller's.
 func (h *Handler) session(r *http.Request) (*api.Session, error) {
-	kid := r.PathValue("id")
+	return h.lookup(r.Context(), r.PathValue("id"))
+}
+
+// lookup finds kernel kid's session, ctx's tenant's: another tenant's kernel, like an id
+// that is none, is not found.
+func (h *Handler) lookup(ctx context.Context, kid string) (*api.Session, error) {
 	sid, ok := h.ids.session(kid)
 	if !ok {
 		return nil, noKernel(kid)
 	}
-	s, err := h.s.Get(r.Context(), sid)
+	s, err := h.s.Get(ctx, sid)
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return nil, noKernel(kid)
 	}
@@ -251,16 +256,12 @@ func pythonInfo(version string) langInfo {
 		PygmentsLexer: "ipython3", CodemirrorMode: map[string]any{"name": "ipython", "version": 3}, NbconvertExporter: "python"}
 }
 
-// language is the language_info of session sid's image: its Python version is asked once
+// language is the language_info of session sid, on image: its Python version is asked once
 // per image and tenant (a user expression of an uncounted, empty run) and kept; "3" until
 // then, or when asking fails. The answer comes from the tenant's own kernel, whose code
 // may say anything: it is kept only if it reads as a version, and only for that tenant.
-func (h *Handler) language(ctx context.Context, sid string, ask bool) langInfo {
-	s, err := h.s.Get(ctx, sid)
-	if err != nil {
-		return pythonInfo("3")
-	}
-	key := session.Tenant(ctx) + "\x00" + s.Image
+func (h *Handler) language(ctx context.Context, sid, image string, ask bool) langInfo {
+	key := session.Tenant(ctx) + "\x00" + image
 	h.mu.Lock()
 	li, ok := h.langs[key]
 	h.mu.Unlock()

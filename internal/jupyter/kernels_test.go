@@ -37,15 +37,15 @@ func TestLanguageVersion(t *testing.T) {
 	h := &Handler{s: s, langs: map[string]langInfo{}}
 	mallory, alice := session.WithTenant(context.Background(), "mallory"), session.WithTenant(context.Background(), "alice")
 	s.version = "<img src=x onerror=alert(1)>"
-	if v := h.language(mallory, "s1", true).Version; v != "3" {
+	if v := h.language(mallory, "s1", "default", true).Version; v != "3" {
 		t.Errorf("a version that is none: %q", v)
 	}
 	s.version = "2.7.18"
-	if v := h.language(mallory, "s1", true).Version; v != "2.7.18" {
+	if v := h.language(mallory, "s1", "default", true).Version; v != "2.7.18" {
 		t.Errorf("mallory's kernel says 2.7.18, mallory is told %q", v)
 	}
 	s.version = "3.13.0rc1"
-	if v := h.language(alice, "s2", true).Version; v != "3.13.0rc1" {
+	if v := h.language(alice, "s2", "default", true).Version; v != "3.13.0rc1" {
 		t.Errorf("alice's kernel says 3.13.0rc1, alice is told %q (mallory's answer kept for her?)", v)
 	}
 }
