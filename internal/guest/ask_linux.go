@@ -21,41 +21,32 @@ const askTimeout = 10 * time.Second
 func (s *server) ask(ctx context.Context, req *guestproto.Request) guestproto.Message {
 	r := newRun("", false, askTimeout, time.Second, nil)
 	r.op = req.Op
-	pos := -1
+	var pos *int
 	switch req.Op {
 	case guestproto.OpComplete:
 		if req.Complete == nil {
 			return errMsg(api.CodeInvalidArgument, "the complete request has no body")
 		}
-		r.code, r.context = req.Complete.Code, req.Complete.Context
-		if req.Complete.CursorPos != nil {
-			pos = *req.Complete.CursorPos
-		}
+		r.code, r.context, pos = req.Complete.Code, req.Complete.Context, req.Complete.CursorPos
 	case guestproto.OpInspect:
 		if req.Inspect == nil {
 			return errMsg(api.CodeInvalidArgument, "the inspect request has no body")
 		}
-		r.code, r.context, r.detail = req.Inspect.Code, req.Inspect.Context, min(max(req.Inspect.DetailLevel, 0), 1)
-		if req.Inspect.CursorPos != nil {
-			pos = *req.Inspect.CursorPos
-		}
+		r.code, r.context, r.detail, pos = req.Inspect.Code, req.Inspect.Context, min(max(req.Inspect.DetailLevel, 0), 1), req.Inspect.CursorPos
 	default:
 		r.code = req.Code
 	}
-	var p *int
-	if pos >= 0 {
-		p = &pos
-	}
-	if err := guestproto.CheckAsk(r.code, p); err != nil {
+	if err := guestproto.CheckAsk(r.code, pos); err != nil {
 		return errFrom(err)
 	}
-	if pos < 0 {
-		pos = utf8.RuneCountInString(r.code)
+	r.pos = utf8.RuneCountInString(r.code) // absent: the end
+	if pos != nil {
+		r.pos = *pos
 	}
-	r.pos = pos
 	s.kmu.Lock()
 	defer s.kmu.Unlock()
-	if s.config() == nil {
+	cfg := s.config()
+	if cfg == nil {
 		return errMsg(api.CodeFailedPrecondition, "the sandbox is not configured yet")
 	}
 	if r.context != "" && !s.ctxs[r.context] {
@@ -65,7 +56,6 @@ func (s *server) ask(ctx context.Context, req *guestproto.Request) guestproto.Me
 	if k == nil || k.isDead() {
 		return errMsg(api.CodeFailedPrecondition, "the kernel is not running: run a cell to start it")
 	}
-	cfg := s.config()
 	r.budget = newBudget(cfg.MaxOutputBytes, cfg.MaxRichBytes) // what user code prints meanwhile is dropped
 	k.begin(r)
 	stop := context.AfterFunc(ctx, func() { k.stopRun(r, stopInterrupt) })
@@ -81,7 +71,7 @@ func (s *server) ask(ctx context.Context, req *guestproto.Request) guestproto.Me
 	var err error
 	switch req.Op {
 	case guestproto.OpComplete:
-		m.Completion = &api.Completion{Matches: []string{}, CursorStart: pos, CursorEnd: pos}
+		m.Completion = &api.Completion{Matches: []string{}, CursorStart: r.pos, CursorEnd: r.pos}
 		if r.ok {
 			err = json.Unmarshal(r.reply, m.Completion)
 		}
