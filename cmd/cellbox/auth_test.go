@@ -21,6 +21,7 @@ import (
 	"github.com/cellbox/cellbox/internal/config"
 	"github.com/cellbox/cellbox/internal/server"
 	"github.com/cellbox/cellbox/internal/testbin"
+	"github.com/cellbox/cellbox/internal/testserver"
 )
 
 const (
@@ -186,6 +187,20 @@ func TestRunServerWithKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	s, _ := localServer(t, keys)
+	if code, out := cellboxEnv(t, []string{"CELLBOX_API_KEY=" + envKey}, "run", "--server", s.URL, "-c", "print(6*7)"); code != exitOK || out != "42\n" {
+		t.Errorf("with the key: exit %d, %q", code, out)
+	}
+	if code, out := cellboxEnv(t, nil, "run", "--server", s.URL, "-c", "print(6*7)"); code != exitService || !strings.Contains(out, "unauthenticated") {
+		t.Errorf("without a key: exit %d, %q", code, out)
+	}
+}
+
+// localServer starts a server in this process on the local-unsafe backend (no pool, no
+// pre-imports) with keys (nil: none), and returns it and its config; it shuts down when the
+// test ends.
+func localServer(t *testing.T, keys *auth.Keys) (*server.Server, config.Config) {
+	t.Helper()
 	cfg := config.Default()
 	cfg.Addr = "127.0.0.1:0"
 	cfg.Backend = "local-unsafe"
@@ -193,19 +208,5 @@ func TestRunServerWithKey(t *testing.T) {
 	cfg.PoolSize = 0
 	cfg.Preimport = ""
 	cfg.LogLevel = "warn"
-	s, err := server.Start(t.Context(), cfg, server.Options{GuestBinary: testbin.Cellbox(t), Keys: keys, Quiet: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		s.Shutdown(ctx)
-	}()
-	if code, out := cellboxEnv(t, []string{"CELLBOX_API_KEY=" + envKey}, "run", "--server", s.URL, "-c", "print(6*7)"); code != exitOK || out != "42\n" {
-		t.Errorf("with the key: exit %d, %q", code, out)
-	}
-	if code, out := cellboxEnv(t, nil, "run", "--server", s.URL, "-c", "print(6*7)"); code != exitService || !strings.Contains(out, "unauthenticated") {
-		t.Errorf("without a key: exit %d, %q", code, out)
-	}
+	return testserver.Start(t, cfg, server.Options{Keys: keys, Quiet: true}), cfg
 }

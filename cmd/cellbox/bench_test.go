@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/cellbox/cellbox/internal/config"
 	"github.com/cellbox/cellbox/internal/image"
-	"github.com/cellbox/cellbox/internal/server"
 	"github.com/cellbox/cellbox/internal/testbin"
 )
 
@@ -130,22 +128,7 @@ func TestNotebook(t *testing.T) {
 // the sandbox.
 func TestBenchKernelWebsocket(t *testing.T) {
 	testbin.NeedIPython(t, "jupyter_client", "ipykernel")
-	cfg := config.Default()
-	cfg.Addr = "127.0.0.1:0"
-	cfg.Backend = "local-unsafe"
-	cfg.StateDir = t.TempDir()
-	cfg.PoolSize = 0
-	cfg.Preimport = ""
-	cfg.LogLevel = "warn"
-	s, err := server.Start(t.Context(), cfg, server.Options{GuestBinary: testbin.Cellbox(t), Quiet: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		s.Shutdown(ctx)
-	}()
+	s, cfg := localServer(t, nil)
 	b, err := newBench(s.URL, cfg, "local-unsafe")
 	if err != nil {
 		t.Fatal(err)
