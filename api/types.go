@@ -49,6 +49,34 @@ const WorkspaceDir = "/mnt/data"
 // where programs written for E2B's sandboxes expect the user's files.
 const HomeDir = "/home/user"
 
+// The languages a cell may be written in. A request may also use the aliases "python3",
+// "js", "node", "ts", "R" and "sh".
+const (
+	LanguagePython     = "python"
+	LanguageJavaScript = "javascript"
+	LanguageTypeScript = "typescript"
+	LanguageR          = "r"
+	LanguageBash       = "bash"
+)
+
+// LanguageOf returns the language that name (a Language* constant or an alias; "" is
+// Python) stands for, and whether it is one.
+func LanguageOf(name string) (string, bool) {
+	switch name {
+	case "", LanguagePython, "python3", "py", "Python":
+		return LanguagePython, true
+	case LanguageJavaScript, "js", "node", "nodejs", "JavaScript":
+		return LanguageJavaScript, true
+	case LanguageTypeScript, "ts", "TypeScript":
+		return LanguageTypeScript, true
+	case LanguageR, "R":
+		return LanguageR, true
+	case LanguageBash, "sh", "shell", "Bash":
+		return LanguageBash, true
+	}
+	return "", false
+}
+
 // Limits bound one session's sandbox. Zero means "the server's default"; a value above the
 // server's maximum is refused with invalid_argument.
 type Limits struct {
@@ -60,7 +88,10 @@ type Limits struct {
 
 // CreateSessionRequest is the body of POST /v1/sessions.
 type CreateSessionRequest struct {
-	Language     string            `json:"language,omitempty"` // "python" (default)
+	// Language is the session's default language, for cells that name none: "python" (the
+	// default), "javascript", "typescript", "r" or "bash" (see Language*). A cell may name
+	// another (ExecuteRequest.Language): each language has its own kernel in the session.
+	Language     string            `json:"language,omitempty"`
 	Env          map[string]string `json:"env,omitempty"`
 	Limits       *Limits           `json:"limits,omitempty"`
 	IdleTimeoutS int               `json:"idle_timeout_s,omitempty"`
@@ -270,6 +301,10 @@ type ClusterNode struct {
 type ExecuteRequest struct {
 	Code     string  `json:"code"`
 	TimeoutS float64 `json:"timeout_s,omitempty"`
+	// Language is the code's language (see Language*); "": the session's. Each language
+	// runs in a kernel of its own, started at its first cell, with its own variables;
+	// JavaScript and TypeScript share one (TypeScript's types are stripped first).
+	Language string `json:"language,omitempty"`
 	// Context names a separate namespace in the session's kernel, with its own variables,
 	// imports and working directory (which starts at /mnt/data); made at its first use, it
 	// lives until it is deleted (DELETE /v1/sessions/{id}/contexts/{name}) or the kernel

@@ -18,7 +18,11 @@ func (s *server) deleteContext(name string) guestproto.Message {
 	}
 	s.kmu.Lock()
 	defer s.kmu.Unlock()
+	dropped := s.dropLangKernels(name, false) // the context's kernels of other languages
 	k := s.currentKernel()
+	if dropped && (k == nil || k.isDead() || !s.ctxs[name]) {
+		return guestproto.Message{OK: true}
+	}
 	if k == nil || k.isDead() || !s.ctxs[name] {
 		return errMsg(api.CodeNotFound, fmt.Sprintf("no execution context %q in this session's kernel: "+
 			"it was never used, was deleted, or the kernel restarted since", name))

@@ -34,6 +34,7 @@ func (s *server) configure(cfg *guestproto.Config) guestproto.Message {
 	if s.reconfigure(old, &c, k) {
 		return guestproto.Message{OK: true}
 	}
+	s.dropLangKernels("", true) // they had the old configuration
 	if err := s.restartLocked(true); err != nil {
 		return errFrom(err)
 	}
@@ -45,7 +46,7 @@ func (s *server) configure(cfg *guestproto.Config) guestproto.Message {
 // in what the guest alone uses. A warm sandbox taken by a session with an env is set up so.
 // The caller holds kmu.
 func (s *server) reconfigure(old, c *guestproto.Config, k *kernel) bool {
-	if old == nil || k == nil || k.isDead() || s.count.Load() != 0 || len(s.ctxs) != 0 ||
+	if old == nil || k == nil || k.isDead() || s.count.Load() != 0 || len(s.ctxs) != 0 || s.hasLangKernels() ||
 		c.Python != old.Python || c.Preimport != old.Preimport {
 		return false
 	}
@@ -215,12 +216,16 @@ func (s *server) restart() guestproto.Message {
 	}
 	s.mu.Lock()
 	k, gen := s.kernel, s.gen
+	for _, lk := range s.langs {
+		lk.k.stopRun(nil, stopRestart)
+	}
 	s.mu.Unlock()
 	if k != nil {
 		k.stopRun(nil, stopRestart) // a running cell ends now; its Execute restarts the kernel
 	}
 	s.kmu.Lock()
 	defer s.kmu.Unlock()
+	s.dropLangKernels("", true) // each starts again at its next cell
 	s.mu.Lock()
 	cur, g := s.kernel, s.gen
 	s.mu.Unlock()
@@ -282,43 +287,76 @@ func (s *server) execute(ctx context.Context, w io.Writer, runID string, req *ap
 		writeMsg(w, errMsg(api.CodeFailedPrecondition, "the sandbox is not configured yet"))
 		return
 	}
-	var note string
-	k := s.currentKernel()
-	if k == nil || k.isDead() {
-		if err := s.restartLocked(false); err != nil {
+	timeout := seconds(req.TimeoutS)
+	if timeout <= 0 {
+		timeout = seconds(cfg.DefaultTimeoutS)
+	}
+	lang, rt, err := kernelLanguage(req.Language)
+	if err == nil && rt != nil && len(req.UserExpressions) > 0 {
+		err = fmt.Errorf("user_expressions are Python expressions; this cell is %s: %w", rt.name, errdefs.ErrInvalidArgument)
+	}
+	if err != nil {
+		release()
+		writeMsg(w, errFrom(err))
+		return
+	}
+	code := req.Code
+	var (
+		k    *kernel
+		lk   *langKernel // k's, for a language other than Python
+		note string
+	)
+	if rt == nil {
+		if k, note, err = s.pythonKernelLocked(); err != nil {
 			release()
 			writeMsg(w, errFrom(err))
 			return
 		}
-		if k != nil {
-			note = "The kernel had stopped since the last cell and was restarted before this one; variables were lost, files in /mnt/data are kept."
+	} else {
+		if lk, note, err = s.langKernelLocked(cfg, langKey{lang, req.Context}, rt); err != nil {
+			release()
+			writeMsg(w, errFrom(err))
+			return
 		}
-		k = s.currentKernel()
+		k = lk.k
 	}
-	timeout := seconds(req.TimeoutS)
-	if timeout <= 0 {
-		timeout = seconds(cfg.DefaultTimeoutS)
+	count := func() int {
+		if lk != nil {
+			return lk.count
+		}
+		return int(s.count.Load())
 	}
 	if ctx.Err() != nil {
 		// Interrupted before it began: none of the code runs.
 		release()
 		writeMsg(w, guestproto.Message{Result: &api.ExecuteResult{Status: api.StatusInterrupted,
-			ExecutionCount: int(s.count.Load()), Outputs: []api.Output{}, Files: []api.FileChange{},
+			ExecutionCount: count(), Outputs: []api.Output{}, Files: []api.FileChange{},
 			Message: "the cell was interrupted before it started; none of it ran"}})
 		return
 	}
-	if req.Context != "" && !s.ctxs[req.Context] {
-		if len(s.ctxs) >= guestproto.MaxContexts {
+	if rt == nil && req.Context != "" && !s.ctxs[req.Context] {
+		if len(s.ctxs)+s.langContexts() >= guestproto.MaxContexts {
 			release()
-			writeMsg(w, errMsg(api.CodeResourceExhausted, fmt.Sprintf("this session's kernel has %d execution contexts, "+
-				"the most it keeps: delete one you no longer need, or restart the kernel", len(s.ctxs))))
+			writeMsg(w, errMsg(api.CodeResourceExhausted, fmt.Sprintf("this session has %d execution contexts, "+
+				"the most it keeps: delete one you no longer need, or restart the kernel", guestproto.MaxContexts)))
 			return
 		}
 		s.ctxs[req.Context] = true // the runner makes it when the cell arrives
 	}
-	r := newRun(req.Code, false, timeout, seconds(cfg.InterruptGraceS), newBudget(cfg.MaxOutputBytes, cfg.MaxRichBytes))
+	if rt != nil {
+		var bad *api.Output
+		if code, bad = cellCode(req.Language, rt, code); bad != nil {
+			// The code cannot run (a TypeScript syntax error): that is its result.
+			release()
+			writeMsg(w, guestproto.Message{Output: bad})
+			writeMsg(w, guestproto.Message{Result: &api.ExecuteResult{Status: api.StatusError, ExecutionCount: count(),
+				Outputs: []api.Output{}, Files: []api.FileChange{}}})
+			return
+		}
+	}
+	r := newRun(code, false, timeout, seconds(cfg.InterruptGraceS), newBudget(cfg.MaxOutputBytes, cfg.MaxRichBytes))
 	r.context, r.env, r.quiet = req.Context, req.Env, quiet
-	r.displays, r.exprs, r.stdin = req.DisplayUpdates, req.UserExpressions, replies != nil
+	r.displays, r.exprs, r.stdin = req.DisplayUpdates, req.UserExpressions, replies != nil && rt == nil
 	before := s.root.snapshot()
 	oom0 := s.oom.read()
 	start := time.Now()
@@ -426,16 +464,23 @@ func (s *server) execute(ctx context.Context, w io.Writer, runID string, req *ap
 	}
 	res.Files = diff(before, s.root.snapshot())
 	if quiet && !r.died {
-		res.ExecutionCount = int(s.count.Load())
+		res.ExecutionCount = count()
 	}
-	s.count.Store(int64(res.ExecutionCount))
+	if lk != nil {
+		lk.count = res.ExecutionCount
+	} else {
+		s.count.Store(int64(res.ExecutionCount))
+	}
 	release() // the next cell may queue up now; it waits for kmu
 	// A report from a kernel that died after it is not what the next kernel has (none).
 	if r.tools != nil && !failed && !r.died {
 		writeMsg(w, guestproto.Message{Tools: r.tools})
 	}
 	writeMsg(w, guestproto.Message{Result: res})
-	if r.died {
+	switch {
+	case r.died && lk != nil:
+		s.dropLangKernel(langKey{lang, req.Context}, lk) // its next cell starts another
+	case r.died:
 		if err := s.restartLocked(false); err != nil {
 			s.log.Warn("restart the kernel", "error", err)
 		}

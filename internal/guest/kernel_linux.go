@@ -17,6 +17,7 @@ import (
 
 	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/internal/guest/pyrunner"
+	"github.com/cellbox/cellbox/internal/guest/runners"
 	"github.com/cellbox/cellbox/internal/guestproto"
 )
 
@@ -147,6 +148,8 @@ type kernel struct {
 	prR         int
 	wmu         sync.Mutex
 	prW         int // write end toward the runner, non-blocking; guarded by wmu
+	// shell: the runner is a shell that reads command lines (langRuntime.shell), not JSON.
+	shell bool
 
 	mu     sync.Mutex
 	run    *cellRun
@@ -170,6 +173,10 @@ type kernel struct {
 type kernelSpec struct {
 	user   *syscall.Credential // nil: the guest's own uid
 	python string
+	// rt: the runtime of a language other than Python, which the kernel then runs; its
+	// image names it in messages. A template serves Python only.
+	rt    *langRuntime
+	image string
 	env    []string
 	dir    string
 	// maxLine caps one protocol line from the runner.
@@ -184,8 +191,15 @@ type kernelSpec struct {
 // startKernel starts a kernel; it is ready for begin once started (the runner reads its
 // first command after IPython is up).
 func startKernel(spec kernelSpec) (*kernel, error) {
-	path, err := lookPath(spec.python, spec.env)
-	if err != nil {
+	program := spec.python
+	if spec.rt != nil {
+		program, spec.template = spec.rt.program, ""
+	}
+	path, err := lookPath(program, spec.env)
+	switch {
+	case err != nil && spec.rt != nil:
+		return nil, missingRuntime(spec.rt, spec.image)
+	case err != nil:
 		return nil, errors.New("the Python interpreter " + strconv.Quote(spec.python) + " was not found")
 	}
 	var fds []int // every descriptor made here, closed on failure
@@ -231,14 +245,22 @@ func startKernel(spec kernelSpec) (*kernel, error) {
 		// stays short for ps, and the user's processes do not inherit it.
 		argv := []string{spec.python, "-c", pyrunner.Bootstrap}
 		env := mergeEnv(spec.env, map[string]string{pyrunner.Env: pyrunner.Script})
+		stdin := devnull
+		if rt := spec.rt; rt != nil {
+			argv = append([]string{rt.program}, rt.args...)
+			env = mergeEnv(spec.env, map[string]string{runners.Env: rt.script})
+			if rt.shell {
+				stdin = inR // the shell's command input; a cell reads /dev/null
+			}
+		}
 		pid, exit, err = procs().start(path, argv, &syscall.ProcAttr{
 			Dir: spec.dir, Env: env, Sys: &syscall.SysProcAttr{Credential: spec.user},
-			Files: []uintptr{uintptr(devnull), uintptr(outW), uintptr(errW), uintptr(inR), uintptr(prW)},
+			Files: []uintptr{uintptr(stdin), uintptr(outW), uintptr(errW), uintptr(inR), uintptr(prW)},
 		})
 	}
 	if err != nil {
 		closeAll()
-		return nil, fmt.Errorf("could not start the Python interpreter %s: %w", strconv.Quote(spec.python), err)
+		return nil, fmt.Errorf("could not start %s: %w", strconv.Quote(program), err)
 	}
 	for _, fd := range []int{devnull, outW, errW, inR, prW} {
 		unix.Close(fd)
@@ -256,7 +278,7 @@ func startKernel(spec kernelSpec) (*kernel, error) {
 		unix.SetNonblock(fd, true)
 	}
 	k := &kernel{pid: pid, preimported: preimported, efd: efd, out: outR, errp: errR, prR: prR, prW: inW,
-		gone: make(chan struct{}), maxLine: spec.maxLine}
+		gone: make(chan struct{}), maxLine: spec.maxLine, shell: spec.rt != nil && spec.rt.shell}
 	go func() {
 		ws := <-exit
 		k.mu.Lock()
@@ -305,6 +327,9 @@ func (k *kernel) begin(r *cellRun) error {
 		r.timer = time.AfterFunc(time.Until(r.deadline), k.wake)
 	}
 	k.mu.Unlock()
+	if k.shell {
+		return k.write([]byte(shellLine(r)))
+	}
 	var env any = r.env
 	if r.op == "env" {
 		env = r.envList
@@ -323,6 +348,14 @@ func (k *kernel) begin(r *cellRun) error {
 		Stdin    bool              `json:"stdin,omitempty"`
 	}{r.op, r.code, r.silent, r.quiet, r.context, env, r.displays, r.exprs, r.pos, r.detail, r.stdin})
 	return k.write(append(msg, '\n'))
+}
+
+// shellLine is what a shell kernel reads for r: its runner at its start (a ping), or a cell.
+func shellLine(r *cellRun) string {
+	if r.op == "exec" {
+		return runners.BashCell(r.code, r.quiet || r.silent, r.env)
+	}
+	return runners.BashLoad
 }
 
 // write writes all of b toward the runner, waiting while the pipe is full.

@@ -66,7 +66,8 @@ type server struct {
 	mu      sync.Mutex // guards what follows
 	cfg     *guestproto.Config
 	kernel  *kernel
-	gen     int          // bumped on every kernel start
+	langs   map[langKey]*langKernel // kernels of other languages; changed under kmu too
+	gen     int                     // bumped on every kernel start
 	cmds    map[int]bool // process groups of running commands
 	closing bool
 }
@@ -265,6 +266,8 @@ func (s *server) shutdown() {
 	s.mu.Lock()
 	s.closing = true
 	k := s.kernel
+	langs := s.langs
+	s.langs = nil
 	cmds := make([]int, 0, len(s.cmds))
 	for pid := range s.cmds {
 		cmds = append(cmds, pid)
@@ -275,6 +278,9 @@ func (s *server) shutdown() {
 	}
 	if k != nil {
 		k.kill()
+	}
+	for _, lk := range langs {
+		lk.k.kill()
 	}
 }
 

@@ -365,6 +365,11 @@ type ExecuteOptions struct {
 
 // ExecuteWith is Execute with options: a run id, a quiet run, the tools the run changed.
 func (c *Client) ExecuteWith(ctx context.Context, req api.ExecuteRequest, opts ExecuteOptions) (*api.ExecuteResult, error) {
+	if req.Language != "" && req.Language != api.LanguagePython && !c.Supports(VersionLanguages) {
+		// An older guest would run the code as Python.
+		return nil, fmt.Errorf("this session's sandbox runs an older guest, which runs only Python; a new session runs %s: %w",
+			req.Language, errdefs.ErrFailedPrecondition)
+	}
 	id := opts.RunID
 	if id == "" {
 		id = newRunID()

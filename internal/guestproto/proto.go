@@ -45,7 +45,7 @@ import "github.com/cellbox/cellbox/api"
 // MinVersion or newer than Version: a paused session's checkpoint holds the guest it was
 // paused with, which an upgraded server resumes; what that guest lacks (Client.Supports)
 // is refused with failed_precondition.
-const Version = 10
+const Version = 11
 
 // MinVersion is the oldest guest the server still speaks to.
 const MinVersion = 9
@@ -55,6 +55,9 @@ const (
 	// VersionAsk: complete, inspect and is_complete; execute's user expressions,
 	// display updates, NoHistory and Stdin.
 	VersionAsk = 10
+	// VersionLanguages: execute's Language (kernels for JavaScript, TypeScript, R, Bash),
+	// and Config's Image.
+	VersionLanguages = 11
 )
 
 // MaxUserExpressions caps ExecuteRequest.UserExpressions; MaxUserExpression one of them.
@@ -191,6 +194,8 @@ type Config struct {
 	InterruptGraceS float64 `json:"interrupt_grace_s"`
 	// MemoryMB is the sandbox's memory limit, for messages only (0: unknown).
 	MemoryMB int `json:"memory_mb,omitempty"`
+	// Image names the sandbox's image, for messages only ("": the host's root filesystem).
+	Image string `json:"image,omitempty"`
 }
 
 // Message is one line the guest writes. Exactly one field is set.
