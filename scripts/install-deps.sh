@@ -24,10 +24,11 @@ done
 
 # What cellbox runs on: OCI runtimes (runsc is gVisor, in Debian since 12), ext4 images for
 # workspace quotas, the Python kernel's packages (from Debian; no pip), fonts for matplotlib,
-# the tools sandboxes are set up with, and debootstrap for `cellbox image build`.
+# the tools sandboxes are set up with, and debootstrap for `cellbox image build`; Node.js
+# and acorn (its parser) for JavaScript and TypeScript kernels on the host's root.
 pkgs=(runc crun runsc iptables e2fsprogs mount python3 python3-ipython python3-numpy python3-pandas
 	python3-matplotlib python3-matplotlib-inline python3-scipy fonts-dejavu-core
-	iproute2 procps ca-certificates debootstrap)
+	iproute2 procps ca-certificates debootstrap node-acorn)
 # What the tests need: make and git; gcc and libc6-dev for cgo (go test -race); Node.js and
 # npm for the MCP and E2B client tests; chromium for the web page's browser test; Debian's
 # Docker engine for the docker backend's, and curl to ask it whether it runs
@@ -43,7 +44,8 @@ if [[ ! -r /etc/os-release ]] || ! grep -qiE '^(ID|ID_LIKE)=.*(debian|ubuntu)' /
 	! command -v apt-get >/dev/null || ! command -v dpkg-query >/dev/null; then
 	say "this script knows Debian and Ubuntu only. Install these with your package manager:"
 	say "  ${pkgs[*]}"
-	((with_test)) && say "  and for the tests: ${test_pkgs[*]} nodejs npm"
+	say "  nodejs"
+	((with_test)) && say "  and for the tests: ${test_pkgs[*]} npm"
 	say "(names are Debian's; e.g. python3-ipython is IPython for the system's python3)"
 	exit 1
 fi
@@ -56,11 +58,11 @@ if ((with_test)); then
 	for p in "${test_pkgs[@]}"; do
 		[[ $(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null) == installed ]] || missing+=("$p")
 	done
-	# Node.js may come from elsewhere (NodeSource's nodejs carries its own npm, and
-	# conflicts with Debian's npm): go by the commands, not the packages.
-	command -v node >/dev/null || missing+=(nodejs)
 	command -v npm >/dev/null || missing+=(npm)
 fi
+# Node.js may come from elsewhere (NodeSource's nodejs carries its own npm, and conflicts
+# with Debian's npm): go by the commands, not the packages.
+command -v node >/dev/null || missing+=(nodejs)
 sudo=()
 ((EUID == 0)) || ! command -v sudo >/dev/null || sudo=(sudo)
 

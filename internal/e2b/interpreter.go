@@ -13,8 +13,9 @@ import (
 )
 
 // The code interpreter (port 49999): runCode and its contexts. A context is a namespace
-// of its own in the session's one kernel (api.ExecuteRequest.Context); "default" is the
-// kernel's main namespace.
+// of its own (api.ExecuteRequest.Context) of one language: in the session's Python kernel,
+// or a kernel of its own for another language. "default" is each language's main
+// namespace.
 
 const defaultContext = "default"
 
@@ -50,13 +51,13 @@ type codeContext struct {
 	Cwd      string `json:"cwd"`
 }
 
-// language checks an E2B language name: cellbox's kernel is Python.
-func language(l string) error {
-	switch strings.ToLower(l) {
-	case "", "python", "python3":
-		return nil
+// language returns the cellbox language of an E2B language name ("python", "js", "ts",
+// "r", "bash", or their long names).
+func language(l string) (string, error) {
+	if lang, ok := api.LanguageOf(strings.ToLower(l)); ok {
+		return lang, nil
 	}
-	return fmt.Errorf("language %.50q is not supported: cellbox's sandboxes run Python only: %w", l, errdefs.ErrInvalidArgument)
+	return "", fmt.Errorf("language %.50q is not supported: cellbox runs python, js, ts, r and bash: %w", l, errdefs.ErrInvalidArgument)
 }
 
 func (h *Handler) execute(w http.ResponseWriter, r *http.Request) {
@@ -75,13 +76,14 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := sandboxID(r.Context())
-	name := ""
+	name, lang := "", ""
 	if req.ContextID != "" && req.ContextID != defaultContext {
-		if _, ok := h.state(id).context(req.ContextID); !ok {
+		c, ok := h.state(id).context(req.ContextID)
+		if !ok {
 			textError(w, http.StatusNotFound, fmt.Sprintf("Context %.100s not found", req.ContextID))
 			return
 		}
-		name = req.ContextID
+		name, lang = req.ContextID, c.Language
 	}
 
 	// Headers go out at once: the SDK's timeoutMs runs from them, and the server learns of
@@ -95,12 +97,15 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request) {
 		enc.Encode(v)
 		rc.Flush()
 	}
-	if err := language(req.Language); err != nil {
-		send(errorLine("UnsupportedLanguage", h.message(r, err)))
-		return
+	if name == "" {
+		var err error
+		if lang, err = language(req.Language); err != nil {
+			send(errorLine("UnsupportedLanguage", h.message(r, err)))
+			return
+		}
 	}
 	res, err := h.m.Execute(r.Context(), id, api.ExecuteRequest{
-		Code: req.Code, Context: name, Env: req.EnvVars, TimeoutS: h.opts.MaxExecTimeout.Seconds(),
+		Code: req.Code, Context: name, Language: lang, Env: req.EnvVars, TimeoutS: h.opts.MaxExecTimeout.Seconds(),
 	}, func(o api.Output) {
 		if line := outputLine(o); line != nil {
 			send(line)
@@ -182,7 +187,8 @@ func (h *Handler) createContext(w http.ResponseWriter, r *http.Request) {
 		h.interpreterError(w, r, err)
 		return
 	}
-	if err := language(req.Language); err != nil {
+	lang, err := language(req.Language)
+	if err != nil {
 		h.interpreterError(w, r, err)
 		return
 	}
@@ -197,7 +203,7 @@ func (h *Handler) createContext(w http.ResponseWriter, r *http.Request) {
 	}
 	id := sandboxID(r.Context())
 	st := h.state(id)
-	c, err := st.addContext(cwd)
+	c, err := st.addContext(lang, cwd)
 	if err != nil {
 		h.interpreterError(w, r, err)
 		return
@@ -210,10 +216,21 @@ func (h *Handler) createContext(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, c)
 }
 
-// enterContext makes the context's namespace in the kernel, in its folder.
+// enterContext makes the context's namespace in its language's kernel, in its folder.
 func (h *Handler) enterContext(r *http.Request, id string, c codeContext) error {
-	code := fmt.Sprintf("import os as __cellbox_os; __cellbox_os.chdir(%q); del __cellbox_os", c.Cwd)
-	res, err := h.m.Execute(r.Context(), id, api.ExecuteRequest{Code: code, Context: c.ID}, nil)
+	// The folder is a workspace path (homePath): %q quotes it for each of these languages.
+	var code string
+	switch c.Language {
+	case api.LanguageJavaScript, api.LanguageTypeScript:
+		code = fmt.Sprintf("process.chdir(%q)", c.Cwd)
+	case api.LanguageR:
+		code = fmt.Sprintf("setwd(%q)", c.Cwd)
+	case api.LanguageBash:
+		code = "cd '" + strings.ReplaceAll(c.Cwd, "'", `'\''`) + "'"
+	default:
+		code = fmt.Sprintf("import os as __cellbox_os; __cellbox_os.chdir(%q); del __cellbox_os", c.Cwd)
+	}
+	res, err := h.m.Execute(r.Context(), id, api.ExecuteRequest{Code: code, Context: c.ID, Language: c.Language}, nil)
 	if err != nil || res.Status == api.StatusOK {
 		return err
 	}

@@ -124,7 +124,7 @@ func (st *sandboxState) contextList() []codeContext {
 	return out
 }
 
-func (st *sandboxState) addContext(cwd string) (codeContext, error) {
+func (st *sandboxState) addContext(lang, cwd string) (codeContext, error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if len(st.contexts) >= maxContexts {
@@ -132,7 +132,7 @@ func (st *sandboxState) addContext(cwd string) (codeContext, error) {
 	}
 	var b [16]byte
 	rand.Read(b[:])
-	c := codeContext{ID: hex.EncodeToString(b[:]), Language: "python", Cwd: cwd}
+	c := codeContext{ID: hex.EncodeToString(b[:]), Language: lang, Cwd: cwd}
 	st.contexts[c.ID] = c
 	return c, st.saveLocked()
 }

@@ -38,7 +38,7 @@ func TestSandboxStateGoesWithItsSession(t *testing.T) {
 			t.Fatal(err)
 		}
 		st := h.state(s.ID)
-		if _, err := st.addContext("/mnt/data"); err != nil {
+		if _, err := st.addContext("python", "/mnt/data"); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := os.Stat(st.file); err != nil {
@@ -71,7 +71,7 @@ func TestSandboxStateGoesWithItsSession(t *testing.T) {
 		}
 		ended(t, id, file, session.EndDeleted)
 		st := h.state(id) // a request that found the sandbox live just before
-		st.addContext("/mnt/data")
+		st.addContext("python", "/mnt/data")
 		h.mu.Lock()
 		_, kept := h.boxes[id]
 		h.mu.Unlock()

@@ -119,6 +119,7 @@ func (m *Manager) guestConfig(spec boxSpec) guestproto.Config {
 		DefaultTimeoutS: m.cfg.ExecTimeout.Seconds(),
 		InterruptGraceS: m.cfg.InterruptGrace.Seconds(),
 		MemoryMB:        spec.limits.MemoryMB,
+		Image:           spec.image,
 	}
 }
 

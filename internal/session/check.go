@@ -93,12 +93,14 @@ func validEnvName(k string) bool {
 	return true
 }
 
-func checkLanguage(lang string) (string, error) {
-	switch lang {
-	case "", "python", "python3":
-		return "python", nil
+// CheckLanguage returns the language lang names (an api.Language* constant; "" is Python),
+// or an error that lists the languages.
+func CheckLanguage(lang string) (string, error) {
+	if l, ok := api.LanguageOf(lang); ok {
+		return l, nil
 	}
-	return "", fmt.Errorf("language %q is not supported; use \"python\": %w", lang, errdefs.ErrInvalidArgument)
+	return "", fmt.Errorf("language %.100q is not supported; use one of \"python\", \"javascript\" (\"js\"), \"typescript\" (\"ts\"), \"r\" or \"bash\": %w",
+		lang, errdefs.ErrInvalidArgument)
 }
 
 // resolveImage returns the image a request's sandbox runs on: the one it names, or the
@@ -118,7 +120,7 @@ func (m *Manager) resolveImage(name string) (string, error) {
 // returns the language and the sandbox's spec: its image, and its limits with the server's
 // defaults filled in.
 func (m *Manager) checkSandbox(language, img string, req *api.Limits, env map[string]string) (string, boxSpec, error) {
-	lang, err := checkLanguage(language)
+	lang, err := CheckLanguage(language)
 	if err != nil {
 		return "", boxSpec{}, err
 	}

@@ -11,7 +11,15 @@ import (
 
 // checkExecute checks what an execution asks of the kernel besides its code: the context's
 // name and the env.
-func checkExecute(req *api.ExecuteRequest) error {
+func checkExecute(req *api.ExecuteRequest, sessionLanguage string) error {
+	if req.Language == "" {
+		req.Language = sessionLanguage
+	}
+	lang, err := CheckLanguage(req.Language)
+	if err != nil {
+		return err
+	}
+	req.Language = lang
 	if req.Context != "" {
 		if err := guestproto.CheckContext(req.Context); err != nil {
 			return err

@@ -33,7 +33,7 @@ func (m *Manager) ExecuteInteractive(ctx context.Context, id string, req api.Exe
 	if req.TimeoutS, err = m.timeout(req.TimeoutS); err != nil {
 		return nil, err
 	}
-	if err := checkExecute(&req); err != nil {
+	if err := checkExecute(&req, s.language); err != nil {
 		return nil, err
 	}
 	b, rctx, release, err := m.admitIn(ctx, s, kindExecute)

@@ -65,7 +65,7 @@ func (m *Manager) PutFiles(ctx context.Context, id string, in []api.InputFile) e
 // sandbox and its workspace. Outputs go to onOutput as they happen (may be nil). It counts
 // as a session and as an execution of ctx's tenant.
 func (m *Manager) OneShot(ctx context.Context, req api.OneShotRequest, onOutput func(api.Output)) (*api.ExecuteResult, error) {
-	_, spec, err := m.checkSandbox(req.Language, req.Image, req.Limits, req.Env)
+	lang, spec, err := m.checkSandbox(req.Language, req.Image, req.Limits, req.Env)
 	if err != nil {
 		return nil, err
 	}
@@ -113,7 +113,7 @@ func (m *Manager) OneShot(ctx context.Context, req api.OneShotRequest, onOutput 
 		}
 	}
 	start := time.Now()
-	res, err := b.guest.Execute(ctx, api.ExecuteRequest{Code: req.Code, TimeoutS: req.TimeoutS}, onOutput)
+	res, err := b.guest.Execute(ctx, api.ExecuteRequest{Code: req.Code, Language: lang, TimeoutS: req.TimeoutS}, onOutput)
 	if err != nil {
 		if b.alive() {
 			return nil, err
