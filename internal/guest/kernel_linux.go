@@ -177,8 +177,8 @@ type kernelSpec struct {
 	// image names it in messages. A template serves Python only.
 	rt    *langRuntime
 	image string
-	env    []string
-	dir    string
+	env   []string
+	dir   string
 	// maxLine caps one protocol line from the runner.
 	maxLine int
 	// template: the socket of the kernel template to fork the kernel from; "": none.

@@ -128,7 +128,7 @@ func TestBashKernel(t *testing.T) {
 	g := startKernelGuest(t, testConfig())
 	steps := []struct {
 		code, out string
-		status   string
+		status    string
 	}{
 		{"x=5; mkdir -p sub; cd sub; echo $x", "5\n", api.StatusOK},
 		{"echo \"$x $(basename $PWD)\"", "5 sub\n", api.StatusOK},

@@ -68,7 +68,7 @@ type server struct {
 	kernel  *kernel
 	langs   map[langKey]*langKernel // kernels of other languages; changed under kmu too
 	gen     int                     // bumped on every kernel start
-	cmds    map[int]bool // process groups of running commands
+	cmds    map[int]bool            // process groups of running commands
 	closing bool
 }
 
