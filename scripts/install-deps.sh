@@ -24,11 +24,12 @@ done
 
 # What cellbox runs on: OCI runtimes (runsc is gVisor, in Debian since 12), ext4 images for
 # workspace quotas, the Python kernel's packages (from Debian; no pip), fonts for matplotlib,
-# the tools sandboxes are set up with, and debootstrap for `cellbox image build`; Node.js
-# and acorn (its parser) for JavaScript and TypeScript kernels on the host's root.
+# the tools sandboxes are set up with, and debootstrap for `cellbox image build`; for the
+# other languages' kernels on the host's root, Node.js and acorn (its parser), and R with
+# the packages its runner uses.
 pkgs=(runc crun runsc iptables e2fsprogs mount python3 python3-ipython python3-numpy python3-pandas
 	python3-matplotlib python3-matplotlib-inline python3-scipy fonts-dejavu-core
-	iproute2 procps ca-certificates debootstrap node-acorn)
+	iproute2 procps ca-certificates debootstrap node-acorn r-base-core r-cran-jsonlite r-cran-repr)
 # What the tests need: make and git; gcc and libc6-dev for cgo (go test -race); Node.js and
 # npm for the MCP and E2B client tests; chromium for the web page's browser test; Debian's
 # Docker engine for the docker backend's, and curl to ask it whether it runs

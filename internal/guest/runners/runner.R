@@ -17,8 +17,8 @@
 # execute_result) with its printed text and, for tables, HTML (package repr). Plots go to a
 # PNG device and are shown when the cell ends. Needs package jsonlite.
 local({
-  inp <- file("/dev/fd/3", open = "r", encoding = "UTF-8")
-  outp <- file("/dev/fd/4", open = "w", encoding = "UTF-8")
+  inp <- file("/proc/self/fd/3", open = "r", encoding = "UTF-8")
+  outp <- file("/proc/self/fd/4", open = "w", encoding = "UTF-8")
   count <- 0L
   running <- FALSE
   has_repr <- requireNamespace("repr", quietly = TRUE)

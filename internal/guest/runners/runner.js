@@ -389,6 +389,9 @@
       if (v === undefined) delete process.env[k];
       else process.env[k] = v;
     }
+    // What the cell wrote to a pipe that was full waits in the stream's buffer: it goes
+    // before the cell's end.
+    await Promise.all([process.stdout, process.stderr].map((s) => (s.writableLength ? new Promise((r) => s.once("drain", r)) : null)));
     running = false;
     send({ t: "done", ok: ok, ename: ename, n: count });
   }

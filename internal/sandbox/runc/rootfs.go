@@ -15,10 +15,11 @@ var hostRoot = "/"
 // folders, recreated as the same symlinks when they are symlinks (merged /usr).
 var hostTop = []string{"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"}
 
-// hostEtc is what Python and its libraries need from /etc: the loader cache, Debian's
-// alternatives (libblas), fonts, certificates, matplotlib's config, python3*/, mime types.
-// Globs are allowed. localtime is handled apart (usually a symlink into /usr).
-var hostEtc = []string{"ld.so.cache", "alternatives", "fonts", "ssl", "matplotlibrc", "python3*", "mime.types"}
+// hostEtc is what the kernels and their libraries need from /etc: the loader cache,
+// Debian's alternatives (libblas), fonts, certificates, matplotlib's config, python3*/,
+// mime types, and R's configuration (R/, which /usr/lib/R/etc links to). Globs are allowed.
+// localtime is handled apart (usually a symlink into /usr).
+var hostEtc = []string{"ld.so.cache", "alternatives", "fonts", "ssl", "matplotlibrc", "python3*", "mime.types", "R"}
 
 // buildRootfs makes (or refreshes) the shared skeleton root filesystem at dir and returns
 // the host paths to bind-mount read-only into it at the same place. It is idempotent: a

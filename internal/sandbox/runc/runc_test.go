@@ -55,6 +55,25 @@ func TestConformanceImageRunsc(t *testing.T) {
 	sandboxtest.Run(t, sandboxtest.WithImage(newBackendImages(t, "runsc", testbin.Cellbox(t), store), image.DefaultName))
 }
 
+// The kernels of the other languages, on the host's root and on the default image (runc and
+// gVisor: what differs below them is the root they find and how signals and /proc behave).
+func TestLanguages(t *testing.T) {
+	needRuntime(t, "runc")
+	sandboxtest.RunLanguages(t, newBackend(t, "runc", testbin.Cellbox(t)))
+}
+
+func TestLanguagesImage(t *testing.T) {
+	needRuntime(t, "runc")
+	store := image.NewStore(testbin.Images(t), "")
+	sandboxtest.RunLanguages(t, sandboxtest.WithImage(newBackendImages(t, "runc", testbin.Cellbox(t), store), image.DefaultName))
+}
+
+func TestLanguagesImageRunsc(t *testing.T) {
+	needRuntime(t, "runsc")
+	store := image.NewStore(testbin.Images(t), "")
+	sandboxtest.RunLanguages(t, sandboxtest.WithImage(newBackendImages(t, "runsc", testbin.Cellbox(t), store), image.DefaultName))
+}
+
 // needRuntime skips a test that needs root and the OCI runtime name.
 func needRuntime(t testing.TB, name string) {
 	t.Helper()
