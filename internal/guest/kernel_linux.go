@@ -252,11 +252,6 @@ func startKernel(spec kernelSpec) (*kernel, error) {
 			if rt.shell {
 				stdin = inR // the shell's command input; a cell reads /dev/null
 			}
-			if rt.reopen {
-				// Only the kernel's user can reach them: /proc/PID/fd of its process.
-				unix.Fchmod(inR, 0o666)
-				unix.Fchmod(prW, 0o666)
-			}
 		}
 		pid, exit, err = procs().start(path, argv, &syscall.ProcAttr{
 			Dir: spec.dir, Env: env, Sys: &syscall.SysProcAttr{Credential: spec.user},

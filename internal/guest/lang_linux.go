@@ -25,10 +25,6 @@ type langRuntime struct {
 	// shell: the runner is an interactive shell that reads its command lines on its
 	// standard input (runners.BashCell), not JSON on descriptor 3.
 	shell bool
-	// reopen: the runner opens its protocol pipes anew by their /proc/self/fd paths (R
-	// cannot use a descriptor it inherited), so they are made readable and writable by the
-	// kernel's user, which is not the guest's.
-	reopen bool
 	// packages: the Debian packages that provide program and what the runner needs.
 	packages string
 }
@@ -40,7 +36,7 @@ var runtimes = map[string]*langRuntime{
 		args: []string{"--no-deprecation", "-e", runners.JavaScriptBootstrap}, script: runners.JavaScript,
 		packages: "nodejs node-acorn"},
 	api.LanguageR: {name: "R", program: "Rscript",
-		args: []string{"--no-init-file", "-e", runners.RBootstrap}, script: runners.R, reopen: true,
+		args: []string{"--no-init-file", "-e", runners.RBootstrap}, script: runners.R,
 		packages: "r-base-core r-cran-jsonlite r-cran-repr"},
 	api.LanguageBash: {name: "Bash", program: "bash",
 		args: []string{"--noprofile", "--norc", "--noediting", "+m", "-i"}, script: runners.Bash, shell: true,

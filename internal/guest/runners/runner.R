@@ -15,10 +15,13 @@
 # A cell's top-level expressions run one after another in the global environment, as at
 # R's prompt. A visible value is shown: a display_data (the last expression's, an
 # execute_result) with its printed text and, for tables, HTML (package repr). Plots go to a
-# PNG device and are shown when the cell ends. Needs package jsonlite.
+# PNG device and are shown when the cell ends. Needs package jsonlite, and sh and cat.
 local({
-  inp <- file("/proc/self/fd/3", open = "r", encoding = "UTF-8")
-  outp <- file("/proc/self/fd/4", open = "w", encoding = "UTF-8")
+  # R opens connections by name only, and a pipe's /proc/self/fd name is the guest's, not
+  # this user's to open: a cat with the descriptor relays each way, deaf to the SIGINT that
+  # interrupts a cell (the kernel's whole process group gets it).
+  inp <- pipe("trap '' INT; exec cat <&3", open = "r", encoding = "UTF-8")
+  outp <- pipe("trap '' INT; exec cat >&4", open = "w", encoding = "UTF-8")
   count <- 0L
   running <- FALSE
   has_repr <- requireNamespace("repr", quietly = TRUE)

@@ -41,7 +41,7 @@ var langCases = []langCase{
 		peek: "r <- tryCatch({ readBin('/proc/GUEST/environ', 'raw', 100); 'done' }, error = function(e) 'refused', warning = function(w) 'refused'); cat(r, '\\n')"},
 	{lang: api.LanguageBash, set: "x=41", get: "echo $((x + 1))", fail: "false", loop: "while :; do :; done",
 		big:  "head -c 3145728 /dev/zero | tr '\\0' x; echo",
-		bomb: "v=$(head -c 2000000000 /dev/zero | tr '\\0' x)",
+		bomb: "v=x; while :; do v=$v$v; done",
 		kill: "kill -9 GUEST 2>/dev/null && echo done || echo refused",
 		peek: "cat /proc/GUEST/environ >/dev/null 2>&1 && echo done || echo refused"},
 }
