@@ -36,7 +36,8 @@ func toolsMain(args []string) int {
 		fmt.Fprintf(os.Stderr, "cellbox tools: unexpected argument %q\n", fs.Arg(0))
 		return exitUsage
 	}
-	opts := tool.Options{TimeoutS: cfg.ExecTimeout.Seconds(), MemoryMB: cfg.MemoryMB, SessionID: *format == tool.FormatMCP}
+	opts := tool.Options{TimeoutS: cfg.ExecTimeout.Seconds(), MemoryMB: cfg.MemoryMB, SessionID: *format == tool.FormatMCP,
+		Languages: config.SplitList(cfg.ToolLanguages)}
 	v, err := tool.Format(tool.Definitions(opts), *format)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "cellbox tools: --format: %v\n", err)

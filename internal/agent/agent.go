@@ -453,7 +453,7 @@ func refused(err error) bool {
 }
 
 func knownTool(name string, sessionTools []tool.Definition) string {
-	if name == tool.Python || name == tool.Shell || slices.ContainsFunc(sessionTools, func(d tool.Definition) bool { return d.Name == name }) {
+	if !(tool.Call{Name: name}).IsSessionTool() || slices.ContainsFunc(sessionTools, func(d tool.Definition) bool { return d.Name == name }) {
 		return name
 	}
 	return ""

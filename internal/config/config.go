@@ -12,6 +12,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/cellbox/cellbox/api"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -31,7 +32,10 @@ type Config struct {
 	StateDir  string // --state-dir
 	Python    string // --python: interpreter inside the sandbox
 	Preimport string // --preimport: Python run when a kernel starts
-	PoolSize  int    // --pool-size: warm sandboxes of the default image
+	// ToolLanguages: the languages whose tools the model is offered beside python and shell
+	// (javascript, typescript, r, bash); comma-separated.
+	ToolLanguages string // --tool-languages
+	PoolSize      int    // --pool-size: warm sandboxes of the default image
 	// CgroupParent: runc makes each sandbox's cgroup in this one; relative: under the
 	// server's cgroup; absolute: from the root, outside it (sandboxes outlive a container).
 	// Empty: the backend's default (runc.DefaultCgroupParent).
@@ -217,6 +221,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.StateDir, "state-dir", c.StateDir, "folder for workspaces and sandbox state")
 	fs.StringVar(&c.Python, "python", c.Python, "Python interpreter inside the sandbox")
 	fs.StringVar(&c.Preimport, "preimport", c.Preimport, "Python run when a kernel starts (warm imports)")
+	fs.StringVar(&c.ToolLanguages, "tool-languages", c.ToolLanguages, "languages whose tools models are offered beside python and shell (MCP, /v1/tools, the agent): any of javascript, typescript, r, bash, comma-separated")
 	fs.BoolVar(&c.NoKernelTemplates, "no-kernel-templates", c.NoKernelTemplates, "runc: start every kernel afresh (~1 s, ~80 MiB each) instead of forking it from a prepared template process (milliseconds, a few MiB)")
 	fs.IntVar(&c.PoolSize, "pool-size", c.PoolSize, "sandboxes of the default image kept warm, ready for new sessions")
 	fs.StringVar(&c.GVisorPlatform, "gvisor-platform", c.GVisorPlatform, "runc with --runtime runsc: gVisor's platform: auto (kvm where /dev/kvm works, else systrap), systrap, kvm or ptrace; with docker, the engine's runtimeArgs choose it")
@@ -360,6 +365,11 @@ func loadFile(fs *flag.FlagSet, path string) error {
 func (c *Config) Validate() error {
 	var errs []error
 	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	for _, l := range SplitList(c.ToolLanguages) {
+		if lang, ok := api.LanguageOf(l); !ok || lang == api.LanguagePython || lang != l {
+			bad("--tool-languages: %q is not one of javascript, typescript, r, bash", l)
+		}
+	}
 	switch c.Backend {
 	case "runc", "docker", "local-unsafe":
 	default:

@@ -345,8 +345,8 @@ func (s *server) execute(ctx context.Context, w io.Writer, runID string, req *ap
 	}
 	if rt != nil {
 		var bad *api.Output
-		if code, bad = cellCode(req.Language, rt, code); bad != nil {
-			// The code cannot run (a TypeScript syntax error): that is its result.
+		if code, bad = cellCode(rt, code); bad != nil {
+			// The code cannot run: that is its result.
 			release()
 			writeMsg(w, guestproto.Message{Output: bad})
 			writeMsg(w, guestproto.Message{Result: &api.ExecuteResult{Status: api.StatusError, ExecutionCount: count(),

@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"strings"
 
-	esbuild "github.com/evanw/esbuild/pkg/api"
-
 	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/internal/errdefs"
 	"github.com/cellbox/cellbox/internal/guest/runners"
@@ -29,8 +27,8 @@ type langRuntime struct {
 	packages string
 }
 
-// runtimes are the languages with a runtime of their own. TypeScript runs in JavaScript's
-// kernel, its types stripped first (stripTypes).
+// runtimes are the languages with a runtime of their own. TypeScript comes as JavaScript:
+// the server strips its types.
 var runtimes = map[string]*langRuntime{
 	api.LanguageJavaScript: {name: "JavaScript", program: "node",
 		args: []string{"--no-deprecation", "-e", runners.JavaScriptBootstrap}, script: runners.JavaScript,
@@ -43,14 +41,11 @@ var runtimes = map[string]*langRuntime{
 		packages: "bash"},
 }
 
-// kernelLanguage is the language whose kernel runs a cell of lang: itself, JavaScript's for
-// TypeScript, and "" for Python's.
+// kernelLanguage is the language whose kernel runs a cell of lang ("" for Python's).
 func kernelLanguage(lang string) (string, *langRuntime, error) {
 	switch lang {
 	case "", api.LanguagePython:
 		return "", nil, nil
-	case api.LanguageTypeScript:
-		lang = api.LanguageJavaScript
 	}
 	rt := runtimes[lang]
 	if rt == nil {
@@ -78,16 +73,8 @@ type langKernel struct {
 	count int // its execution count after its latest cell
 }
 
-// cellCode is the code a kernel runs for a cell of lang: TypeScript's types stripped, and
-// for a shell the line that runs it. A TypeScript syntax error is the cell's error output.
-func cellCode(lang string, rt *langRuntime, code string) (string, *api.Output) {
-	if lang == api.LanguageTypeScript {
-		js, out := stripTypes(code)
-		if out != nil {
-			return "", out
-		}
-		code = js
-	}
+// cellCode is the code a kernel runs for a cell: a shell's must hold no NUL byte.
+func cellCode(rt *langRuntime, code string) (string, *api.Output) {
 	if rt != nil && rt.shell && strings.IndexByte(code, 0) >= 0 {
 		return "", &api.Output{Type: api.OutputError, EName: "SyntaxError", EValue: "a shell cell cannot hold a NUL byte",
 			Traceback: []string{"SyntaxError: a shell cell cannot hold a NUL byte"}}
@@ -95,33 +82,6 @@ func cellCode(lang string, rt *langRuntime, code string) (string, *api.Output) {
 	return code, nil
 }
 
-// stripTypes turns TypeScript into JavaScript with esbuild, keeping what a cell means on
-// its own: imports that this cell does not use stay (a later cell may), top-level await
-// stays, and nothing is bundled or minified.
-func stripTypes(code string) (string, *api.Output) {
-	res := esbuild.Transform(code, esbuild.TransformOptions{
-		Loader:      esbuild.LoaderTS,
-		Target:      esbuild.ESNext,
-		Sourcefile:  "cell.ts",
-		TsconfigRaw: `{"compilerOptions": {"verbatimModuleSyntax": true}}`,
-		LogLevel:    esbuild.LogLevelSilent,
-	})
-	if len(res.Errors) == 0 {
-		return string(res.Code), nil
-	}
-	var tb []string
-	for _, e := range res.Errors {
-		line := e.Text
-		if e.Location != nil {
-			line = fmt.Sprintf("cell:%d:%d: %s", e.Location.Line, e.Location.Column+1, e.Text)
-			if e.Location.LineText != "" {
-				line += "\n    " + e.Location.LineText
-			}
-		}
-		tb = append(tb, line)
-	}
-	return "", &api.Output{Type: api.OutputError, EName: "SyntaxError", EValue: res.Errors[0].Text, Traceback: tb}
-}
 
 // pythonKernelLocked returns the Python kernel, started anew if it has stopped (with a note
 // for the cell's result). The caller holds kmu.

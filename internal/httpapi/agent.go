@@ -19,7 +19,8 @@ import (
 // maxAgentSteps bounds max_steps of POST /v1/agent.
 const maxAgentSteps = 50
 
-// tools answers GET /v1/tools?format=openai|anthropic|mcp (default openai).
+// tools answers GET /v1/tools?format=openai|anthropic|mcp (default openai)&languages=js,r:
+// the tool set, with the tools of the languages named (else the server's --tool-languages).
 func (s *server) tools(w http.ResponseWriter, r *http.Request) {
 	format := r.URL.Query().Get("format")
 	if format == "" {
@@ -27,6 +28,13 @@ func (s *server) tools(w http.ResponseWriter, r *http.Request) {
 	}
 	o := s.opts.Tools
 	o.SessionID = format == tool.FormatMCP // as /mcp lists them
+	if l := r.URL.Query().Get("languages"); l != "" {
+		o.Languages = strings.Split(l, ",")
+		if err := tool.CheckLanguages(o.Languages); err != nil {
+			s.writeError(w, r, fmt.Errorf("languages: %s: %w", err.Error(), errdefs.ErrInvalidArgument))
+			return
+		}
+	}
 	v, err := tool.Format(tool.Definitions(o), format)
 	if err != nil {
 		s.writeError(w, r, fmt.Errorf("%s: %w", err.Error(), errdefs.ErrInvalidArgument))

@@ -49,6 +49,8 @@ type Options struct {
 	// them); 0 leaves them out.
 	TimeoutS float64
 	MemoryMB int
+	// Languages are the languages whose tools are offered beside python and shell.
+	Languages []string
 	// SessionTimeout closes an MCP session over HTTP that sent no request for this long,
 	// which ends its cellbox session too; 0: never (the manager's idle timeout still ends
 	// the cellbox session).
@@ -161,7 +163,7 @@ func (s *Server) newMCP(fixed *string) *mcp.Server {
 			GetSessionID: sessionIDs(s.opts.IDPrefix),
 		})
 	c := &conn{srv: srv, listed: map[string]api.SessionTool{}}
-	for _, d := range tool.Definitions(tool.Options{TimeoutS: s.opts.TimeoutS, MemoryMB: s.opts.MemoryMB, SessionID: true}) {
+	for _, d := range tool.Definitions(tool.Options{TimeoutS: s.opts.TimeoutS, MemoryMB: s.opts.MemoryMB, SessionID: true, Languages: s.opts.Languages}) {
 		srv.AddTool(&mcp.Tool{Name: d.Name, Description: d.Description, InputSchema: d.InputSchema},
 			func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 				return s.callTool(ctx, c, req)

@@ -270,6 +270,7 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (_ *Server, err
 			Logger:         log,
 			TimeoutS:       cfg.ExecTimeout.Seconds(),
 			MemoryMB:       cfg.MemoryMB,
+			Languages:      config.SplitList(cfg.ToolLanguages),
 			SessionTimeout: cfg.IdleTimeout,
 			IDPrefix:       cfg.SessionIDPrefix(),
 		}),
@@ -337,7 +338,7 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (_ *Server, err
 		log.Info("artifacts store", "store", cfg.ArtifactsStore, "public_url", cfg.ArtifactsPublicURL)
 	}
 	convs, err := conversation.New(conversation.Options{Sessions: m, NewProvider: providers(cfg), Logger: log,
-		Tools: tool.Options{TimeoutS: cfg.ExecTimeout.Seconds(), MemoryMB: cfg.MemoryMB}, Dir: filepath.Join(cfg.StateDir, "conversations"),
+		Tools: toolOptions(cfg), Dir: filepath.Join(cfg.StateDir, "conversations"),
 		IDPrefix: cfg.SessionIDPrefix()})
 	if err != nil {
 		ln.Close()
@@ -369,7 +370,7 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (_ *Server, err
 		E2B:            front,
 		Jupyter:        jupDoor,
 		OpenAI:         oai,
-		Tools:          tool.Options{TimeoutS: cfg.ExecTimeout.Seconds(), MemoryMB: cfg.MemoryMB},
+		Tools:          toolOptions(cfg),
 		NewProvider:    providers(cfg),
 		Providers:      func() []api.Provider { return providerList(cfg) },
 		Conversations:  convs,
@@ -567,3 +568,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 
 // workspacesDir is the workspaces' folder in the state folder.
 func workspacesDir(cfg config.Config) string { return filepath.Join(cfg.StateDir, "workspaces") }
+
+// toolOptions are the tool set's options of cfg: the limits its descriptions state, and the
+// languages it offers.
+func toolOptions(cfg config.Config) tool.Options {
+	return tool.Options{TimeoutS: cfg.ExecTimeout.Seconds(), MemoryMB: cfg.MemoryMB, Languages: config.SplitList(cfg.ToolLanguages)}
+}

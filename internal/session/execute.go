@@ -36,6 +36,15 @@ func (m *Manager) ExecuteInteractive(ctx context.Context, id string, req api.Exe
 	if err := checkExecute(&req, s.language); err != nil {
 		return nil, err
 	}
+	if bad := fromTypeScript(&req); bad != nil {
+		if hooks.OnOutput != nil {
+			hooks.OnOutput(*bad)
+		}
+		s.mu.Lock()
+		count := s.execCount
+		s.mu.Unlock()
+		return syntaxResult(bad, count), nil
+	}
 	b, rctx, release, err := m.admitIn(ctx, s, kindExecute)
 	if err != nil {
 		return nil, err

@@ -72,6 +72,13 @@ func (m *Manager) OneShot(ctx context.Context, req api.OneShotRequest, onOutput 
 	if req.TimeoutS, err = m.timeout(req.TimeoutS); err != nil {
 		return nil, err
 	}
+	cell := api.ExecuteRequest{Code: req.Code, Language: lang, TimeoutS: req.TimeoutS}
+	if bad := fromTypeScript(&cell); bad != nil {
+		if onOutput != nil {
+			onOutput(*bad)
+		}
+		return syntaxResult(bad, 0), nil
+	}
 	files, err := decodeFiles(req.Files)
 	if err != nil {
 		return nil, err
@@ -113,7 +120,7 @@ func (m *Manager) OneShot(ctx context.Context, req api.OneShotRequest, onOutput 
 		}
 	}
 	start := time.Now()
-	res, err := b.guest.Execute(ctx, api.ExecuteRequest{Code: req.Code, Language: lang, TimeoutS: req.TimeoutS}, onOutput)
+	res, err := b.guest.Execute(ctx, cell, onOutput)
 	if err != nil {
 		if b.alive() {
 			return nil, err

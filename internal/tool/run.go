@@ -49,6 +49,15 @@ func Run(ctx context.Context, r Runner, sessionID string, c Call, limits RenderL
 		out.Execute = res
 		return out, nil
 	}
+	if _, ok := languageTools[c.Name]; ok {
+		res, err := r.Execute(ctx, sessionID, api.ExecuteRequest{Code: c.Code, Language: c.Name}, onOutput)
+		if err != nil {
+			return nil, err
+		}
+		out := RenderExecute(res, limits)
+		out.Execute = res
+		return out, nil
+	}
 	tr, ok := r.(ToolRunner)
 	if !ok {
 		return nil, fmt.Errorf("this client cannot call a session's tools, only python and shell: %w", errdefs.ErrFailedPrecondition)

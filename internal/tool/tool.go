@@ -12,6 +12,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -37,6 +38,35 @@ type Options struct {
 	TimeoutS  float64 // one call's wall time, stated in the descriptions; 0 leaves it out
 	MemoryMB  int     // the session's memory limit; 0 leaves it out
 	SessionID bool    // add an optional session_id argument
+	// Languages adds a tool for each of these languages (api.LanguageJavaScript,
+	// LanguageTypeScript, LanguageR, LanguageBash), named as the language, beside python
+	// and shell. Unknown names are left out (CheckLanguages says which).
+	Languages []string
+}
+
+// languageTools describe the tools of the other languages: what each runs and has.
+var languageTools = map[string]struct{ what, code string }{
+	api.LanguageJavaScript: {"JavaScript (Node.js) code in a stateful session, like a notebook cell: top-level await, " +
+		"require() and import of installed modules work, and variables, functions and imports persist between calls. " +
+		"The value of the last expression is shown; console.log anything else you want to see. " +
+		"display.html(s), display.svg(s) and display.png(buffer) show rich output.", "The JavaScript code to run."},
+	api.LanguageTypeScript: {"TypeScript code (types are stripped, not checked) in the same stateful Node.js session as the javascript tool: " +
+		"top-level await and imports work, and what one call declares the next one sees. " +
+		"The value of the last expression is shown; console.log anything else you want to see.", "The TypeScript code to run."},
+	api.LanguageR: {"R code in a stateful R session, like a notebook cell: variables, functions and loaded libraries persist between calls. " +
+		"Visible values are shown as at R's prompt (data frames as tables); plots come back to you as images.", "The R code to run."},
+	api.LanguageBash: {"Bash code in a stateful shell: the working directory, variables and functions persist between calls " +
+		"(unlike the shell tool, which starts afresh each time). A failing last command is reported as an error with its exit status.", "The Bash code to run."},
+}
+
+// CheckLanguages returns an error naming the first of langs that has no tool.
+func CheckLanguages(langs []string) error {
+	for _, l := range langs {
+		if _, ok := languageTools[l]; !ok {
+			return fmt.Errorf("no tool for language %.50q: use javascript, typescript, r or bash", l)
+		}
+	}
+	return nil
 }
 
 // networkText is what the descriptions say of the network: sessions differ (see
@@ -89,6 +119,17 @@ func Definitions(o Options) []Definition {
 		}, "command"),
 	}
 	defs := []Definition{py, sh}
+	for _, l := range o.Languages {
+		lt, ok := languageTools[l]
+		if !ok || slices.ContainsFunc(defs, func(d Definition) bool { return d.Name == l }) {
+			continue
+		}
+		defs = append(defs, Definition{
+			Name:        l,
+			Description: "Run " + lt.what + " Files are in " + api.WorkspaceDir + ", the working directory. " + networkText + limitText,
+			InputSchema: object(map[string]any{"code": map[string]any{"type": "string", "description": lt.code}}, "code"),
+		})
+	}
 	if o.SessionID {
 		for _, d := range defs {
 			d.InputSchema["properties"].(map[string]any)["session_id"] = map[string]any{
@@ -153,8 +194,12 @@ type Call struct {
 	SessionID string // only when the tools take one
 }
 
-// IsSessionTool says whether c calls one of a session's tools rather than python or shell.
-func (c Call) IsSessionTool() bool { return c.Name != Python && c.Name != Shell }
+// IsSessionTool says whether c calls one of a session's tools rather than python, shell or
+// a language's tool.
+func (c Call) IsSessionTool() bool {
+	_, lang := languageTools[c.Name]
+	return c.Name != Python && c.Name != Shell && !lang
+}
 
 // SessionDefinitions are a session's tools (from cellbox import tool) as definitions, to
 // offer beside python and shell.
@@ -173,6 +218,16 @@ func SessionDefinitions(tools []api.SessionTool) []Definition {
 func Decode(name string, args json.RawMessage, sessionTools ...Definition) (Call, error) {
 	if len(strings.TrimSpace(string(args))) == 0 {
 		args = json.RawMessage("{}")
+	}
+	if _, ok := languageTools[name]; ok {
+		var a pythonArgs
+		if err := strictUnmarshal(args, &a); err != nil {
+			return Call{}, fmt.Errorf("the %s tool's arguments must be a JSON object like {\"code\": \"...\"}: %v", name, err)
+		}
+		if strings.TrimSpace(a.Code) == "" {
+			return Call{}, fmt.Errorf("the %s tool needs a non-empty \"code\" argument", name)
+		}
+		return Call{Name: name, Code: a.Code, SessionID: a.SessionID}, nil
 	}
 	switch name {
 	case Python:
