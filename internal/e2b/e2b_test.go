@@ -253,8 +253,34 @@ func TestSDK(t *testing.T) {
 		if e := ex("afterTimeout"); e.Stdout != "alive\n" {
 			t.Errorf("after a timeout: %+v", e)
 		}
-		if e := ex("language"); e.errName() != "UnsupportedLanguage" || !strings.Contains(e.Error.Value, "Python only") {
-			t.Errorf("language js: %+v", e)
+	})
+
+	t.Run("languages", func(t *testing.T) {
+		var l struct {
+			JS, JSState, TS, R, RPlot, Bash, BashFail, JSError, Ctx, Unknown execution
+			CtxLanguage                                                        string
+		}
+		r.get(t, "languages", &l)
+		if l.JS.text() != "21" || !l.JS.Results[0].Main || l.JSState.Stdout != "40\n" {
+			t.Errorf("js: %+v, then %+v", l.JS, l.JSState)
+		}
+		if l.TS.text() != "22" {
+			t.Errorf("ts, in js's kernel: %+v", l.TS)
+		}
+		if len(l.R.Results) != 1 || !strings.Contains(strings.Join(l.R.Results[0].Formats, ","), "html") || len(l.RPlot.Results) != 1 || !l.RPlot.Results[0].PNG {
+			t.Errorf("r: %+v; plot %+v", l.R, l.RPlot)
+		}
+		if l.Bash.Stdout != "5 /tmp\n" || l.BashFail.errName() != "ExitStatus" {
+			t.Errorf("bash: %+v; false: %+v", l.Bash, l.BashFail)
+		}
+		if l.JSError.errName() != "TypeError" {
+			t.Errorf("js error: %+v", l.JSError)
+		}
+		if l.CtxLanguage != "javascript" || l.Ctx.text() != "undefined /home/user/ctxdir" {
+			t.Errorf("a js context: language %q, %+v", l.CtxLanguage, l.Ctx)
+		}
+		if l.Unknown.errName() != "UnsupportedLanguage" || !strings.Contains(l.Unknown.Error.Value, "cobol") {
+			t.Errorf("language cobol: %+v", l.Unknown)
 		}
 	})
 

@@ -114,11 +114,28 @@ else:
   });
   await step('timeout', async () => sandbox.runCode('import time\ntime.sleep(60)', { timeoutMs: 1500 }).then(summary));
   await step('afterTimeout', async () => summary(await sandbox.runCode('print("alive")')));
-  await step('language', async () => summary(await sandbox.runCode('console.log(1)', { language: 'js' })));
+  await sandbox.files.makeDir('/home/user/ctxdir');
+  // Languages: each its own kernel, with its own state; a context of a language.
+  await step('languages', async () => {
+    const out = {};
+    out.js = summary(await sandbox.runCode('const v = 20; await Promise.resolve(v + 1)', { language: 'js' }));
+    out.jsState = summary(await sandbox.runCode('console.log(v * 2)', { language: 'js' }));
+    out.ts = summary(await sandbox.runCode('const w: number = v + 2; w', { language: 'ts' }));
+    out.r = summary(await sandbox.runCode('df <- data.frame(a = 1:2)\ndf', { language: 'r' }));
+    out.rPlot = summary(await sandbox.runCode('plot(1:3)', { language: 'r' }));
+    await sandbox.runCode('cd /tmp; b=5', { language: 'bash' });
+    out.bash = summary(await sandbox.runCode('echo "$b $PWD"', { language: 'bash' }));
+    out.bashFail = summary(await sandbox.runCode('false', { language: 'bash' }));
+    out.jsError = summary(await sandbox.runCode('null.x', { language: 'js' }));
+    const ctx = await sandbox.createCodeContext({ language: 'js', cwd: '/home/user/ctxdir' });
+    out.ctxLanguage = ctx.language;
+    out.ctx = summary(await sandbox.runCode('typeof v + " " + process.cwd()', { context: ctx }));
+    out.unknown = summary(await sandbox.runCode('1', { language: 'cobol' }));
+    return out;
+  });
 
   // Contexts: separate namespaces, each with its own folder.
   await step('contexts', async () => {
-    await sandbox.files.makeDir('/home/user/ctxdir');
     const ctx = await sandbox.createCodeContext({ cwd: '/home/user/ctxdir' });
     const inCtx = summary(await sandbox.runCode('y = 7\nimport os\nos.getcwd()', { context: ctx }));
     const isolated = summary(await sandbox.runCode('y', { context: ctx }));
