@@ -126,6 +126,7 @@ func benchMain(args []string) int {
 	flowList := fs.String("flows", "", "Docker flows to measure after the setups, a comma list of docker-run, docker-exec, nbconvert (default: none)")
 	flowRuns := fs.Int("flow-runs", 20, "runs of each workload in each Docker flow")
 	dockerCLI := fs.String("docker-cli", "docker", "the docker command the flows run")
+	languages := fs.String("languages", "", "instead of the setups: each of these languages (js, ts, r, bash; comma list) beside Python: new session → first result, a trivial cell, an idle session's memory")
 	if err := config.Load(fs, args); err != nil {
 		if err == flag.ErrHelp {
 			return 0
@@ -159,6 +160,13 @@ func benchMain(args []string) int {
 	}
 	ctx := context.Background()
 	n := benchN{cells: *cells, plots: *plots, starts: *starts, idle: *idle, flowRuns: *flowRuns}
+	if *languages != "" {
+		if err := benchLanguages(ctx, cfg, *languages, n); err != nil {
+			fmt.Fprintln(os.Stderr, "cellbox bench:", err)
+			return 1
+		}
+		return 0
+	}
 	var cols []column
 	for _, st := range sts {
 		c := st.apply(cfg)

@@ -29,7 +29,13 @@ func (s *server) tools(w http.ResponseWriter, r *http.Request) {
 	o := s.opts.Tools
 	o.SessionID = format == tool.FormatMCP // as /mcp lists them
 	if l := r.URL.Query().Get("languages"); l != "" {
-		o.Languages = strings.Split(l, ",")
+		o.Languages = nil
+		for _, name := range strings.Split(l, ",") {
+			if lang, ok := api.LanguageOf(strings.TrimSpace(name)); ok && lang != api.LanguagePython {
+				name = lang
+			}
+			o.Languages = append(o.Languages, name)
+		}
 		if err := tool.CheckLanguages(o.Languages); err != nil {
 			s.writeError(w, r, fmt.Errorf("languages: %s: %w", err.Error(), errdefs.ErrInvalidArgument))
 			return

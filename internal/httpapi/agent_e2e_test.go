@@ -15,6 +15,7 @@ import (
 	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/internal/llm"
 	"github.com/cellbox/cellbox/internal/llm/llmtest"
+	"github.com/cellbox/cellbox/internal/tool"
 )
 
 // useOpenAI points the server's openai provider at a stand-in.
@@ -294,5 +295,13 @@ func TestTools(t *testing.T) {
 	var e api.ErrorBody
 	if st := c.do("GET", "/v1/tools?format=gemini", nil, &e); st != 400 || e.Error.Code != api.CodeInvalidArgument {
 		t.Errorf("bad format: %d %+v", st, e)
+	}
+	var defs []tool.Definition
+	if st := c.do("GET", "/v1/tools?format=anthropic&languages=js,r", nil, &defs); st != 200 || len(defs) != 4 ||
+		defs[2].Name != "javascript" || defs[3].Name != "r" || !strings.Contains(defs[3].Description, "R session") {
+		t.Errorf("languages js,r: %d %+v", st, defs)
+	}
+	if st := c.do("GET", "/v1/tools?languages=cobol", nil, &e); st != 400 || !strings.Contains(e.Error.Message, "cobol") {
+		t.Errorf("language cobol: %d %+v", st, e)
 	}
 }

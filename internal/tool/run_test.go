@@ -17,7 +17,7 @@ import (
 type runner struct{}
 
 func (runner) Execute(ctx context.Context, id string, req api.ExecuteRequest, onOutput func(api.Output)) (*api.ExecuteResult, error) {
-	return &api.ExecuteResult{Status: api.StatusOK, Outputs: []api.Output{{Type: api.OutputStream, Name: "stdout", Text: "ran " + req.Code}}}, nil
+	return &api.ExecuteResult{Status: api.StatusOK, Outputs: []api.Output{{Type: api.OutputStream, Name: "stdout", Text: strings.TrimSpace("ran " + req.Language + " " + req.Code)}}}, nil
 }
 
 func (runner) Command(ctx context.Context, id string, req api.CommandRequest) (*api.CommandResult, error) {
@@ -62,7 +62,7 @@ func TestRunSessionTool(t *testing.T) {
 		t.Errorf("unknown tool: err = %v", err)
 	}
 	// python and shell still go where they went.
-	if res, err := Run(context.Background(), r, "s1", Call{Name: Python, Code: "1"}, RenderLimits{}, nil); err != nil || res.Text != "ran 1" {
+	if res, err := Run(context.Background(), r, "s1", Call{Name: Python, Code: "1"}, RenderLimits{}, nil); err != nil || res.Text != "ran  1" && res.Text != "ran 1" {
 		t.Errorf("python: %+v, %v", res, err)
 	}
 }
@@ -71,5 +71,27 @@ func TestRunSessionToolWithoutToolRunner(t *testing.T) {
 	_, err := Run(context.Background(), runner{}, "s1", Call{Name: "area", Code: `{}`}, RenderLimits{}, nil)
 	if !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "only python and shell") {
 		t.Errorf("err = %v", err)
+	}
+}
+
+// A language's tool is offered when asked for, decoded, and run in its language.
+func TestLanguageTools(t *testing.T) {
+	defs := Definitions(Options{Languages: []string{api.LanguageJavaScript, api.LanguageBash, "cobol"}})
+	if len(defs) != 4 || defs[2].Name != "javascript" || defs[3].Name != "bash" || !strings.Contains(defs[3].Description, "stateful shell") {
+		t.Fatalf("definitions: %+v", defs)
+	}
+	if err := CheckLanguages([]string{"r", "cobol"}); err == nil || !strings.Contains(err.Error(), "cobol") {
+		t.Errorf("CheckLanguages: %v", err)
+	}
+	c, err := Decode("javascript", json.RawMessage(`{"code":"1 + 1"}`))
+	if err != nil || c.Code != "1 + 1" || c.IsSessionTool() {
+		t.Fatalf("decode: %+v %v", c, err)
+	}
+	if _, err := Decode("r", json.RawMessage(`{"code":""}`)); err == nil || !strings.Contains(err.Error(), "the r tool") {
+		t.Errorf("empty code: %v", err)
+	}
+	res, err := Run(context.Background(), runner{}, "s1", c, RenderLimits{}, nil)
+	if err != nil || !strings.Contains(res.Text, "ran javascript 1 + 1") || res.Execute == nil {
+		t.Errorf("run: %+v %v", res, err)
 	}
 }

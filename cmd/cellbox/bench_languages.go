@@ -1,0 +1,202 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/cellbox/cellbox/api"
+	"github.com/cellbox/cellbox/internal/config"
+	"github.com/cellbox/cellbox/internal/server"
+)
+
+// The languages' benchmark (cellbox bench --languages js,ts,r,bash): for each language, a
+// new session → its first result (the sandbox from the warm pool, the language's kernel
+// started in it), a trivial cell in a warm session, and an idle session's cost in the
+// host's available memory; beside Python's, measured the same way in the same run, and the
+// bare runtime's own start on the host.
+
+// langTrivial is each language's trivial cell, and what it shows.
+var langTrivial = map[string]struct{ code, want string }{
+	api.LanguagePython:     {"1 + 1", "2"},
+	api.LanguageJavaScript: {"1 + 1", "2"},
+	api.LanguageTypeScript: {"const a: number = 1; a + 1", "2"},
+	api.LanguageR:          {"1 + 1", "[1] 2"},
+	api.LanguageBash:       {"echo 2", "2"},
+}
+
+// langBare is the runtime's own start on the host, the reference of the first result.
+var langBare = map[string][]string{
+	api.LanguagePython:     {"python3", "-c", "print(1 + 1)"},
+	api.LanguageJavaScript: {"node", "-e", "console.log(1 + 1)"},
+	api.LanguageR:          {"Rscript", "-e", "1 + 1"},
+	api.LanguageBash:       {"bash", "-c", "echo 2"},
+}
+
+type langResult struct {
+	lang        string
+	first, cell []time.Duration
+	bare        []time.Duration
+	avail       float64 // MemAvailable drop per idle session, bytes
+	idleN       int
+}
+
+func benchLanguages(ctx context.Context, cfg config.Config, list string, n benchN) error {
+	langs := []string{api.LanguagePython}
+	for _, l := range config.SplitList(list) {
+		lang, ok := api.LanguageOf(l)
+		if !ok {
+			return fmt.Errorf("--languages: unknown language %q", l)
+		}
+		if lang != api.LanguagePython {
+			langs = append(langs, lang)
+		}
+	}
+	s, err := server.Start(ctx, cfg, server.Options{})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		s.Shutdown(sctx)
+	}()
+	b, err := newBench(s.URL, cfg, "languages")
+	if err != nil {
+		return err
+	}
+	defer b.close()
+	var rows []langResult
+	for _, lang := range langs {
+		r := langResult{lang: lang}
+		b.progress("%s: new sessions ×%d", lang, n.starts)
+		if r.first, err = b.langFirst(ctx, lang, n.starts); err != nil {
+			return fmt.Errorf("%s: %w", lang, err)
+		}
+		b.progress("%s: trivial cells ×%d", lang, n.cells)
+		if r.cell, err = b.langCells(ctx, lang, n.cells); err != nil {
+			return fmt.Errorf("%s: %w", lang, err)
+		}
+		b.progress("%s: idle sessions ×%d", lang, min(n.idle, 20))
+		if r.avail, r.idleN, err = b.langIdle(ctx, lang, min(n.idle, 20)); err != nil {
+			return fmt.Errorf("%s: %w", lang, err)
+		}
+		if argv := langBare[lang]; argv != nil {
+			r.bare = timeCmd(5, argv[0], argv[1:]...)
+		}
+		rows = append(rows, r)
+	}
+	fmt.Printf("\n| language | new session → first result, p50 / max (n=%d) | bare runtime on the host, p50 (n=5) | trivial cell, warm session, p50 / p99 (n=%d) | idle session: MemAvailable drop (n=%d) |\n|---|---|---|---|---|\n",
+		n.starts, n.cells, min(n.idle, 20))
+	for _, r := range rows {
+		bare := "—"
+		if len(r.bare) > 0 {
+			bare = ms(pct(r.bare, 50))
+		}
+		fmt.Printf("| %s | %s | %s | %s | %.1f MiB |\n", r.lang, stat(r.first), bare, stat(r.cell), r.avail/(1<<20))
+	}
+	return nil
+}
+
+func checkTrivial(lang string, r *api.ExecuteResult) error {
+	want := langTrivial[lang].want
+	got := ""
+	for _, o := range r.Outputs {
+		switch {
+		case o.Type == api.OutputExecuteResult:
+			got, _ = o.Data["text/plain"].(string)
+		case o.Type == api.OutputStream && o.Name == "stdout":
+			got += o.Text
+		}
+	}
+	if r.Status != api.StatusOK || strings.TrimSpace(got) != want {
+		return fmt.Errorf("trivial cell: status %s (%s), shown %q, want %q", r.Status, r.Message, got, want)
+	}
+	return nil
+}
+
+func (b *bench) langFirst(ctx context.Context, lang string, n int) ([]time.Duration, error) {
+	var d []time.Duration
+	for range n {
+		if err := b.waitPool(ctx); err != nil {
+			return nil, err
+		}
+		t := time.Now()
+		s, err := b.c.CreateSession(ctx, api.CreateSessionRequest{Language: lang})
+		if err != nil {
+			return nil, err
+		}
+		r, err := b.c.Execute(ctx, s.ID, api.ExecuteRequest{Code: langTrivial[lang].code})
+		if err != nil {
+			return nil, err
+		}
+		d = append(d, time.Since(t))
+		b.c.DeleteSession(ctx, s.ID)
+		if err := checkTrivial(lang, r); err != nil {
+			return nil, err
+		}
+	}
+	return d, nil
+}
+
+func (b *bench) langCells(ctx context.Context, lang string, n int) ([]time.Duration, error) {
+	s, err := b.c.CreateSession(ctx, api.CreateSessionRequest{Language: lang})
+	if err != nil {
+		return nil, err
+	}
+	defer b.c.DeleteSession(ctx, s.ID)
+	var d []time.Duration
+	for i := -5; i < n; i++ {
+		t := time.Now()
+		r, err := b.c.Execute(ctx, s.ID, api.ExecuteRequest{Code: langTrivial[lang].code})
+		if err != nil {
+			return nil, err
+		}
+		if i >= 0 {
+			d = append(d, time.Since(t))
+		}
+		if err := checkTrivial(lang, r); err != nil {
+			return nil, err
+		}
+	}
+	return d, nil
+}
+
+// langIdle is the host's available memory that an idle session of lang takes, after one
+// trivial cell (its language's kernel running beside the sandbox's Python kernel).
+func (b *bench) langIdle(ctx context.Context, lang string, n int) (float64, int, error) {
+	var ids []string
+	defer func() {
+		for _, id := range ids {
+			b.c.DeleteSession(ctx, id)
+		}
+	}()
+	settle := func() (float64, error) {
+		if err := b.waitPool(ctx); err != nil {
+			return 0, err
+		}
+		time.Sleep(3 * time.Second)
+		return memAvailable()
+	}
+	before, err := settle()
+	if err != nil {
+		return 0, 0, err
+	}
+	for range n {
+		s, err := b.c.CreateSession(ctx, api.CreateSessionRequest{Language: lang})
+		if err != nil {
+			return 0, 0, err
+		}
+		ids = append(ids, s.ID)
+		if _, err := b.c.Execute(ctx, s.ID, api.ExecuteRequest{Code: langTrivial[lang].code}); err != nil {
+			return 0, 0, err
+		}
+	}
+	after, err := settle()
+	if err != nil {
+		return 0, 0, err
+	}
+	return (before - after) / float64(n), n, nil
+}
+
