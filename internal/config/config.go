@@ -53,6 +53,9 @@ type Config struct {
 	Image      string // --image: the image of sessions that name none
 	RootFS     string // --rootfs: host | image: what runc sandboxes run on
 	ImagePools string // --image-pools: NAME=N,...: warm sandboxes of images other than the default
+	// LanguagePools: LANG=N,...: warm sandboxes of the default image whose kernel of that
+	// language (javascript, r, bash) runs already, for sessions of the language.
+	LanguagePools string // --language-pools
 	ImagesDir  string // --images-dir: where built images are ("": <state-dir>/images, where cellbox image build puts them)
 
 	// The docker backend: the engine's address ("": DOCKER_HOST, else the default socket), and
@@ -229,6 +232,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.CgroupParent, "cgroup-parent", c.CgroupParent, "runc: the cgroup sandboxes' cgroups are made in (default cellbox): a relative one is under the server's own cgroup; an absolute one (/cellbox) is from the cgroup root, so that sandboxes outlive a container the server runs in")
 	fs.StringVar(&c.Image, "image", c.Image, "the image of sessions that name none, built by cellbox image build NAME (runc runs on images with --rootfs image only)")
 	fs.StringVar(&c.RootFS, "rootfs", c.RootFS, "what runc sandboxes run on: host (this machine's system folders) | image (built images; see --image)")
+	fs.StringVar(&c.LanguagePools, "language-pools", c.LanguagePools, "warm sandboxes of the default image with a language's kernel running already, for sessions of that language: LANG=N,LANG=N (javascript, typescript, r, bash; TypeScript's is JavaScript's)")
 	fs.StringVar(&c.ImagePools, "image-pools", c.ImagePools, "warm sandboxes of images other than the default: NAME=N,NAME=N (the default image's are --pool-size)")
 	fs.StringVar(&c.ImagesDir, "images-dir", c.ImagesDir, "the folder of built images (default: the state dir's images/, where cellbox image build --state-dir puts them)")
 	fs.StringVar(&c.DockerHost, "docker-host", c.DockerHost, "docker backend: the engine's address, e.g. unix:///var/run/docker.sock (default: DOCKER_HOST, else the engine's default socket)")
@@ -427,6 +431,9 @@ func (c *Config) Validate() error {
 	} else if len(pools) > 0 && c.DefaultImage() == "" {
 		bad("--image-pools: sandboxes here run on the host's root filesystem; images need --rootfs image (runc) or --backend docker")
 	}
+	if _, err := c.parseLanguagePools(); err != nil {
+		bad("--language-pools %.200q: %v", c.LanguagePools, err)
+	}
 	if c.MaxSessions < 1 {
 		bad("--max-sessions %d: must be at least 1", c.MaxSessions)
 	}
@@ -544,6 +551,41 @@ func (c Config) Pools() map[string]int {
 	pools, _ := parsePools(c.ImagePools)
 	pools[c.DefaultImage()] = c.PoolSize
 	return pools
+}
+
+// LanguagePoolSizes is how many warm sandboxes of the default image keep each language's
+// kernel running (--language-pools), by the language of the kernel: TypeScript's is
+// JavaScript's. Call it on a validated Config.
+func (c Config) LanguagePoolSizes() map[string]int {
+	pools, _ := c.parseLanguagePools()
+	return pools
+}
+
+func (c Config) parseLanguagePools() (map[string]int, error) {
+	pools := map[string]int{}
+	var errs []string
+	for _, item := range SplitList(c.LanguagePools) {
+		name, count, ok := strings.Cut(item, "=")
+		n, err := strconv.Atoi(strings.TrimSpace(count))
+		lang, known := api.LanguageOf(strings.TrimSpace(name))
+		switch {
+		case !ok || err != nil:
+			errs = append(errs, fmt.Sprintf("%.100q: give LANG=N", item))
+		case !known || lang == api.LanguagePython:
+			errs = append(errs, fmt.Sprintf("%.50q: give javascript, typescript, r or bash (Python's pool is --pool-size)", name))
+		case n < 0 || n > 1000:
+			errs = append(errs, fmt.Sprintf("%s=%d: N must be 0..1000", name, n))
+		default:
+			if lang == api.LanguageTypeScript {
+				lang = api.LanguageJavaScript
+			}
+			pools[lang] += n
+		}
+	}
+	if len(errs) > 0 {
+		return pools, errors.New(strings.Join(errs, "; "))
+	}
+	return pools, nil
 }
 
 // parsePools parses --image-pools, NAME=N,NAME=N; it returns the good entries either way.

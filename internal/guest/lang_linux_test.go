@@ -2,12 +2,14 @@ package guest
 
 import (
 	"context"
+	"errors"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/cellbox/cellbox/api"
+	"github.com/cellbox/cellbox/internal/errdefs"
 	"github.com/cellbox/cellbox/internal/testbin"
 )
 
@@ -241,5 +243,22 @@ func TestRKernel(t *testing.T) {
 	}
 	if r = g.runLang(t, "r", "Sys.getenv('CELL_VAR')", 0); plain(r) != `[1] ""` {
 		t.Fatalf("env after its cell: %+v", r)
+	}
+}
+
+// A language whose runtime the root lacks is refused with what to install.
+func TestMissingRuntime(t *testing.T) {
+	cfg := testConfig()
+	cfg.Env = map[string]string{"PATH": t.TempDir()}
+	cfg.Image = "slim"
+	g := startKernelGuest(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := g.Execute(ctx, api.ExecuteRequest{Language: "r", Code: "1"}, nil)
+	if !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), `image "slim" has no R`) || !strings.Contains(err.Error(), "r-base-core") {
+		t.Errorf("R without Rscript: %v", err)
+	}
+	if r := g.exec(t, "print('python still runs')", 0); text(r, "stdout") != "python still runs\n" {
+		t.Errorf("python: %+v", r)
 	}
 }

@@ -65,7 +65,7 @@ func TestPoolTakesLimitsAndEnv(t *testing.T) {
 	ctx := context.Background()
 	waitWarm := func() []string {
 		t.Helper()
-		if !testbin.Eventually(time.Minute, func() bool { return m.pools[""].len() >= 1 }) {
+		if !testbin.Eventually(time.Minute, func() bool { return m.pools[poolKey{}].len() >= 1 }) {
 			t.Fatal("the pool did not fill")
 		}
 		return b.createdSoFar()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/internal/egress"
+	"github.com/cellbox/cellbox/internal/errdefs"
 	"github.com/cellbox/cellbox/internal/guestproto"
 	"github.com/cellbox/cellbox/internal/sandbox"
 )
@@ -25,6 +26,24 @@ type boxSpec struct {
 	// that costs something (runc: no template kernel); where every sandbox can be (gVisor)
 	// it stays false.
 	checkpointable bool
+	// language: the kernel, beside Python's, that a session of this box will use first: a
+	// language pool's boxes have it running (see kernelLanguage).
+	language string
+}
+
+// poolKey names a warm pool: an image's, or the default image's for a language.
+type poolKey struct{ image, language string }
+
+// kernelLanguage is the kernel a session of lang uses beside Python's: "" for Python, and
+// JavaScript's for TypeScript.
+func kernelLanguage(lang string) string {
+	switch lang {
+	case api.LanguagePython:
+		return ""
+	case api.LanguageTypeScript:
+		return api.LanguageJavaScript
+	}
+	return lang
 }
 
 // box is a started sandbox whose guest has been dialed and configured: a ready kernel.
@@ -178,22 +197,57 @@ func (b *box) alive() bool {
 // obtain returns a ready box: from its image's warm pool, given the request's limits and
 // env (adapt) when they are not the pool's, else a new one.
 func (m *Manager) obtain(ctx context.Context, spec boxSpec) (*box, error) {
-	// A warm sandbox has the default disk quota, which cannot change.
-	if p := m.pools[spec.image]; p != nil && spec.limits.DiskMB == m.defaults().DiskMB && spec.checkpointable == m.poolCheckpointable() {
-		if b := p.take(); b != nil {
-			changed, err := m.adapt(ctx, b, spec)
-			if err == nil {
+	// A warm sandbox has the default disk quota, which cannot change. A session of another
+	// language takes one with its kernel running, else one of its image's.
+	if spec.limits.DiskMB == m.defaults().DiskMB && spec.checkpointable == m.poolCheckpointable() {
+		keys := []poolKey{{spec.image, ""}}
+		if spec.language != "" {
+			keys = append([]poolKey{{spec.image, spec.language}}, keys...)
+		}
+		pooled := false
+		for _, k := range keys {
+			p := m.pools[k]
+			if p == nil {
+				continue
+			}
+			pooled = true
+			if b := m.fromPool(ctx, p, spec); b != nil {
 				m.metrics.poolHits.Inc()
 				return b, nil
 			}
-			m.log.Debug("a warm sandbox could not take the request's limits or env: starting a new one", "sandbox_id", b.id, "error", err)
-			if changed || !p.put(b) { // unchanged, it waits for the next request
-				go p.discard(b)
-			}
 		}
-		m.metrics.poolMisses.Inc()
+		if pooled {
+			m.metrics.poolMisses.Inc()
+		}
 	}
 	return m.startBox(ctx, m.newSessionID(), spec, "")
+}
+
+// fromPool takes a box of p and makes it fit spec; nil: none was ready, or it could not.
+func (m *Manager) fromPool(ctx context.Context, p *pool, spec boxSpec) *box {
+	b := p.take()
+	if b == nil {
+		return nil
+	}
+	changed, err := m.adapt(ctx, b, spec)
+	if err == nil {
+		return b
+	}
+	m.log.Debug("a warm sandbox could not take the request's limits or env: starting a new one", "sandbox_id", b.id, "error", err)
+	if changed || !p.put(b) { // unchanged, it waits for the next request
+		go p.discard(b)
+	}
+	return nil
+}
+
+// warmLanguage starts the kernel of b's language in it (a quiet empty cell), for a language
+// pool.
+func (m *Manager) warmLanguage(ctx context.Context, b *box) error {
+	res, err := b.guest.ExecuteWith(ctx, api.ExecuteRequest{Language: b.language, TimeoutS: 60}, guestproto.ExecuteOptions{Quiet: true})
+	if err == nil && res.Status != api.StatusOK {
+		err = fmt.Errorf("the %s kernel did not start: %s %s: %w", b.language, res.Status, res.Message, errdefs.ErrUnavailable)
+	}
+	return err
 }
 
 // discard stops a box and releases (keep) or removes its workspace.

@@ -160,8 +160,8 @@ func TestImagePools(t *testing.T) {
 		t.Fatalf("pools of %v; want default and py", m.pools)
 	}
 	testbin.WaitFor(t, time.Minute, "the pools to fill", func() error {
-		if m.pools["default"].len() < 1 || m.pools["py"].len() < 2 {
-			return fmt.Errorf("default %d, py %d", m.pools["default"].len(), m.pools["py"].len())
+		if m.pools[poolKey{image: "default"}].len() < 1 || m.pools[poolKey{image: "py"}].len() < 2 {
+			return fmt.Errorf("default %d, py %d", m.pools[poolKey{image: "default"}].len(), m.pools[poolKey{image: "py"}].len())
 		}
 		return nil
 	})

@@ -36,9 +36,9 @@ type Manager struct {
 	log          *slog.Logger
 	metrics      *metrics
 
-	pools   map[string]*pool // by image: those with a warm pool (config.Pools)
-	records records          // sessions that outlive the server process; zero: they end with it
-	keep    bool             // sessions outlive the server process (see New)
+	pools   map[poolKey]*pool // by image and language: those with a warm pool (config.Pools, LanguagePoolSizes)
+	records records           // sessions that outlive the server process; zero: they end with it
+	keep    bool              // sessions outlive the server process (see New)
 
 	adm    *admission // every kind of work passes it (admission.go)
 	net    *network   // egress policies and the gateway (network.go)
@@ -147,14 +147,28 @@ func New(ctx context.Context, cfg config.Config, backend sandbox.Backend, store 
 	if !m.keep {
 		m.records = records{}
 	}
-	m.pools = map[string]*pool{}
-	for name, size := range cfg.Pools() {
-		if size > 0 {
-			spec := boxSpec{image: name, limits: m.defaults(), checkpointable: m.poolCheckpointable()}
-			m.pools[name] = newPool(size, func(ctx context.Context) (*box, error) {
-				return m.startBox(ctx, m.newSessionID(), spec, "")
-			}, func(b *box) { m.discard(context.Background(), b, false) }, log.With("image", name))
+	m.pools = map[poolKey]*pool{}
+	addPool := func(k poolKey, size int) {
+		if size <= 0 {
+			return
 		}
+		spec := boxSpec{image: k.image, limits: m.defaults(), checkpointable: m.poolCheckpointable(), language: k.language}
+		m.pools[k] = newPool(size, func(ctx context.Context) (*box, error) {
+			b, err := m.startBox(ctx, m.newSessionID(), spec, "")
+			if err == nil && k.language != "" {
+				if err = m.warmLanguage(ctx, b); err != nil {
+					m.discard(ctx, b, false)
+					b = nil
+				}
+			}
+			return b, err
+		}, func(b *box) { m.discard(context.Background(), b, false) }, log.With("image", k.image, "language", k.language))
+	}
+	for name, size := range cfg.Pools() {
+		addPool(poolKey{image: name}, size)
+	}
+	for lang, size := range cfg.LanguagePoolSizes() {
+		addPool(poolKey{image: cfg.DefaultImage(), language: lang}, size)
 	}
 	m.metrics = newMetrics(reg, m)
 	m.adm = newAdmission(caps{sessions: cfg.MaxSessions, tenantSessions: cfg.TenantMaxSessions, tenantRuns: cfg.TenantMaxExecutions},

@@ -82,10 +82,17 @@ func newMetrics(reg prometheus.Registerer, m *Manager) *metrics {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cellbox_pool_size", Help: "Warm sandboxes ready, of every image."},
 			func() float64 { _, n := m.Stats(); return float64(n) }),
 	)
-	// By image: only those with a pool (--pool-size, --image-pools), so a bounded set.
-	for name, p := range m.pools {
+	// By image, and by language: only those with a pool (--pool-size, --image-pools,
+	// --language-pools), so a bounded set.
+	for k, p := range m.pools {
+		if k.language != "" {
+			reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cellbox_language_pool_size",
+				Help: "Warm sandboxes of the default image with a language's kernel running, by language.", ConstLabels: prometheus.Labels{"language": k.language}},
+				func() float64 { return float64(p.len()) }))
+			continue
+		}
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cellbox_image_pool_size",
-			Help: "Warm sandboxes ready, by image (empty: the host's root).", ConstLabels: prometheus.Labels{"image": name}},
+			Help: "Warm sandboxes ready, by image (empty: the host's root).", ConstLabels: prometheus.Labels{"image": k.image}},
 			func() float64 { return float64(p.len()) }))
 	}
 	return mt

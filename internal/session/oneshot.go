@@ -69,6 +69,7 @@ func (m *Manager) OneShot(ctx context.Context, req api.OneShotRequest, onOutput 
 	if err != nil {
 		return nil, err
 	}
+	spec.language = kernelLanguage(lang)
 	if req.TimeoutS, err = m.timeout(req.TimeoutS); err != nil {
 		return nil, err
 	}

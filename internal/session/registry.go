@@ -22,6 +22,7 @@ func (m *Manager) Create(ctx context.Context, req api.CreateSessionRequest) (*ap
 	if err != nil {
 		return nil, err
 	}
+	spec.language = kernelLanguage(lang)
 	idle := m.cfg.IdleTimeout
 	switch {
 	case req.IdleTimeoutS < 0:
