@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"time"
 
@@ -116,10 +118,41 @@ func checkTrivial(lang string, r *api.ExecuteResult) error {
 	return nil
 }
 
+// waitLangPool waits for lang's warm pool to be full, where there is one (--language-pools),
+// as its metric tells.
+func (b *bench) waitLangPool(ctx context.Context, lang string) error {
+	kernel := lang
+	if lang == api.LanguageTypeScript {
+		kernel = api.LanguageJavaScript
+	}
+	size := b.cfg.LanguagePoolSizes()[kernel]
+	if size == 0 {
+		return nil
+	}
+	want := fmt.Sprintf("cellbox_language_pool_size{language=%q} %d", kernel, size)
+	deadline := time.Now().Add(3 * time.Minute)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(b.url + "/metrics")
+		if err != nil {
+			return err
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if strings.Contains(string(body), want) {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("the %s pool did not fill within 3 minutes", kernel)
+}
+
 func (b *bench) langFirst(ctx context.Context, lang string, n int) ([]time.Duration, error) {
 	var d []time.Duration
 	for range n {
 		if err := b.waitPool(ctx); err != nil {
+			return nil, err
+		}
+		if err := b.waitLangPool(ctx, lang); err != nil {
 			return nil, err
 		}
 		t := time.Now()
@@ -174,6 +207,9 @@ func (b *bench) langIdle(ctx context.Context, lang string, n int) (float64, int,
 	}()
 	settle := func() (float64, error) {
 		if err := b.waitPool(ctx); err != nil {
+			return 0, err
+		}
+		if err := b.waitLangPool(ctx, lang); err != nil {
 			return 0, err
 		}
 		time.Sleep(3 * time.Second)

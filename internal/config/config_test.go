@@ -115,6 +115,12 @@ func TestValidate(t *testing.T) {
 		{"pools negative", func(c *Config) { c.RootFS, c.ImagePools = "image", "ml=-1" }, "0..1000"},
 		{"pools too many", func(c *Config) { c.RootFS, c.ImagePools = "image", "ml=1001" }, "0..1000"},
 		{"pools bad name", func(c *Config) { c.RootFS, c.ImagePools = "image", "../x=1" }, "image name"},
+		{"language pools without a count", func(c *Config) { c.LanguagePools = "javascript" }, "give LANG=N"},
+		{"language pools python", func(c *Config) { c.LanguagePools = "python=2" }, "--pool-size"},
+		{"language pools unknown", func(c *Config) { c.LanguagePools = "cobol=1" }, `"cobol"`},
+		{"language pools too many", func(c *Config) { c.LanguagePools = "r=1001" }, "0..1000"},
+		{"tool languages unknown", func(c *Config) { c.ToolLanguages = "javascript,cobol" }, `"cobol" is not one of`},
+		{"tool languages alias", func(c *Config) { c.ToolLanguages = "js" }, `"js" is not one of`},
 		{"pools twice", func(c *Config) { c.RootFS, c.ImagePools = "image", "ml=1,ml=2" }, "ml is given twice"},
 		{"pools of the default", func(c *Config) { c.RootFS, c.ImagePools = "image", "default=3" }, "--pool-size is its count"},
 		{"pools on the host's root", func(c *Config) { c.ImagePools = "ml=1" }, "--rootfs image (runc) or --backend docker"},
@@ -214,5 +220,16 @@ func TestImageSettings(t *testing.T) {
 	}
 	if want := map[string]int{"base": 1, "ml": 3, "gpu": 1}; !maps.Equal(c.Pools(), want) {
 		t.Errorf("Pools() = %v, want %v", c.Pools(), want)
+	}
+}
+
+func TestLanguagePoolSizes(t *testing.T) {
+	c := Default()
+	c.LanguagePools = "js=1, ts=2,r=3"
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.LanguagePoolSizes(); len(got) != 2 || got["javascript"] != 3 || got["r"] != 3 {
+		t.Errorf("LanguagePoolSizes: %v (TypeScript's kernel is JavaScript's)", got)
 	}
 }

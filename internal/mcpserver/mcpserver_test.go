@@ -463,3 +463,39 @@ func TestSessionEndClearsConnection(t *testing.T) {
 		t.Fatalf("the call after: %q", out)
 	}
 }
+
+// A language's tool (--tool-languages) is listed and runs in its language's kernel of the
+// connection's session.
+func TestLanguageTools(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts sandboxes; not in -short mode")
+	}
+	m := sessiontest.New(t, nil)
+	s := New(m, Options{TimeoutS: 60, Languages: []string{"javascript", "r", "bash"}})
+	t.Cleanup(s.Close)
+	c := connect(t, s)
+	res, err := c.cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tl := range res.Tools {
+		names = append(names, tl.Name)
+	}
+	if strings.Join(names, ",") != "bash,javascript,python,r,shell" { // the SDK lists them by name
+		t.Fatalf("tools: %v", names)
+	}
+	if _, out := c.call("javascript", map[string]any{"code": "const v = 20; await Promise.resolve(v + 1)"}); !strings.HasPrefix(out, "Out[1]: 21") {
+		t.Errorf("javascript: %q", out)
+	}
+	if _, out := c.call("r", map[string]any{"code": "mean(c(1, 5, 9))"}); !strings.HasPrefix(out, "Out[1]: [1] 5") {
+		t.Errorf("r: %q", out)
+	}
+	c.call("bash", map[string]any{"code": "cd /tmp; n=3"})
+	if _, out := c.call("bash", map[string]any{"code": "echo $n $PWD"}); !strings.HasPrefix(out, "3 /tmp") {
+		t.Errorf("bash keeps its state: %q", out)
+	}
+	if res, out := c.call("javascript", map[string]any{"code": "null.x"}); !res.IsError || !strings.Contains(out, "TypeError") {
+		t.Errorf("a javascript error: %v %q", res.IsError, out)
+	}
+}
