@@ -235,4 +235,3 @@ func (b *bench) langIdle(ctx context.Context, lang string, n int) (float64, int,
 	}
 	return (before - after) / float64(n), n, nil
 }
-

@@ -56,7 +56,7 @@ type Config struct {
 	// LanguagePools: LANG=N,...: warm sandboxes of the default image whose kernel of that
 	// language (javascript, r, bash) runs already, for sessions of the language.
 	LanguagePools string // --language-pools
-	ImagesDir  string // --images-dir: where built images are ("": <state-dir>/images, where cellbox image build puts them)
+	ImagesDir     string // --images-dir: where built images are ("": <state-dir>/images, where cellbox image build puts them)
 
 	// The docker backend: the engine's address ("": DOCKER_HOST, else the default socket), and
 	// the Linux cellbox binary that runs inside its containers ("": this one, on Linux).

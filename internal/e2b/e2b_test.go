@@ -258,7 +258,7 @@ func TestSDK(t *testing.T) {
 	t.Run("languages", func(t *testing.T) {
 		var l struct {
 			JS, JSState, TS, R, RPlot, Bash, BashFail, JSError, Ctx, Unknown execution
-			CtxLanguage                                                        string
+			CtxLanguage                                                      string
 		}
 		r.get(t, "languages", &l)
 		if l.JS.text() != "21" || !l.JS.Results[0].Main || l.JSState.Stdout != "40\n" {

@@ -82,7 +82,6 @@ func cellCode(rt *langRuntime, code string) (string, *api.Output) {
 	return code, nil
 }
 
-
 // pythonKernelLocked returns the Python kernel, started anew if it has stopped (with a note
 // for the cell's result). The caller holds kmu.
 func (s *server) pythonKernelLocked() (*kernel, string, error) {

@@ -11,7 +11,7 @@ func TestStripTypes(t *testing.T) {
 	cases := []struct{ ts, has, hasNot string }{
 		{"interface P { n: number }\nconst p: P = {n: 3}\np.n", "const p = { n: 3 }", "interface"},
 		{"const sq = (v: number): number => v * v", "(v) => v * v", ": number"},
-		{"import path from 'node:path'", "import path from", ""},                  // unused here, used by a later cell
+		{"import path from 'node:path'", "import path from", ""},                        // unused here, used by a later cell
 		{"import type { X } from './x'\nconst y = await f<X>()", "await f()", "import"}, // top-level await stays
 		{"enum Color { Red }\nColor.Red", "var Color", "enum"},
 	}
