@@ -135,6 +135,32 @@ func TestBrowser(t *testing.T) {
 	if out, err := check.CombinedOutput(); err != nil {
 		t.Errorf("nbformat refuses the downloaded notebook: %v\n%s", err, out)
 	}
+	// Its code cells keep their languages (Python's unsaid), the notebook itself is Python's.
+	var nb struct {
+		Cells []struct {
+			Type     string `json:"cell_type"`
+			Metadata struct {
+				Cellbox struct{ Language string } `json:"cellbox"`
+			} `json:"metadata"`
+		} `json:"cells"`
+		Metadata struct {
+			Kernelspec struct{ Language string } `json:"kernelspec"`
+		} `json:"metadata"`
+	}
+	if b, err := os.ReadFile(ipynb); err != nil {
+		t.Error(err)
+	} else if err := json.Unmarshal(b, &nb); err != nil {
+		t.Errorf("the downloaded notebook: %v", err)
+	}
+	var langs []string
+	for _, c := range nb.Cells {
+		if c.Type == "code" {
+			langs = append(langs, c.Metadata.Cellbox.Language)
+		}
+	}
+	if got := strings.Join(langs, ","); got != ",javascript,bash" || nb.Metadata.Kernelspec.Language != "python" {
+		t.Errorf("the downloaded notebook's languages: cells %q, notebook %q", got, nb.Metadata.Kernelspec.Language)
+	}
 	// What the model was sent: the file's preview, then the whole conversation.
 	reqs := llmSrv.Requests()
 	if len(reqs) < 5 {

@@ -1,13 +1,19 @@
 package web
 
 import (
+	"encoding/json"
 	"io"
 	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/cellbox/cellbox/internal/testbin"
 )
 
 func get(t *testing.T, method, target string, header http.Header) *http.Response {
@@ -227,5 +233,72 @@ func TestMounted(t *testing.T) {
 			}
 			checkSecurityHeaders(t, res)
 		})
+	}
+}
+
+// TestNotebookLanguages runs ipynb.js in Node: a code cell's language other than Python is
+// kept in its metadata and read back, a notebook for a language cellbox runs (IRkernel's
+// "R") opens in it, and the file itself stays Python's.
+func TestNotebookLanguages(t *testing.T) {
+	node := testbin.NeedProgram(t, "node", "nodejs")
+	src, err := fs.ReadFile(static, "static/ipynb.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	module := filepath.Join(t.TempDir(), "ipynb.mjs")
+	if err := os.WriteFile(module, src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const script = `const { readNotebook, writeNotebook } = await import(process.argv[1]);
+const code = (code, language) => ({ type: 'code', code, language, outputs: [] });
+const text = writeNotebook([code('print(1)', 'python'), code('console.log(1)', 'javascript'), { type: 'markdown', code: '# A' }, code('echo 1', 'bash')]);
+const langs = (text) => readNotebook(text).cells.map((c) => c.language || '-');
+const nb = (metadata, ...cells) => JSON.stringify({ nbformat: 4, metadata, cells: cells.map((m) => ({ cell_type: 'code', source: '', metadata: m })) });
+console.log(JSON.stringify({ file: JSON.parse(text), back: langs(text),
+  r: langs(nb({ kernelspec: { language: 'R' } }, {}, { cellbox: { language: 'bash' } })),
+  other: langs(nb({ kernelspec: { language: 'julia' } }, {}, { cellbox: { language: 'cobol' } })) }));`
+	out, err := exec.Command(node, "--input-type=module", "-e", script, module).Output()
+	if err != nil {
+		t.Fatalf("node: %v\n%s", err, out)
+	}
+	var got struct {
+		File struct {
+			Cells []struct {
+				Metadata map[string]any `json:"metadata"`
+			} `json:"cells"`
+			Metadata struct {
+				Kernelspec struct {
+					Language string `json:"language"`
+				} `json:"kernelspec"`
+			} `json:"metadata"`
+		} `json:"file"`
+		Back, R, Other []string
+	}
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	var metadata []string
+	for _, c := range got.File.Cells {
+		b, _ := json.Marshal(c.Metadata)
+		metadata = append(metadata, string(b))
+	}
+	want := []string{`{}`, `{"cellbox":{"language":"javascript"}}`, `{}`, `{"cellbox":{"language":"bash"}}`}
+	if strings.Join(metadata, " ") != strings.Join(want, " ") {
+		t.Errorf("the cells' metadata: %s, want %s", metadata, want)
+	}
+	if got.File.Metadata.Kernelspec.Language != "python" {
+		t.Errorf("the notebook's language: %q, want python", got.File.Metadata.Kernelspec.Language)
+	}
+	for _, tc := range []struct {
+		name      string
+		got, want []string
+	}{
+		{"read back", got.Back, []string{"python", "javascript", "-", "bash"}},
+		{"an R notebook", got.R, []string{"r", "bash"}},
+		{"another language", got.Other, []string{"python", "python"}},
+	} {
+		if strings.Join(tc.got, " ") != strings.Join(tc.want, " ") {
+			t.Errorf("%s: languages %v, want %v", tc.name, tc.got, tc.want)
+		}
 	}
 }

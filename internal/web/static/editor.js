@@ -2,7 +2,9 @@
 // Shift+Tab dedents or shows what the kernel knows of a name, asking the session's kernel
 // (POST .../complete and .../inspect). Both wait for the session's turn on the server, behind
 // a running cell: a request is dropped after a few seconds, and one for text that changed
-// since is ignored. Escape, then Tab, moves the focus on as usual.
+// since is ignored. Escape, then Tab, moves the focus on as usual. Only Python's kernel
+// answers completions and inspections: in a cell of another language Tab indents and
+// Shift+Tab dedents.
 //
 // The API counts the cursor in code points, a textarea in UTF-16 units: points and units
 // convert.
@@ -10,6 +12,7 @@
 import { html, useEffect, useRef, useState } from './vendor/preact-htm.js';
 import { message, post, sessionPath } from './api.js';
 import { ansi } from './cells.js';
+import { languages } from './ipynb.js';
 
 const indent = '    ';
 const waitFor = 3000; // ms: how long a completion or inspection may wait for the kernel
@@ -60,7 +63,7 @@ function caret(el) {
   };
 }
 
-export function Editor({ sessionId, value, onInput, onKeyDown, inputRef, label, rows, id }) {
+export function Editor({ sessionId, language = 'python', value, onInput, onKeyDown, inputRef, label, rows, id }) {
   const box = useRef();
   const asking = useRef(null); // the AbortController of the request in flight
   const escaped = useRef(false);
@@ -166,7 +169,7 @@ export function Editor({ sessionId, value, onInput, onKeyDown, inputRef, label, 
       e.preventDefault();
       const selected = el.selectionStart !== el.selectionEnd;
       const before = el.value.slice(lineStart(el.value, el.selectionStart), el.selectionStart);
-      if (selected || !before.trim()) {
+      if (selected || !before.trim() || language !== 'python') {
         if (e.shiftKey || selected) shift(el, e.shiftKey);
         else replace(el, el.selectionStart, el.selectionStart, indent.slice(before.length % indent.length));
       } else if (e.shiftKey) inspect(el);
@@ -186,7 +189,7 @@ export function Editor({ sessionId, value, onInput, onKeyDown, inputRef, label, 
   const place = (at) => ({ top: `${at.top}px`, left: `max(0px, min(${at.left}px, calc(100% - 16rem)))` });
   return html`<div class="editor">
     <textarea class="source" aria-label=${label} spellcheck="false" rows=${rows} ref=${(el) => ((box.current = el), inputRef?.(el))}
-      value=${value} placeholder="Python: Shift+Enter runs the cell, Tab completes, Shift+Tab shows help"
+      value=${value} placeholder=${language === 'python' ? 'Python: Shift+Enter runs the cell, Tab completes, Shift+Tab shows help' : `${languages[language]}: Shift+Enter runs the cell`}
       aria-autocomplete="list" aria-controls=${list ? `${id}-matches` : undefined}
       aria-activedescendant=${list ? option(list.index) : undefined}
       onInput=${input} onKeyDown=${keyDown} onBlur=${() => setList(null)}></textarea>

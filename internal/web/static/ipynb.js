@@ -1,9 +1,21 @@
 // Jupyter notebooks (.ipynb, nbformat 4) in and out of the page's notebook: a file's cells
 // (code with its saved outputs, Markdown, raw) as plain cells, and the page's cells as an
 // nbformat 4.4 file. Outputs convert between nbformat's shape (output_type, multiline
-// strings as lists) and the API's (type, strings), which cells.js shows.
+// strings as lists) and the API's (type, strings), which cells.js shows. A code cell's
+// language, when not Python, is kept in its metadata.cellbox.language; the notebook's own
+// metadata says Python.
 
 export const maxCells = 1000;
+
+// languages are those a code cell may be written in: the API's names, as the page shows them.
+export const languages = { python: 'Python', javascript: 'JavaScript', typescript: 'TypeScript', r: 'R', bash: 'Bash' };
+
+// languageOf is the API's name of a language a notebook names (IRkernel's "R", "JavaScript"),
+// or '' when no kernel of cellbox runs it.
+export const languageOf = (name) => {
+  const l = typeof name === 'string' ? name.toLowerCase() : '';
+  return Object.hasOwn(languages, l) ? l : '';
+};
 
 // NotebookError says why a file is not a notebook the page can open.
 export class NotebookError extends Error {}
@@ -47,8 +59,10 @@ function toOutputs(outputs) {
   return out;
 }
 
-// readNotebook parses a file's text: {cells: [{type, code, outputs, count, attachments}],
-// language}. It throws NotebookError for what is not an nbformat 4 notebook.
+// readNotebook parses a file's text: {cells: [{type, code, outputs, count, language,
+// attachments}], language}. A code cell's language is its metadata's, else the notebook's
+// when cellbox runs it, else Python. It throws NotebookError for what is not an nbformat 4
+// notebook.
 export function readNotebook(text) {
   let nb;
   try {
@@ -61,6 +75,8 @@ export function readNotebook(text) {
   }
   if (nb?.nbformat !== 4 || !Array.isArray(nb.cells)) throw new NotebookError('it is JSON, but not a Jupyter notebook: it lacks nbformat 4 or its cells.');
   if (nb.cells.length > maxCells) throw new NotebookError(`it has ${nb.cells.length} cells; the page opens at most ${maxCells}.`);
+  const m = nb.metadata || {};
+  const language = String(m.kernelspec?.language || m.language_info?.name || 'python');
   const cells = nb.cells.map((c, i) => {
     const type = c?.cell_type;
     if (!['code', 'markdown', 'raw'].includes(type)) throw new NotebookError(`its cell ${i + 1} is neither code, markdown nor raw.`);
@@ -68,22 +84,23 @@ export function readNotebook(text) {
     if (type === 'code') {
       cell.outputs = (Array.isArray(c.outputs) ? c.outputs : []).map(fromOutput).filter(Boolean);
       cell.count = Number.isInteger(c.execution_count) ? c.execution_count : null;
+      cell.language = languageOf(c.metadata?.cellbox?.language) || languageOf(language) || 'python';
     } else if (c.attachments && typeof c.attachments === 'object') cell.attachments = c.attachments;
     return cell;
   });
-  const m = nb.metadata || {};
-  return { cells, language: String(m.kernelspec?.language || m.language_info?.name || 'python') };
+  return { cells, language };
 }
 
-// writeNotebook is cells ({type, code, outputs, count, attachments}) as the text of an
-// nbformat 4.4 notebook for the session's Python.
+// writeNotebook is cells ({type, code, outputs, count, language, attachments}) as the text
+// of an nbformat 4.4 notebook for the session's Python.
 export function writeNotebook(cells) {
   const nb = {
     cells: cells.map((c) => {
       if (c.type === 'markdown' || c.type === 'raw') {
         return { cell_type: c.type, metadata: {}, source: c.code, ...(c.attachments && { attachments: c.attachments }) };
       }
-      return { cell_type: 'code', execution_count: c.count || null, metadata: {}, outputs: toOutputs(c.outputs), source: c.code };
+      const metadata = c.language && c.language !== 'python' ? { cellbox: { language: c.language } } : {};
+      return { cell_type: 'code', execution_count: c.count || null, metadata, outputs: toOutputs(c.outputs), source: c.code };
     }),
     metadata: {
       kernelspec: { name: 'python3', display_name: 'Python 3', language: 'python' },

@@ -1,7 +1,9 @@
 // The notebook: cells a person types and runs in a session's kernel (POST .../execute,
 // streamed), the kernel's Interrupt and Restart, the workspace's files, the session's
-// tools (functions marked @tool) and its network (its policy and recent connections). Opened on a
-// session the model worked in, it starts with the model's Python steps as cells. A Jupyter
+// tools (functions marked @tool) and its network (its policy and recent connections). Each
+// code cell has a language (Python, JavaScript, TypeScript, R, Bash), run in the session's
+// kernel of that language; a new cell takes the one of the cell above. Opened on a
+// session the model worked in, it starts with the model's code steps as cells. A Jupyter
 // notebook (.ipynb) opens into it, its cells in place of the page's, and the page's cells
 // download as one (ipynb.js); a cell's editor completes and explains names (editor.js).
 
@@ -10,23 +12,25 @@ import { ApiError, get, message, post, save, sessionPath, stream } from './api.j
 import { Markdown, Outputs, Result } from './cells.js';
 import { Editor } from './editor.js';
 import { Files, dropTarget } from './files.js';
-import { NotebookError, readNotebook, writeNotebook } from './ipynb.js';
+import { NotebookError, languageOf, languages, readNotebook, writeNotebook } from './ipynb.js';
 import { Network } from './network.js';
 import { Tools } from './tools.js';
 
 let keys = 0;
 // A cell's type is code, markdown or raw (the last two only from an .ipynb, shown, not
-// edited); count is its execution count.
+// edited); count is its execution count; language is the API's name of a code cell's.
 const cell = (code = '', more = {}) =>
-  ({ key: ++keys, type: 'code', code, outputs: [], result: null, count: null, running: false, error: '', note: '', ...more });
+  ({ key: ++keys, type: 'code', code, language: 'python', outputs: [], result: null, count: null, running: false, error: '', note: '', ...more });
 
 // A notebook's state is one mutable object, drawn again after each change (render); name
 // is the .ipynb it was opened from.
 const fresh = (sid) => ({ sid, cells: [cell()], imported: new Set(), error: '', note: '', creating: null, importing: null, focus: 0, name: '' });
 
-// stepCell is a python step of the model as a cell: its code and what it gave.
+// stepCell is a step of the model in a language (its python tool, or javascript, r, ...) as
+// a cell: its code and what it gave.
 const stepCell = (s) =>
   cell(s.code, {
+    language: s.tool,
     outputs: s.result?.outputs || [],
     result: s.result || null,
     count: s.result?.execution_count || null,
@@ -78,8 +82,9 @@ export function Notebook({ active, sessionId, go, onSession, ended }) {
     if (sid) importSteps(state.current);
   }
 
-  // importSteps adds the model's python steps of the session's conversations that are not
-  // cells yet, oldest first, before the empty cells at the end.
+  // importSteps adds the model's steps in a language (not its shell commands) of the
+  // session's conversations that are not cells yet, oldest first, before the empty cells at
+  // the end.
   async function importSteps(mine) {
     if (mine.importing) return;
     mine.importing = true;
@@ -91,7 +96,7 @@ export function Notebook({ active, sessionId, go, onSession, ended }) {
         (full.turns || []).forEach((t, ti) =>
           (t.steps || []).forEach((s, si) => {
             const id = `${c.id}/${s.id || ti + '.' + si}`;
-            if (s.tool !== 'python' || !s.code || mine.imported.has(id)) return;
+            if (!languageOf(s.tool) || !s.code || mine.imported.has(id)) return;
             mine.imported.add(id);
             cells.push(stepCell(s));
           }),
@@ -136,7 +141,7 @@ export function Notebook({ active, sessionId, go, onSession, ended }) {
         c.outputs.push(data);
         render();
       };
-      c.result = await stream(sessionPath(sid) + '/execute', { code: c.code }, onEvent);
+      c.result = await stream(sessionPath(sid) + '/execute', { code: c.code, language: c.language }, onEvent);
       if (c.result.outputs?.length) c.outputs = c.result.outputs;
       c.count = c.result.execution_count || null;
       if (c.result.files?.length) setRefresh((n) => n + 1);
@@ -149,8 +154,8 @@ export function Notebook({ active, sessionId, go, onSession, ended }) {
   }
 
   function add(after) {
-    const c = cell();
     const at = after ? st.cells.indexOf(after) + 1 : st.cells.length;
+    const c = cell('', { language: st.cells.slice(0, at).findLast((x) => x.type === 'code')?.language || 'python' });
     st.cells.splice(at, 0, c);
     st.focus = c.key;
     render();
@@ -200,7 +205,7 @@ export function Notebook({ active, sessionId, go, onSession, ended }) {
       if (!mine.cells.some((c) => c.type === 'code')) mine.cells.push(cell());
       mine.name = file.name;
       mine.note = `Opened ${file.name}: ${nb.cells.length} cells, none run yet.` +
-        (/^python/i.test(nb.language) ? '' : ` It was written for ${nb.language}; this session runs Python.`);
+        (/^python/i.test(nb.language) || languageOf(nb.language) ? '' : ` It was written for ${nb.language}; its cells run here as Python.`);
     } catch (e) {
       mine.error = `Could not open ${file.name}: ` + (e instanceof NotebookError ? e.message : message(e));
     }
@@ -245,12 +250,16 @@ export function Notebook({ active, sessionId, go, onSession, ended }) {
             : html`<article class=${'cell' + (c.byModel ? ' by-model' : '')} key=${c.key} aria-label=${`Cell ${i + 1}`}>
             <header>
               <span class="count">[${c.running ? '*' : c.count || ' '}]</span>
+              <select class="language" aria-label=${`Language of cell ${i + 1}`} value=${c.language}
+                onChange=${(e) => ((c.language = e.target.value), render())}>
+                ${Object.entries(languages).map(([name, label]) => html`<option key=${name} value=${name}>${label}</option>`)}
+              </select>
               ${c.byModel && html`<span class="muted small">written by the model</span>`}
               <span class="grow"></span>
               <button type="button" class="primary small" onClick=${() => run(c)} disabled=${c.running}>Run cell</button>
               <button type="button" class="small" onClick=${() => ((st.cells = st.cells.filter((x) => x !== c)), render())}>Delete cell</button>
             </header>
-            <${Editor} id=${`cell-${c.key}`} sessionId=${st.sid} label=${`Code of cell ${i + 1}`} rows=${Math.min(30, Math.max(2, c.code.split('\n').length))}
+            <${Editor} id=${`cell-${c.key}`} sessionId=${st.sid} language=${c.language} label=${`Code of cell ${i + 1}`} rows=${Math.min(30, Math.max(2, c.code.split('\n').length))}
               inputRef=${(el) => (boxes.current[c.key] = el)} value=${c.code}
               onInput=${(e) => {
                 c.code = e.target.value;

@@ -1,8 +1,9 @@
 // Drives cellbox's web page in Debian's chromium with playwright-core: the path a person
 // takes (key, upload, ask, approve, see the code, output and plot, answer, follow-up, stop a
-// long cell, the notebook on the same session, its completion and help, an .ipynb opened and
-// downloaded). Run by internal/web's TestBrowser, which
-// starts the server and a stand-in model API; it exits non-zero with the failed check.
+// long cell, the notebook on the same session, its completion and help, cells in JavaScript
+// and Bash, an .ipynb opened and downloaded with its cells' languages). Run by internal/web's
+// TestBrowser, which starts the server and a stand-in model API; it exits non-zero with the
+// failed check.
 //
 // Environment: CELLBOX_URL, CELLBOX_KEY, CHROMIUM, DATA_CSV, MEAN_SPEED (what the follow-up
 // must show), NOTEBOOK_OUT (where the downloaded .ipynb goes, for the test to validate),
@@ -330,7 +331,36 @@ try {
   await ed.press('Tab');
   check(await ed.evaluate((el) => document.activeElement !== el), 'Escape, then Tab moves the focus on');
 
-  step('an .ipynb opens into the notebook (Markdown rendered, saved outputs shown), runs, and downloads as nbformat 4');
+  step('a cell in JavaScript and one in Bash run in their kernels; a new cell takes the language above; there Tab only indents');
+  const lastCell = notebook.locator('article.cell').last();
+  const language = lastCell.getByRole('combobox', { name: /^Language of cell/ });
+  await notebook.getByRole('button', { name: 'Add cell' }).click();
+  check((await language.inputValue()) === 'python', `a new cell after a Python one is Python (${await language.inputValue()})`);
+  await language.selectOption({ label: 'JavaScript' });
+  await editors.last().fill("const answer = 6 * 7;\nconsole.log('node says', answer);\nanswer + 1");
+  await lastCell.getByRole('button', { name: 'Run cell' }).click();
+  await lastCell.locator('pre.out.stdout', { hasText: 'node says 42' }).waitFor();
+  await lastCell.locator('pre.out.result', { hasText: /^43$/ }).waitFor();
+  await notebook.getByRole('button', { name: 'Add cell' }).click();
+  check((await language.inputValue()) === 'javascript', `a new cell after a JavaScript one is JavaScript (${await language.inputValue()})`);
+  await typeAndTab('answer');
+  await valueIs('answer  '); // to the next tab stop, without asking the kernel
+  check((await completions.count()) === 0, 'no completions in JavaScript');
+  await ed.fill('    answer');
+  await ed.press('Shift+Tab'); // dedents the line
+  await valueIs('answer');
+  check((await help.count()) === 0, 'no help in JavaScript');
+  await ed.fill("console.log('kept', answer)");
+  await ed.press('Shift+Enter'); // runs, and adds a cell in JavaScript below
+  await notebook.locator('pre.out.stdout', { hasText: 'kept 42' }).waitFor();
+  check((await language.inputValue()) === 'javascript', 'Shift+Enter adds a cell in the language above');
+  await language.selectOption('bash');
+  await editors.last().fill('word=bash\necho "$word says $((6 * 7))"');
+  await lastCell.getByRole('button', { name: 'Run cell' }).click();
+  await lastCell.locator('pre.out.stdout', { hasText: 'bash says 42' }).waitFor();
+  await lastCell.locator('.count', { hasText: /\[\d+\]/ }).waitFor(); // the Bash cell's run ended
+
+  step('an .ipynb opens into the notebook (Markdown rendered, saved outputs shown, cells in their languages), runs, and downloads as nbformat 4 with them');
   const opened = {
     nbformat: 4,
     nbformat_minor: 5,
@@ -341,6 +371,8 @@ try {
         cell_type: 'code', id: 'sum', metadata: {}, execution_count: 5, source: ["print('from the file', 6 * 7)"],
         outputs: [{ output_type: 'stream', name: 'stdout', text: ['saved ', 'output\n'] }],
       },
+      { cell_type: 'code', id: 'js', metadata: { cellbox: { language: 'javascript' } }, execution_count: null, source: "console.log('js from the file', 6 * 7)", outputs: [] },
+      { cell_type: 'code', id: 'sh', metadata: { cellbox: { language: 'bash' } }, execution_count: null, source: 'echo "bash from the file $((6 * 7))"', outputs: [] },
     ],
   };
   const openIpynb = async (name, text) => {
@@ -349,26 +381,34 @@ try {
   };
   await openIpynb('opened.ipynb', JSON.stringify(opened));
   await notebook.getByRole('heading', { name: 'From a file' }).waitFor();
-  await notebook.getByText('Opened opened.ipynb: 2 cells').waitFor();
-  const fileCell = notebook.locator('article.cell', { has: page.getByRole('button', { name: 'Run cell' }) });
-  check((await fileCell.count()) === 1, `one code cell after opening (${await fileCell.count()})`);
+  await notebook.getByText('Opened opened.ipynb: 4 cells').waitFor();
+  const codeCells = notebook.locator('article.cell', { has: page.getByRole('button', { name: 'Run cell' }) });
+  check((await codeCells.count()) === 3, `three code cells after opening (${await codeCells.count()})`);
+  const languages = await codeCells.getByRole('combobox', { name: /^Language of cell/ }).evaluateAll((ss) => ss.map((s) => s.value));
+  check(languages.join() === 'python,javascript,bash', `the cells' languages from the file: ${languages}`);
+  const fileCell = codeCells.first();
   await fileCell.locator('pre.out.stdout', { hasText: 'saved output' }).waitFor();
   check((await fileCell.locator('.count').innerText()) === '[5]', 'the saved execution count');
-  await fileCell.getByRole('button', { name: 'Run cell' }).click();
-  await fileCell.locator('pre.out.stdout', { hasText: 'from the file 42' }).waitFor();
+  for (const [i, out] of ['from the file 42', 'js from the file 42', 'bash from the file 42'].entries()) {
+    await codeCells.nth(i).getByRole('button', { name: 'Run cell' }).click();
+    await codeCells.nth(i).locator('pre.out.stdout', { hasText: new RegExp(`^${out}\\s*$`) }).waitFor();
+  }
   const [ipynb] = await Promise.all([page.waitForEvent('download'), notebook.getByRole('button', { name: 'Download .ipynb' }).click()]);
   check(ipynb.suggestedFilename() === 'opened.ipynb', `the download's name: ${ipynb.suggestedFilename()}`);
   await ipynb.saveAs(env('NOTEBOOK_OUT')); // the test validates it with nbformat
   const back = JSON.parse(readFileSync(env('NOTEBOOK_OUT'), 'utf8'));
-  check(back.nbformat === 4 && back.cells.length === 2 && back.cells[0].cell_type === 'markdown', `the downloaded notebook: ${JSON.stringify(back).slice(0, 300)}`);
+  check(back.nbformat === 4 && back.cells.length === 4 && back.cells[0].cell_type === 'markdown', `the downloaded notebook: ${JSON.stringify(back).slice(0, 300)}`);
   check(back.cells[1].outputs.some((o) => o.output_type === 'stream' && o.text.includes('from the file 42')), 'the downloaded cell has its new output');
+  check(back.cells[3].outputs.some((o) => o.output_type === 'stream' && o.text.includes('bash from the file 42')), 'the downloaded Bash cell has its output');
+  const cellLanguages = back.cells.slice(1).map((c) => c.metadata.cellbox?.language || 'python').join();
+  check(cellLanguages === 'python,javascript,bash' && back.metadata.kernelspec.language === 'python', `the downloaded cells' languages: ${cellLanguages}`);
 
   step('a file that is not an nbformat 4 notebook is refused with a message');
   await openIpynb('broken.ipynb', '{"cells": [');
   await notebook.getByRole('alert').getByText('Could not open broken.ipynb: it is not JSON').waitFor();
   await openIpynb('old.ipynb', JSON.stringify({ nbformat: 3, nbformat_minor: 0, worksheets: [] }));
   await notebook.getByRole('alert').getByText('Could not open old.ipynb: it is a notebook of nbformat 3').waitFor();
-  check((await fileCell.count()) === 1, 'the notebook is unchanged');
+  check((await codeCells.count()) === 3, 'the notebook is unchanged');
 
   step('the sessions view lists the session');
   await page.getByRole('link', { name: 'Sessions' }).click();
