@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/internal/errdefs"
 )
 
@@ -36,7 +37,8 @@ const (
 type Notebook struct {
 	fields map[string]json.RawMessage // every field but cells, as it came
 	cells  []*cell
-	minor  int // nbformat_minor: from 5 on, every cell has an id
+	minor  int    // nbformat_minor: from 5 on, every cell has an id
+	lang   string // its code cells' language (an api.Language*), unless a cell names its own
 }
 
 type cell struct {
@@ -44,6 +46,7 @@ type cell struct {
 	kind   string                     // cell_type
 	source string                     // joined, for code cells
 	tags   []string
+	lang   string // metadata.cellbox.language, as the web page writes it: "" the notebook's
 	// Of code cells: as run (none, null: not run).
 	outputs []map[string]any
 	count   *int
@@ -71,9 +74,11 @@ func Parse(b []byte) (*Notebook, error) {
 	if raw, ok := fields["nbformat_minor"]; ok && json.Unmarshal(raw, &nb.minor) != nil {
 		return nil, invalid("nbformat_minor is %s, not an integer", truncate(raw))
 	}
-	if err := checkLanguage(fields["metadata"]); err != nil {
+	lang, err := notebookLanguage(fields["metadata"])
+	if err != nil {
 		return nil, err
 	}
+	nb.lang = lang
 	var cells []json.RawMessage
 	if json.Unmarshal(fields["cells"], &cells) != nil || cells == nil {
 		return nil, invalid("cells must be a list of cells")
@@ -102,12 +107,23 @@ func parseCell(b []byte) (*cell, error) {
 	}
 	if raw, ok := c.fields["metadata"]; ok {
 		var md struct {
-			Tags []string `json:"tags"`
+			Tags    []string `json:"tags"`
+			Cellbox struct {
+				Language any `json:"language"`
+			} `json:"cellbox"`
 		}
 		if json.Unmarshal(raw, &md) != nil {
 			return nil, fmt.Errorf("metadata must be an object, and its tags a list of strings")
 		}
 		c.tags = md.Tags
+		if md.Cellbox.Language != nil {
+			l, _ := md.Cellbox.Language.(string)
+			lang, ok := api.LanguageOf(l)
+			if !ok || l == "" {
+				return nil, fmt.Errorf("metadata.cellbox.language %.40q is not one of python, javascript, typescript, r, bash", l)
+			}
+			c.lang = lang
+		}
 	}
 	if c.kind != "code" {
 		return c, nil
@@ -161,10 +177,10 @@ func kind(v any) string {
 	return "an object"
 }
 
-// checkLanguage refuses a notebook whose metadata says it is for another language than
-// Python (its kernelspec's language, or language_info's name; python3, ipython and
-// ipython3 are Python too).
-func checkLanguage(raw json.RawMessage) error {
+// notebookLanguage is the language a notebook's metadata names (its kernelspec's language,
+// or language_info's name; ipython and python3 are Python), Python if none; a language this
+// server has no kernel for is refused.
+func notebookLanguage(raw json.RawMessage) (string, error) {
 	var md struct {
 		Kernelspec struct {
 			Language any `json:"language"`
@@ -176,11 +192,20 @@ func checkLanguage(raw json.RawMessage) error {
 	json.Unmarshal(raw, &md) // metadata nbformat would refuse is not this package's to refuse
 	for _, v := range []any{md.Kernelspec.Language, md.LanguageInfo.Name} {
 		l, _ := v.(string)
-		if name := strings.TrimSuffix(strings.TrimPrefix(strings.ToLower(l), "i"), "3"); l != "" && name != "python" {
-			return invalid("its metadata says it is written in %.40q; this server's kernels run Python", l)
+		if l == "" {
+			continue
 		}
+		name := strings.ToLower(l)
+		if p := strings.TrimSuffix(strings.TrimPrefix(name, "i"), "3"); p == "python" {
+			name = p
+		}
+		lang, ok := api.LanguageOf(name)
+		if !ok {
+			return "", invalid("its metadata says it is written in %.40q; this server's kernels run Python, JavaScript, TypeScript, R and Bash", l)
+		}
+		return lang, nil
 	}
-	return nil
+	return api.LanguagePython, nil
 }
 
 // truncate shows a JSON value in a message, cut to 40 bytes.

@@ -129,7 +129,8 @@ func TestParseRefuses(t *testing.T) {
 		{"source a list of lists", `{"nbformat": 4, "cells": [{"cell_type": "code", "source": ["a", ["b"]]}]}`, "cell 0: source is a list with a list in it"},
 		{"no source", `{"nbformat": 4, "cells": [{"cell_type": "code"}]}`, "cell 0: source is missing"},
 		{"tags not strings", `{"nbformat": 4, "cells": [{"cell_type": "code", "source": "", "metadata": {"tags": [1]}}]}`, "cell 0: metadata must be an object, and its tags a list of strings"},
-		{"another language", `{"nbformat": 4, "metadata": {"kernelspec": {"language": "R"}}, "cells": []}`, `written in "R"; this server's kernels run Python`},
+		{"another language", `{"nbformat": 4, "metadata": {"kernelspec": {"language": "fortran"}}, "cells": []}`, `written in "fortran"; this server's kernels run Python, JavaScript`},
+		{"a cell's unknown language", `{"nbformat": 4, "cells": [{"cell_type": "code", "source": "", "metadata": {"cellbox": {"language": "cobol"}}}]}`, `cell 0: metadata.cellbox.language "cobol"`},
 		{"another language_info", `{"nbformat": 4, "metadata": {"language_info": {"name": "julia"}}, "cells": []}`, `written in "julia"`},
 	}
 	for _, tt := range tests {

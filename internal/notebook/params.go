@@ -1,6 +1,8 @@
 package notebook
 
 import (
+	"github.com/cellbox/cellbox/api"
+
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
@@ -25,6 +27,9 @@ const maxDepth = 64
 func (nb *Notebook) Inject(params map[string]any) error {
 	if len(params) == 0 {
 		return nil
+	}
+	if nb.lang != api.LanguagePython {
+		return invalid("parameters are injected as Python; this notebook is written in %s", nb.lang)
 	}
 	// Through JSON once: any Go value becomes one of JSON's, numbers kept as written.
 	b, err := json.Marshal(params)

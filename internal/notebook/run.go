@@ -120,7 +120,11 @@ func (r *Runner) run(ctx context.Context, id string, nb *Notebook, req api.Noteb
 			return nil
 		}
 		d.clearNext = false
-		er, err := r.s.Execute(ctx, id, api.ExecuteRequest{Code: c.source, TimeoutS: req.CellTimeoutS, DisplayUpdates: true}, nil)
+		lang := c.lang
+		if lang == "" {
+			lang = nb.lang
+		}
+		er, err := r.s.Execute(ctx, id, api.ExecuteRequest{Code: c.source, Language: lang, TimeoutS: req.CellTimeoutS, DisplayUpdates: true}, nil)
 		if err != nil {
 			return fmt.Errorf("cell %d: %w", i, err)
 		}

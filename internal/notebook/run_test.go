@@ -379,3 +379,27 @@ func TestOutputBudget(t *testing.T) {
 		t.Errorf("within: kept %+v, cut %v, left %d", kept, cut, left)
 	}
 }
+
+// The notebook's language is its cells' (IRkernel's "R" here); a cell may name its own, as
+// the web page writes it; parameters are Python's only.
+func TestRunLanguages(t *testing.T) {
+	in := `{"nbformat": 4, "nbformat_minor": 4, "metadata": {"kernelspec": {"name": "ir", "language": "R"}}, "cells": [
+		{"cell_type": "code", "source": "x <- 1", "metadata": {}},
+		{"cell_type": "code", "source": "echo hi", "metadata": {"cellbox": {"language": "bash"}}},
+		{"cell_type": "code", "source": "1 + 1", "metadata": {"cellbox": {"language": "js"}}}]}`
+	f := &fakeSessions{}
+	if _, err := run(t, f, api.NotebookRequest{Notebook: []byte(in)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	var langs []string
+	for _, r := range f.reqs {
+		langs = append(langs, r.Language)
+	}
+	if strings.Join(langs, ",") != "r,bash,javascript" {
+		t.Errorf("languages run: %v", langs)
+	}
+	_, err := run(t, &fakeSessions{}, api.NotebookRequest{Notebook: []byte(in), Parameters: map[string]any{"a": 1}}, nil)
+	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "written in r") {
+		t.Errorf("parameters of an R notebook: %v", err)
+	}
+}
