@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/coder/websocket"
 
@@ -45,8 +46,9 @@ type kernel struct {
 	h       *Handler
 	sid     string
 	tenant  string
-	image   string // its session's, for kernel_info's language_info
-	session string // header.session of what the kernel sends
+	image   string      // its session's, for kernel_info's language_info
+	spec    *kernelSpec // its session's language's
+	session string      // header.session of what the kernel sends
 
 	mu      sync.Mutex
 	conns   map[*conn]struct{}
@@ -130,7 +132,7 @@ func (h *Handler) attach(s *api.Session, tenant string) (*kernel, error) {
 	defer h.mu.Unlock()
 	k := h.kernels[s.ID]
 	if k == nil {
-		k = &kernel{h: h, sid: s.ID, tenant: tenant, image: s.Image, session: newMsgID(), conns: map[*conn]struct{}{}, count: s.ExecutionCount}
+		k = &kernel{h: h, sid: s.ID, tenant: tenant, image: s.Image, spec: specOf(s.Language), session: newMsgID(), conns: map[*conn]struct{}{}, count: s.ExecutionCount}
 		h.kernels[s.ID] = k
 	}
 	k.mu.Lock()
@@ -482,6 +484,20 @@ func (k *kernel) shell(r request) (abort bool) {
 	case "kernel_info_request":
 		k.reply(r, k.kernelInfo(ctx, true))
 	case "complete_request":
+		if k.spec.lang != api.LanguagePython {
+			// Python's completer alone: none for the other languages.
+			var c struct {
+				Code      string `json:"code"`
+				CursorPos *int   `json:"cursor_pos"`
+			}
+			json.Unmarshal(r.m.Content, &c)
+			pos := utf8.RuneCountInString(c.Code)
+			if c.CursorPos != nil && *c.CursorPos >= 0 && *c.CursorPos < pos {
+				pos = *c.CursorPos
+			}
+			k.reply(r, map[string]any{"status": "ok", "matches": []string{}, "cursor_start": pos, "cursor_end": pos, "metadata": map[string]any{}})
+			return
+		}
 		var c struct {
 			Code      string `json:"code"`
 			CursorPos *int   `json:"cursor_pos"`
@@ -499,6 +515,10 @@ func (k *kernel) shell(r request) (abort bool) {
 		k.reply(r, map[string]any{"status": "ok", "matches": res.Matches, "cursor_start": res.CursorStart, "cursor_end": res.CursorEnd,
 			"metadata": map[string]any{"_jupyter_types_experimental": types}})
 	case "inspect_request":
+		if k.spec.lang != api.LanguagePython {
+			k.reply(r, map[string]any{"status": "ok", "found": false, "data": map[string]any{}, "metadata": map[string]any{}})
+			return
+		}
 		var c struct {
 			Code        string `json:"code"`
 			CursorPos   *int   `json:"cursor_pos"`
@@ -516,6 +536,11 @@ func (k *kernel) shell(r request) (abort bool) {
 		}
 		k.reply(r, map[string]any{"status": "ok", "found": res.Found, "data": data, "metadata": map[string]any{}})
 	case "is_complete_request":
+		if k.spec.lang != api.LanguagePython {
+			// As kernels without a parser of their own answer: the client decides.
+			k.reply(r, map[string]any{"status": "unknown"})
+			return
+		}
 		var c struct {
 			Code string `json:"code"`
 		}
@@ -613,10 +638,14 @@ func (k *kernel) control(c *conn, m *message) {
 // kernelInfo is kernel_info_reply's content; ask: find the language's version if not known
 // yet (on shell, in the kernel's turn).
 func (k *kernel) kernelInfo(ctx context.Context, ask bool) map[string]any {
+	impl := "cellbox"
+	if k.spec.lang != api.LanguagePython {
+		impl = "cellbox-" + k.spec.lang
+	}
 	return map[string]any{
-		"status": "ok", "protocol_version": protocolVersion, "implementation": "cellbox",
-		"implementation_version": k.h.opts.Version, "language_info": k.h.language(ctx, k.sid, k.image, ask),
-		"banner": "Python in a cellbox sandbox", "help_links": []any{}, "debugger": false,
+		"status": "ok", "protocol_version": protocolVersion, "implementation": impl,
+		"implementation_version": k.h.opts.Version, "language_info": k.h.language(ctx, k.sid, k.image, k.spec, ask),
+		"banner": k.spec.title + " in a cellbox sandbox", "help_links": []any{}, "debugger": false,
 	}
 }
 

@@ -91,7 +91,8 @@ func TestJupyterServerGateway(t *testing.T) {
 		Default     string         `json:"default"`
 		Kernelspecs map[string]any `json:"kernelspecs"`
 	}
-	if st := js.do(t, "GET", "/api/kernelspecs", token, "", &specs); st != http.StatusOK || specs.Default != "python3" || specs.Kernelspecs["python3"] == nil {
+	if st := js.do(t, "GET", "/api/kernelspecs", token, "", &specs); st != http.StatusOK || specs.Default != "python3" || specs.Kernelspecs["python3"] == nil ||
+		len(specs.Kernelspecs) != 5 {
 		t.Fatalf("kernelspecs through jupyter_server: %d %+v", st, specs)
 	}
 	var k kernelModel
@@ -142,6 +143,17 @@ func TestJupyterServerGateway(t *testing.T) {
 	}
 	if st := g.do(t, "GET", "/api/kernels/"+k.ID, aliceKey, "", nil); st != http.StatusNotFound {
 		t.Errorf("the deleted kernel in cellbox: %d", st)
+	}
+
+	// A kernel of another kernelspec: bash.
+	if st := js.do(t, "POST", "/api/kernels", token, `{"name":"bash"}`, &k); st != http.StatusCreated || k.Name != "bash" {
+		t.Fatalf("start a bash kernel through jupyter_server: %d %+v", st, k)
+	}
+	t.Cleanup(func() { js.do(t, "DELETE", "/api/kernels/"+k.ID, token, "", nil) })
+	c = js.mustDial(t, k.ID, token, false)
+	c.ready()
+	if iopub, reply := c.request("shell", "execute_request", map[string]any{"code": "echo $((6 * 7))"}); reply.Content["status"] != "ok" || texts(iopub, "stream") != "42\n" {
+		t.Errorf("a bash cell through jupyter_server: %+v %v", reply.Content, iopub)
 	}
 }
 

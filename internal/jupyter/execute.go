@@ -59,8 +59,11 @@ func (k *kernel) execute(ctx context.Context, r request) (failed, stop bool) {
 			}
 		}
 	}
-	req := api.ExecuteRequest{Code: c.Code, NoHistory: noHistory, UserExpressions: c.UserExpressions, DisplayUpdates: true,
-		TimeoutS: k.h.opts.CellTimeout.Seconds()}
+	if k.spec.lang != api.LanguagePython {
+		c.UserExpressions = nil // they are Python's: none are evaluated in another language
+	}
+	req := api.ExecuteRequest{Code: c.Code, Language: k.spec.lang, NoHistory: noHistory, UserExpressions: c.UserExpressions,
+		DisplayUpdates: true, TimeoutS: k.h.opts.CellTimeout.Seconds()}
 	hooks := session.ExecuteHooks{OnOutput: onOutput}
 	if c.AllowStdin && !c.Silent {
 		hooks.OnInput = func(ctx context.Context, prompt string, password bool) (string, error) {

@@ -87,7 +87,7 @@ type Handler struct {
 	mu      sync.Mutex
 	kernels map[string]*kernel // by session id, while it has a websocket or work queued
 	stop    func()
-	langs   map[string]langInfo // by tenant and image: what kernel_info_reply says of the language
+	langs   map[string]langInfo // by tenant, image and language: what kernel_info_reply says of the language
 }
 
 // New returns the gateway's handler.

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/cellbox/cellbox/api"
@@ -15,8 +16,72 @@ import (
 	"github.com/cellbox/cellbox/internal/session"
 )
 
-// specName is the one kernelspec: Python in the server's default image.
-const specName = "python3"
+// kernelSpec is a language's kernelspec, and what its kernels say of the language.
+type kernelSpec struct {
+	name     string // the kernelspec's: the language's in cellbox ("python3" as ipykernel's)
+	display  string
+	language string // the kernelspec's language, as Jupyter's own kernels say it (IRkernel's "R")
+	lang     string // api.Language*
+	title    string // for the banner: "JavaScript (Node.js)"
+	info     langInfo
+	// version is code that prints the language's version (info.Version until it has run);
+	// "": none asked.
+	version string
+}
+
+// specs are the kernelspecs, one a language, the default first. JavaScript and TypeScript
+// kernels of one session share Node.js; TypeScript's version is not asked (its types are
+// stripped, no compiler runs).
+var specs = []kernelSpec{
+	{name: "python3", display: "Python 3 (cellbox)", language: "python", lang: api.LanguagePython, title: "Python",
+		info: langInfo{Name: "python", Version: "3", Mimetype: "text/x-python", FileExtension: ".py", PygmentsLexer: "ipython3",
+			CodemirrorMode: map[string]any{"name": "ipython", "version": 3}, NbconvertExporter: "python"},
+		version: "print(__import__('platform').python_version())"},
+	{name: "javascript", display: "JavaScript (cellbox)", language: "javascript", lang: api.LanguageJavaScript, title: "JavaScript (Node.js)",
+		info: langInfo{Name: "javascript", Mimetype: "application/javascript", FileExtension: ".js", PygmentsLexer: "javascript",
+			CodemirrorMode: "javascript"},
+		version: "console.log(process.versions.node)"},
+	{name: "typescript", display: "TypeScript (cellbox)", language: "typescript", lang: api.LanguageTypeScript, title: "TypeScript (Node.js)",
+		info: langInfo{Name: "typescript", Mimetype: "text/typescript", FileExtension: ".ts", PygmentsLexer: "typescript",
+			CodemirrorMode: "typescript"}},
+	{name: "r", display: "R (cellbox)", language: "R", lang: api.LanguageR, title: "R",
+		info:    langInfo{Name: "R", Mimetype: "text/x-r-source", FileExtension: ".r", PygmentsLexer: "r", CodemirrorMode: "r"},
+		version: `cat(R.version$major, R.version$minor, sep = ".", fill = TRUE)`},
+	{name: "bash", display: "Bash (cellbox)", language: "bash", lang: api.LanguageBash, title: "Bash",
+		info:    langInfo{Name: "bash", Mimetype: "text/x-sh", FileExtension: ".sh", PygmentsLexer: "bash", CodemirrorMode: "shell"},
+		version: `echo "${BASH_VERSINFO[0]}.${BASH_VERSINFO[1]}.${BASH_VERSINFO[2]}"`},
+}
+
+// specNamed is the kernelspec name names; a kernel may also be started by a language's
+// name or alias (api.LanguageOf) or by IRkernel's "ir", which R notebooks name.
+func specNamed(name string, aliases bool) (*kernelSpec, bool) {
+	for i := range specs {
+		if specs[i].name == name {
+			return &specs[i], true
+		}
+	}
+	if !aliases {
+		return nil, false
+	}
+	if name == "ir" {
+		name = api.LanguageR
+	}
+	if lang, ok := api.LanguageOf(name); ok {
+		return specOf(lang), true
+	}
+	return nil, false
+}
+
+// specOf is the kernelspec of language lang (Python's for one it does not know).
+func specOf(lang string) *kernelSpec {
+	lang, _ = api.LanguageOf(lang)
+	for i := range specs {
+		if specs[i].lang == lang {
+			return &specs[i]
+		}
+	}
+	return &specs[0]
+}
 
 // kernelModel is Jupyter's kernel model.
 type kernelModel struct {
@@ -31,11 +96,11 @@ func (h *Handler) apiVersion(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"version": h.opts.Version})
 }
 
-func (h *Handler) spec() map[string]any {
+func (ks *kernelSpec) model() map[string]any {
 	return map[string]any{
-		"name": specName,
+		"name": ks.name,
 		"spec": map[string]any{
-			"argv": []string{}, "display_name": "Python 3 (cellbox)", "language": "python",
+			"argv": []string{}, "display_name": ks.display, "language": ks.language,
 			"interrupt_mode": "message", "env": map[string]string{}, "metadata": map[string]any{},
 		},
 		"resources": map[string]string{},
@@ -43,19 +108,25 @@ func (h *Handler) spec() map[string]any {
 }
 
 func (h *Handler) kernelspecs(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{"default": specName, "kernelspecs": map[string]any{specName: h.spec()}})
+	all := map[string]any{}
+	for i := range specs {
+		all[specs[i].name] = specs[i].model()
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"default": specs[0].name, "kernelspecs": all})
 }
 
 func (h *Handler) kernelspec(w http.ResponseWriter, r *http.Request) {
-	if r.PathValue("name") != specName {
+	ks, ok := specNamed(r.PathValue("name"), false)
+	if !ok {
 		h.WriteError(w, r, noSpec(r.PathValue("name")))
 		return
 	}
-	writeJSON(w, http.StatusOK, h.spec())
+	writeJSON(w, http.StatusOK, ks.model())
 }
 
 func noSpec(name string) error {
-	return fmt.Errorf("no kernelspec %q: this server has %q (Python, in a cellbox sandbox): %w", name, specName, errdefs.ErrNotFound)
+	return fmt.Errorf("no kernelspec %.100q: this server has python3 (the default), javascript, typescript, r and bash, each in a cellbox sandbox: %w",
+		name, errdefs.ErrNotFound)
 }
 
 // model is session s's kernel model; false for a session that has no kernel id.
@@ -83,7 +154,7 @@ func (h *Handler) model(s api.Session) (kernelModel, bool) {
 	if last.IsZero() {
 		last = s.CreatedAt
 	}
-	return kernelModel{ID: kid, Name: specName, LastActivity: timestamp(last), ExecutionState: state, Connections: conns}, true
+	return kernelModel{ID: kid, Name: specOf(s.Language).name, LastActivity: timestamp(last), ExecutionState: state, Connections: conns}, true
 }
 
 func (h *Handler) listKernels(w http.ResponseWriter, r *http.Request) {
@@ -119,11 +190,12 @@ func (h *Handler) startKernel(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if req.Name != "" && req.Name != specName {
+	ks, ok := specNamed(req.Name, true)
+	if !ok {
 		h.WriteError(w, r, noSpec(req.Name))
 		return
 	}
-	s, err := h.s.Create(r.Context(), api.CreateSessionRequest{})
+	s, err := h.s.Create(r.Context(), api.CreateSessionRequest{Language: ks.lang})
 	if err != nil {
 		h.WriteError(w, r, err)
 		return
@@ -134,7 +206,7 @@ func (h *Handler) startKernel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// Not its kernel id: with Options.OpenChannels that is the key to its websocket.
-	h.log.Info("jupyter kernel started", "session_id", s.ID)
+	h.log.Info("jupyter kernel started", "session_id", s.ID, "language", ks.lang)
 	w.Header().Set("Location", "/api/kernels/"+m.ID)
 	writeJSON(w, http.StatusCreated, m)
 }
@@ -242,57 +314,49 @@ func (h *Handler) restart(ctx context.Context, sid string) error {
 
 // langInfo is what kernel_info_reply says of the language.
 type langInfo struct {
-	Name              string         `json:"name"`
-	Version           string         `json:"version"`
-	Mimetype          string         `json:"mimetype"`
-	FileExtension     string         `json:"file_extension"`
-	PygmentsLexer     string         `json:"pygments_lexer"`
-	CodemirrorMode    map[string]any `json:"codemirror_mode"`
-	NbconvertExporter string         `json:"nbconvert_exporter"`
+	Name              string `json:"name"`
+	Version           string `json:"version,omitempty"`
+	Mimetype          string `json:"mimetype"`
+	FileExtension     string `json:"file_extension"`
+	PygmentsLexer     string `json:"pygments_lexer"`
+	CodemirrorMode    any    `json:"codemirror_mode"` // a mode's name, or a CodeMirror mode spec
+	NbconvertExporter string `json:"nbconvert_exporter,omitempty"`
 }
 
-func pythonInfo(version string) langInfo {
-	return langInfo{Name: "python", Version: version, Mimetype: "text/x-python", FileExtension: ".py",
-		PygmentsLexer: "ipython3", CodemirrorMode: map[string]any{"name": "ipython", "version": 3}, NbconvertExporter: "python"}
-}
-
-// language is the language_info of session sid, on image: its Python version is asked once
-// per image and tenant (a user expression of an uncounted, empty run) and kept; "3" until
-// then, or when asking fails. The answer comes from the tenant's own kernel, whose code
-// may say anything: it is kept only if it reads as a version, and only for that tenant.
-func (h *Handler) language(ctx context.Context, sid, image string, ask bool) langInfo {
-	key := session.Tenant(ctx) + "\x00" + image
+// language is the language_info of kernel spec ks of session sid, on image: the language's
+// version is asked once per language, image and tenant (an uncounted run of ks.version)
+// and kept; ks.info's until then, or when asking fails. The answer comes from the tenant's
+// own kernel, whose code may say anything: it is kept only if it reads as a version, and
+// only for that tenant.
+func (h *Handler) language(ctx context.Context, sid, image string, ks *kernelSpec, ask bool) langInfo {
+	key := session.Tenant(ctx) + "\x00" + image + "\x00" + ks.lang
 	h.mu.Lock()
 	li, ok := h.langs[key]
 	h.mu.Unlock()
-	if ok || !ask {
+	if ok || !ask || ks.version == "" {
 		if !ok {
-			li = pythonInfo("3")
+			li = ks.info
 		}
 		return li
 	}
-	li = pythonInfo("3")
+	li = ks.info
 	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	res, err := h.s.Execute(actx, sid, api.ExecuteRequest{NoHistory: true, TimeoutS: 10,
-		UserExpressions: map[string]string{"v": "__import__('platform').python_version()"}}, nil)
-	if err == nil {
-		if v, ok := res.UserExpressions["v"].Data["text/plain"].(string); ok && pythonVersion.MatchString(trimQuotes(v)) {
-			li.Version = trimQuotes(v)
-			h.mu.Lock()
-			h.langs[key] = li
-			h.mu.Unlock()
+	var out strings.Builder
+	_, err := h.s.Execute(actx, sid, api.ExecuteRequest{Code: ks.version, Language: ks.lang, NoHistory: true, TimeoutS: 10}, func(o api.Output) {
+		if o.Type == api.OutputStream && o.Name == "stdout" && out.Len() < 100 {
+			out.WriteString(o.Text)
 		}
+	})
+	if v := strings.TrimSpace(out.String()); err == nil && version.MatchString(v) {
+		li.Version = v
+		h.mu.Lock()
+		h.langs[key] = li
+		h.mu.Unlock()
 	}
 	return li
 }
 
-// pythonVersion is what platform.python_version() says: 3.11.2, 3.13.0rc1, 3.14.0a1+.
-var pythonVersion = regexp.MustCompile(`^[0-9]{1,3}\.[0-9]{1,3}(\.[0-9]{1,3})?([a-z]{1,3}[0-9]{0,3})?\+?$`)
-
-func trimQuotes(s string) string {
-	if len(s) >= 2 && (s[0] == '\'' || s[0] == '"') && s[len(s)-1] == s[0] {
-		return s[1 : len(s)-1]
-	}
-	return s
-}
+// version is what the languages say of their versions: 3.11.2, 3.13.0rc1, 3.14.0a1+ (Python),
+// 20.19.2 (Node.js), 4.2.2 (R), 5.2.15 (Bash).
+var version = regexp.MustCompile(`^[0-9]{1,3}\.[0-9]{1,3}(\.[0-9]{1,3})?([a-z]{1,3}[0-9]{0,3})?\+?$`)

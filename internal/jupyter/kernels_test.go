@@ -13,40 +13,60 @@ import (
 	"github.com/cellbox/cellbox/internal/session"
 )
 
-// versionSays is a session manager whose every kernel says its Python is version: what a
-// tenant's code can make its own kernel say (platform.python_version replaced).
+// versionSays is a session manager whose every kernel says its language's version is
+// version: what a tenant's code can make its own kernel say (platform.python_version
+// replaced). It counts the runs of each language.
 type versionSays struct {
 	Sessions // the rest is not called
 	version  string
+	runs     map[string]int
 }
 
 func (v *versionSays) Get(ctx context.Context, id string) (*api.Session, error) {
 	return &api.Session{ID: id, Image: "default"}, nil
 }
 
-func (v *versionSays) Execute(ctx context.Context, id string, req api.ExecuteRequest, _ func(api.Output)) (*api.ExecuteResult, error) {
-	return &api.ExecuteResult{Status: api.StatusOK, UserExpressions: map[string]api.Output{
-		"v": {Type: api.OutputDisplayData, Data: map[string]any{"text/plain": "'" + v.version + "'"}}}}, nil
+func (v *versionSays) Execute(ctx context.Context, id string, req api.ExecuteRequest, onOutput func(api.Output)) (*api.ExecuteResult, error) {
+	if v.runs == nil {
+		v.runs = map[string]int{}
+	}
+	v.runs[req.Language]++
+	onOutput(api.Output{Type: api.OutputStream, Name: "stdout", Text: v.version + "\n"})
+	return &api.ExecuteResult{Status: api.StatusOK}, nil
 }
 
-// TestLanguageVersion: the Python version kernel_info_reply states is what the tenant's
+// TestLanguageVersion: the language version kernel_info_reply states is what the tenant's
 // own kernel said, when it reads as a version; one tenant's kernel cannot choose what
-// another's clients are told.
+// another's clients are told, nor one language's what another's are.
 func TestLanguageVersion(t *testing.T) {
 	s := &versionSays{}
 	h := &Handler{s: s, langs: map[string]langInfo{}}
 	mallory, alice := session.WithTenant(context.Background(), "mallory"), session.WithTenant(context.Background(), "alice")
+	py, js, ts := specOf(api.LanguagePython), specOf(api.LanguageJavaScript), specOf(api.LanguageTypeScript)
 	s.version = "<img src=x onerror=alert(1)>"
-	if v := h.language(mallory, "s1", "default", true).Version; v != "3" {
+	if v := h.language(mallory, "s1", "default", py, true).Version; v != "3" {
 		t.Errorf("a version that is none: %q", v)
 	}
 	s.version = "2.7.18"
-	if v := h.language(mallory, "s1", "default", true).Version; v != "2.7.18" {
+	if v := h.language(mallory, "s1", "default", py, true).Version; v != "2.7.18" {
 		t.Errorf("mallory's kernel says 2.7.18, mallory is told %q", v)
 	}
 	s.version = "3.13.0rc1"
-	if v := h.language(alice, "s2", "default", true).Version; v != "3.13.0rc1" {
+	if v := h.language(alice, "s2", "default", py, true).Version; v != "3.13.0rc1" {
 		t.Errorf("alice's kernel says 3.13.0rc1, alice is told %q (mallory's answer kept for her?)", v)
+	}
+	s.version = "20.19.2"
+	if li := h.language(alice, "s3", "default", js, true); li.Version != "20.19.2" || li.Name != "javascript" {
+		t.Errorf("alice's JavaScript kernel says 20.19.2, alice is told %+v", li)
+	}
+	if v := h.language(alice, "s2", "default", py, true).Version; v != "3.13.0rc1" {
+		t.Errorf("alice's Python after her JavaScript: %q", v)
+	}
+	if li := h.language(alice, "s4", "default", ts, true); li.Version != "" || li.Name != "typescript" || s.runs[api.LanguageTypeScript] != 0 {
+		t.Errorf("TypeScript's version is none of Node.js's: %+v, %d runs", li, s.runs[api.LanguageTypeScript])
+	}
+	if s.runs[api.LanguagePython] != 3 || s.runs[api.LanguageJavaScript] != 1 {
+		t.Errorf("versions asked once a tenant, language and image: %v", s.runs)
 	}
 }
 
