@@ -151,12 +151,22 @@ func (b *bench) waitPool(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if h.Pool >= b.cfg.PoolSize {
+		if h.Pool >= b.cfg.PoolSize+sum(b.cfg.LanguagePoolSizes()) {
 			return nil
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	return fmt.Errorf("the warm pool did not fill within 3 minutes")
+}
+
+// sum adds a map's values: the warm sandboxes of the language pools, which Health counts
+// beside the default image's.
+func sum(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
 }
 
 // warmCells times n runs of code in one session, after warm untimed ones; check (may be

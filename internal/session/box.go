@@ -240,10 +240,15 @@ func (m *Manager) fromPool(ctx context.Context, p *pool, spec boxSpec) *box {
 	return nil
 }
 
-// warmLanguage starts the kernel of b's language in it (a quiet empty cell), for a language
-// pool.
+// warmLanguage starts the kernel of b's language in it, for a language pool: a quiet cell
+// that shows a value, as most first cells do (R and Node load what showing one needs the
+// first time).
 func (m *Manager) warmLanguage(ctx context.Context, b *box) error {
-	res, err := b.guest.ExecuteWith(ctx, api.ExecuteRequest{Language: b.language, TimeoutS: 60}, guestproto.ExecuteOptions{Quiet: true})
+	code := "1"
+	if b.language == api.LanguageBash {
+		code = "true"
+	}
+	res, err := b.guest.ExecuteWith(ctx, api.ExecuteRequest{Language: b.language, Code: code, TimeoutS: 60}, guestproto.ExecuteOptions{Quiet: true})
 	if err == nil && res.Status != api.StatusOK {
 		err = fmt.Errorf("the %s kernel did not start: %s %s: %w", b.language, res.Status, res.Message, errdefs.ErrUnavailable)
 	}

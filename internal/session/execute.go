@@ -36,7 +36,11 @@ func (m *Manager) ExecuteInteractive(ctx context.Context, id string, req api.Exe
 	if err := checkExecute(&req, s.language); err != nil {
 		return nil, err
 	}
-	if bad := fromTypeScript(&req); bad != nil {
+	bad, err := fromTypeScript(ctx, &req)
+	if err != nil {
+		return nil, err
+	}
+	if bad != nil {
 		if hooks.OnOutput != nil {
 			hooks.OnOutput(*bad)
 		}

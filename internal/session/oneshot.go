@@ -74,7 +74,11 @@ func (m *Manager) OneShot(ctx context.Context, req api.OneShotRequest, onOutput 
 		return nil, err
 	}
 	cell := api.ExecuteRequest{Code: req.Code, Language: lang, TimeoutS: req.TimeoutS}
-	if bad := fromTypeScript(&cell); bad != nil {
+	bad, err := fromTypeScript(ctx, &cell)
+	if err != nil {
+		return nil, err
+	}
+	if bad != nil {
 		if onOutput != nil {
 			onOutput(*bad)
 		}

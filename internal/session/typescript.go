@@ -1,11 +1,14 @@
 package session
 
 import (
+	"context"
 	"fmt"
+	"runtime"
 
 	esbuild "github.com/evanw/esbuild/pkg/api"
 
 	"github.com/cellbox/cellbox/api"
+	"github.com/cellbox/cellbox/internal/errdefs"
 )
 
 // TypeScript runs in the JavaScript kernel: the server strips its types with esbuild (a
@@ -13,18 +16,36 @@ import (
 // a cell means on its own: imports it does not use stay (a later cell may), top-level await
 // stays, and nothing is bundled or minified.
 
+// maxTypeScript bounds a TypeScript cell. esbuild runs in the server, outside any sandbox's
+// CPU limit, and some inputs cost it time out of proportion to their size (every
+// "already declared" error scans the source for its line: 240 KB of them took 2.5 s here),
+// so the cell is small and one strip runs at a time a core.
+const maxTypeScript = 128 << 10
+
+var stripSlots = make(chan struct{}, max(1, runtime.NumCPU()/2))
+
 // fromTypeScript turns a TypeScript cell of req into the JavaScript that runs it; a syntax
 // error is returned as the cell's error output.
-func fromTypeScript(req *api.ExecuteRequest) *api.Output {
+func fromTypeScript(ctx context.Context, req *api.ExecuteRequest) (*api.Output, error) {
 	if req.Language != api.LanguageTypeScript {
-		return nil
+		return nil, nil
+	}
+	if len(req.Code) > maxTypeScript {
+		return nil, fmt.Errorf("a TypeScript cell holds at most %d KiB (this one %d KiB): split it, or run it as JavaScript: %w",
+			maxTypeScript>>10, len(req.Code)>>10, errdefs.ErrInvalidArgument)
+	}
+	select {
+	case stripSlots <- struct{}{}:
+		defer func() { <-stripSlots }()
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
 	js, bad := stripTypes(req.Code)
 	if bad != nil {
-		return bad
+		return bad, nil
 	}
 	req.Code, req.Language = js, api.LanguageJavaScript
-	return nil
+	return nil, nil
 }
 
 func stripTypes(code string) (js string, bad *api.Output) {
@@ -40,6 +61,7 @@ func stripTypes(code string) (js string, bad *api.Output) {
 		Sourcefile:  "cell.ts",
 		TsconfigRaw: `{"compilerOptions": {"verbatimModuleSyntax": true}}`,
 		LogLevel:    esbuild.LogLevelSilent,
+		LogLimit:    10,
 	})
 	if len(res.Errors) == 0 {
 		return string(res.Code), nil

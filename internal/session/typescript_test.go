@@ -1,10 +1,13 @@
 package session
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"testing"
 
 	"github.com/cellbox/cellbox/api"
+	"github.com/cellbox/cellbox/internal/errdefs"
 )
 
 func TestStripTypes(t *testing.T) {
@@ -26,8 +29,17 @@ func TestStripTypes(t *testing.T) {
 		t.Errorf("syntax error: %+v", bad)
 	}
 	req := api.ExecuteRequest{Code: "let x: string = 'a'", Language: api.LanguageTypeScript}
-	if bad := fromTypeScript(&req); bad != nil || req.Language != api.LanguageJavaScript || strings.Contains(req.Code, "string") {
-		t.Errorf("fromTypeScript: %+v %+v", req, bad)
+	if bad, err := fromTypeScript(context.Background(), &req); bad != nil || err != nil || req.Language != api.LanguageJavaScript || strings.Contains(req.Code, "string") {
+		t.Errorf("fromTypeScript: %+v %+v %v", req, bad, err)
+	}
+	// A cell too large for the server's parser is refused before it parses.
+	big := api.ExecuteRequest{Code: strings.Repeat("const a: number = 1;\n", 7000), Language: api.LanguageTypeScript}
+	if _, err := fromTypeScript(context.Background(), &big); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "128 KiB") {
+		t.Errorf("a %d-byte TypeScript cell: %v", len(big.Code), err)
+	}
+	// Deep nesting is bounded by the size: no stack to exhaust.
+	if _, bad := stripTypes(strings.Repeat("(", maxTypeScript)); bad == nil {
+		t.Error("128 Ki open parentheses stripped without a syntax error")
 	}
 }
 
