@@ -125,7 +125,7 @@ func (b *bench) waitLangPool(ctx context.Context, lang string) error {
 	if lang == api.LanguageTypeScript {
 		kernel = api.LanguageJavaScript
 	}
-	size := b.cfg.LanguagePoolSizes()[kernel]
+	size := b.cfg.LanguagePoolSizes()[kernel] // none for "" and Python
 	if size == 0 {
 		return nil
 	}
@@ -205,17 +205,7 @@ func (b *bench) langIdle(ctx context.Context, lang string, n int) (float64, int,
 			b.c.DeleteSession(ctx, id)
 		}
 	}()
-	settle := func() (float64, error) {
-		if err := b.waitPool(ctx); err != nil {
-			return 0, err
-		}
-		if err := b.waitLangPool(ctx, lang); err != nil {
-			return 0, err
-		}
-		time.Sleep(3 * time.Second)
-		return memAvailable()
-	}
-	before, err := settle()
+	before, err := b.settle(ctx, lang)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -229,7 +219,7 @@ func (b *bench) langIdle(ctx context.Context, lang string, n int) (float64, int,
 			return 0, 0, err
 		}
 	}
-	after, err := settle()
+	after, err := b.settle(ctx, lang)
 	if err != nil {
 		return 0, 0, err
 	}

@@ -41,13 +41,7 @@ func (b *bench) idleMemory(ctx context.Context, n int, r *benchResult) error {
 			b.c.DeleteSession(ctx, id)
 		}
 	}()
-	settle := func() (float64, error) {
-		if err := b.waitPool(ctx); err != nil {
-			return 0, err
-		}
-		time.Sleep(3 * time.Second)
-		return memAvailable()
-	}
+	settle := func() (float64, error) { return b.settle(ctx, "") }
 	before, err := settle()
 	if err != nil {
 		return err
@@ -99,6 +93,19 @@ func (b *bench) idleMemory(ctx context.Context, n int, r *benchResult) error {
 	}
 	r.work, r.workN = (idle-worked)/float64(len(measured)), len(measured)
 	return nil
+}
+
+// settle waits for the warm pools (and lang's, if any) to be full and the host to be quiet,
+// then reads its available memory.
+func (b *bench) settle(ctx context.Context, lang string) (float64, error) {
+	if err := b.waitPool(ctx); err != nil {
+		return 0, err
+	}
+	if err := b.waitLangPool(ctx, lang); err != nil {
+		return 0, err
+	}
+	time.Sleep(3 * time.Second)
+	return memAvailable()
 }
 
 // memAvailable reads MemAvailable from /proc/meminfo, in bytes.
