@@ -59,6 +59,15 @@ const (
 	LanguageBash       = "bash"
 )
 
+// KernelLanguage is the language whose kernel runs a cell of lang: JavaScript's for
+// TypeScript (its types stripped by the server), else lang's own.
+func KernelLanguage(lang string) string {
+	if lang == LanguageTypeScript {
+		return LanguageJavaScript
+	}
+	return lang
+}
+
 // LanguageOf returns the language that name (a Language* constant or an alias; "" is
 // Python) stands for, and whether it is one.
 func LanguageOf(name string) (string, bool) {

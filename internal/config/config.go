@@ -576,10 +576,7 @@ func (c Config) parseLanguagePools() (map[string]int, error) {
 		case n < 0 || n > 1000:
 			errs = append(errs, fmt.Sprintf("%s=%d: N must be 0..1000", name, n))
 		default:
-			if lang == api.LanguageTypeScript {
-				lang = api.LanguageJavaScript
-			}
-			pools[lang] += n
+			pools[api.KernelLanguage(lang)] += n
 		}
 	}
 	if len(errs) > 0 {

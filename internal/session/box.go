@@ -34,16 +34,12 @@ type boxSpec struct {
 // poolKey names a warm pool: an image's, or the default image's for a language.
 type poolKey struct{ image, language string }
 
-// kernelLanguage is the kernel a session of lang uses beside Python's: "" for Python, and
-// JavaScript's for TypeScript.
+// kernelLanguage is the kernel a session of lang uses beside Python's ("" for Python).
 func kernelLanguage(lang string) string {
-	switch lang {
-	case api.LanguagePython:
+	if lang == api.LanguagePython {
 		return ""
-	case api.LanguageTypeScript:
-		return api.LanguageJavaScript
 	}
-	return lang
+	return api.KernelLanguage(lang)
 }
 
 // box is a started sandbox whose guest has been dialed and configured: a ready kernel.
