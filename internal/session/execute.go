@@ -36,18 +36,11 @@ func (m *Manager) ExecuteInteractive(ctx context.Context, id string, req api.Exe
 	if err := checkExecute(&req, s.language); err != nil {
 		return nil, err
 	}
-	bad, err := fromTypeScript(ctx, &req)
-	if err != nil {
-		return nil, err
-	}
-	if bad != nil {
-		if hooks.OnOutput != nil {
-			hooks.OnOutput(*bad)
-		}
-		s.mu.Lock()
-		count := s.execCount
-		s.mu.Unlock()
-		return syntaxResult(bad, count), nil
+	s.mu.Lock()
+	count := s.execCount
+	s.mu.Unlock()
+	if res, err := fromTypeScript(ctx, &req, count, hooks.OnOutput); res != nil || err != nil {
+		return res, err
 	}
 	b, rctx, release, err := m.admitIn(ctx, s, kindExecute)
 	if err != nil {

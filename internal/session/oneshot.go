@@ -74,15 +74,8 @@ func (m *Manager) OneShot(ctx context.Context, req api.OneShotRequest, onOutput 
 		return nil, err
 	}
 	cell := api.ExecuteRequest{Code: req.Code, Language: lang, TimeoutS: req.TimeoutS}
-	bad, err := fromTypeScript(ctx, &cell)
-	if err != nil {
-		return nil, err
-	}
-	if bad != nil {
-		if onOutput != nil {
-			onOutput(*bad)
-		}
-		return syntaxResult(bad, 0), nil
+	if res, err := fromTypeScript(ctx, &cell, 0, onOutput); res != nil || err != nil {
+		return res, err
 	}
 	files, err := decodeFiles(req.Files)
 	if err != nil {

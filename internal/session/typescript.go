@@ -24,9 +24,10 @@ const maxTypeScript = 128 << 10
 
 var stripSlots = make(chan struct{}, max(1, runtime.NumCPU()/2))
 
-// fromTypeScript turns a TypeScript cell of req into the JavaScript that runs it; a syntax
-// error is returned as the cell's error output.
-func fromTypeScript(ctx context.Context, req *api.ExecuteRequest) (*api.Output, error) {
+// fromTypeScript turns a TypeScript cell of req into the JavaScript that runs it. A cell
+// that cannot run (a syntax error) is answered here: its error output goes to onOutput (may
+// be nil) and is the returned result, with execution count count.
+func fromTypeScript(ctx context.Context, req *api.ExecuteRequest, count int, onOutput func(api.Output)) (*api.ExecuteResult, error) {
 	if req.Language != api.LanguageTypeScript {
 		return nil, nil
 	}
@@ -42,7 +43,10 @@ func fromTypeScript(ctx context.Context, req *api.ExecuteRequest) (*api.Output, 
 	}
 	js, bad := stripTypes(req.Code)
 	if bad != nil {
-		return bad, nil
+		if onOutput != nil {
+			onOutput(*bad)
+		}
+		return &api.ExecuteResult{Status: api.StatusError, ExecutionCount: count, Outputs: []api.Output{*bad}, Files: []api.FileChange{}}, nil
 	}
 	req.Code, req.Language = js, api.LanguageJavaScript
 	return nil, nil
@@ -78,9 +82,4 @@ func stripTypes(code string) (js string, bad *api.Output) {
 		tb = append(tb, line)
 	}
 	return "", &api.Output{Type: api.OutputError, EName: "SyntaxError", EValue: res.Errors[0].Text, Traceback: tb}
-}
-
-// syntaxResult is the result of a cell that could not run: its error output.
-func syntaxResult(bad *api.Output, count int) *api.ExecuteResult {
-	return &api.ExecuteResult{Status: api.StatusError, ExecutionCount: count, Outputs: []api.Output{*bad}, Files: []api.FileChange{}}
 }

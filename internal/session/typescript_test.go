@@ -29,12 +29,12 @@ func TestStripTypes(t *testing.T) {
 		t.Errorf("syntax error: %+v", bad)
 	}
 	req := api.ExecuteRequest{Code: "let x: string = 'a'", Language: api.LanguageTypeScript}
-	if bad, err := fromTypeScript(context.Background(), &req); bad != nil || err != nil || req.Language != api.LanguageJavaScript || strings.Contains(req.Code, "string") {
-		t.Errorf("fromTypeScript: %+v %+v %v", req, bad, err)
+	if res, err := fromTypeScript(context.Background(), &req, 3, nil); res != nil || err != nil || req.Language != api.LanguageJavaScript || strings.Contains(req.Code, "string") {
+		t.Errorf("fromTypeScript: %+v %+v %v", req, res, err)
 	}
 	// A cell too large for the server's parser is refused before it parses.
 	big := api.ExecuteRequest{Code: strings.Repeat("const a: number = 1;\n", 7000), Language: api.LanguageTypeScript}
-	if _, err := fromTypeScript(context.Background(), &big); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "128 KiB") {
+	if _, err := fromTypeScript(context.Background(), &big, 3, nil); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "128 KiB") {
 		t.Errorf("a %d-byte TypeScript cell: %v", len(big.Code), err)
 	}
 	// Deep nesting is bounded by the size: no stack to exhaust.
