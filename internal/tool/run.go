@@ -31,8 +31,7 @@ type ToolRunner interface {
 // session tool, a refusal of the call (invalid_argument: the arguments do not match its
 // schema; not_found: there is no such tool now), not a failure of the code.
 func Run(ctx context.Context, r Runner, sessionID string, c Call, limits RenderLimits, onOutput func(api.Output)) (*Result, error) {
-	switch c.Name {
-	case Shell:
+	if c.Name == Shell {
 		res, err := r.Command(ctx, sessionID, ShellCommand(c.Code, 0))
 		if err != nil {
 			return nil, err
@@ -40,17 +39,13 @@ func Run(ctx context.Context, r Runner, sessionID string, c Call, limits RenderL
 		out := RenderCommand(res, limits)
 		out.Command = res
 		return out, nil
-	case Python:
-		res, err := r.Execute(ctx, sessionID, api.ExecuteRequest{Code: c.Code}, onOutput)
-		if err != nil {
-			return nil, err
-		}
-		out := RenderExecute(res, limits)
-		out.Execute = res
-		return out, nil
 	}
-	if _, ok := languageTools[c.Name]; ok {
-		res, err := r.Execute(ctx, sessionID, api.ExecuteRequest{Code: c.Code, Language: c.Name}, onOutput)
+	if _, lang := languageTools[c.Name]; lang || c.Name == Python {
+		req := api.ExecuteRequest{Code: c.Code}
+		if lang {
+			req.Language = c.Name
+		}
+		res, err := r.Execute(ctx, sessionID, req, onOutput)
 		if err != nil {
 			return nil, err
 		}

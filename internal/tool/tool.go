@@ -219,10 +219,14 @@ func Decode(name string, args json.RawMessage, sessionTools ...Definition) (Call
 	if len(strings.TrimSpace(string(args))) == 0 {
 		args = json.RawMessage("{}")
 	}
-	if _, ok := languageTools[name]; ok {
+	if _, lang := languageTools[name]; lang || name == Python {
 		var a pythonArgs
 		if err := strictUnmarshal(args, &a); err != nil {
-			return Call{}, fmt.Errorf("the %s tool's arguments must be a JSON object like {\"code\": \"...\"}: %v", name, err)
+			example := "..."
+			if name == Python {
+				example = "print(1)"
+			}
+			return Call{}, fmt.Errorf("the %s tool's arguments must be a JSON object like {\"code\": \"%s\"}: %v", name, example, err)
 		}
 		if strings.TrimSpace(a.Code) == "" {
 			return Call{}, fmt.Errorf("the %s tool needs a non-empty \"code\" argument", name)
@@ -230,15 +234,6 @@ func Decode(name string, args json.RawMessage, sessionTools ...Definition) (Call
 		return Call{Name: name, Code: a.Code, SessionID: a.SessionID}, nil
 	}
 	switch name {
-	case Python:
-		var a pythonArgs
-		if err := strictUnmarshal(args, &a); err != nil {
-			return Call{}, fmt.Errorf("the python tool's arguments must be a JSON object like {\"code\": \"print(1)\"}: %v", err)
-		}
-		if strings.TrimSpace(a.Code) == "" {
-			return Call{}, fmt.Errorf("the python tool needs a non-empty \"code\" argument")
-		}
-		return Call{Name: name, Code: a.Code, SessionID: a.SessionID}, nil
 	case Shell:
 		var a shellArgs
 		if err := strictUnmarshal(args, &a); err != nil {
