@@ -149,13 +149,7 @@ func (s *server) startLocked(cfg *guestproto.Config, closing, warm bool) error {
 	}
 	switch {
 	case r.died:
-		why := lastLine(r.errTail)
-		if why == "" {
-			why = "it exited with " + exitText(r.ws)
-		}
-		if r.stop == stopTimeout {
-			why = fmt.Sprintf("it was not ready within %s", seconds(max(startTimeout.Seconds(), cfg.DefaultTimeoutS)))
-		}
+		why := notStarted(r, seconds(max(startTimeout.Seconds(), cfg.DefaultTimeoutS)))
 		return fail(fmt.Errorf("the Python kernel did not start: %s: %w", why, errdefs.ErrUnavailable))
 	case !r.ok && r.errOut != nil && r.errOut.EName == "ModuleNotFoundError":
 		// The preimport warms up what the image may have: a kernel on an image without
@@ -180,6 +174,22 @@ func (s *server) startLocked(cfg *guestproto.Config, closing, warm bool) error {
 		}
 	}
 	return nil
+}
+
+// notStarted says why a kernel's start (run r, with time limit limit) failed: its time ran
+// out, or the last line it wrote to stderr (R's last is "Execution halted": the error is the
+// line before), or its exit.
+func notStarted(r *cellRun, limit time.Duration) string {
+	why := lastLine(bytes.TrimSuffix(bytes.TrimSpace(r.errTail), []byte("Execution halted")))
+	switch {
+	case r.stop == stopTimeout:
+		return fmt.Sprintf("it was not ready within %s", limit)
+	case why != "":
+		return why
+	case r.died:
+		return "it exited with " + exitText(r.ws)
+	}
+	return "its runner did not answer"
 }
 
 // lastLine is the last non-empty line of b, capped, for an error message.
@@ -300,7 +310,6 @@ func (s *server) execute(ctx context.Context, w io.Writer, runID string, req *ap
 		writeMsg(w, errFrom(err))
 		return
 	}
-	code := req.Code
 	var (
 		k    *kernel
 		lk   *langKernel // k's, for a language other than Python
@@ -335,17 +344,15 @@ func (s *server) execute(ctx context.Context, w io.Writer, runID string, req *ap
 		return
 	}
 	if rt == nil && req.Context != "" && !s.ctxs[req.Context] {
-		if len(s.ctxs)+s.langContexts() >= guestproto.MaxContexts {
+		if err := s.contextsFull(); err != nil {
 			release()
-			writeMsg(w, errMsg(api.CodeResourceExhausted, fmt.Sprintf("this session has %d execution contexts, "+
-				"the most it keeps: delete one you no longer need, or restart the kernel", guestproto.MaxContexts)))
+			writeMsg(w, errFrom(err))
 			return
 		}
 		s.ctxs[req.Context] = true // the runner makes it when the cell arrives
 	}
 	if rt != nil {
-		var bad *api.Output
-		if code, bad = cellCode(rt, code); bad != nil {
+		if bad := unrunnable(rt, req.Code); bad != nil {
 			// The code cannot run: that is its result.
 			release()
 			writeMsg(w, guestproto.Message{Output: bad})
@@ -354,7 +361,7 @@ func (s *server) execute(ctx context.Context, w io.Writer, runID string, req *ap
 			return
 		}
 	}
-	r := newRun(code, false, timeout, seconds(cfg.InterruptGraceS), newBudget(cfg.MaxOutputBytes, cfg.MaxRichBytes))
+	r := newRun(req.Code, false, timeout, seconds(cfg.InterruptGraceS), newBudget(cfg.MaxOutputBytes, cfg.MaxRichBytes))
 	r.context, r.env, r.quiet = req.Context, req.Env, quiet
 	r.displays, r.exprs, r.stdin = req.DisplayUpdates, req.UserExpressions, replies != nil && rt == nil
 	before := s.root.snapshot()

@@ -1,7 +1,6 @@
 package guest
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"strconv"
@@ -73,13 +72,14 @@ type langKernel struct {
 	count int // its execution count after its latest cell
 }
 
-// cellCode is the code a kernel runs for a cell: a shell's must hold no NUL byte.
-func cellCode(rt *langRuntime, code string) (string, *api.Output) {
-	if rt != nil && rt.shell && strings.IndexByte(code, 0) >= 0 {
-		return "", &api.Output{Type: api.OutputError, EName: "SyntaxError", EValue: "a shell cell cannot hold a NUL byte",
+// unrunnable is the error output of a cell rt cannot run (nil: it can): a shell's must hold
+// no NUL byte.
+func unrunnable(rt *langRuntime, code string) *api.Output {
+	if rt.shell && strings.IndexByte(code, 0) >= 0 {
+		return &api.Output{Type: api.OutputError, EName: "SyntaxError", EValue: "a shell cell cannot hold a NUL byte",
 			Traceback: []string{"SyntaxError: a shell cell cannot hold a NUL byte"}}
 	}
-	return code, nil
+	return nil
 }
 
 // pythonKernelLocked returns the Python kernel, started anew if it has stopped (with a note
@@ -112,9 +112,10 @@ func (s *server) langKernelLocked(cfg *guestproto.Config, key langKey, rt *langR
 	if lk != nil {
 		s.dropLangKernel(key, lk)
 		note = "The " + rt.name + " kernel had stopped since the last cell and was started again before this one; its variables were lost, files in /mnt/data are kept."
-	} else if key.ctx != "" && len(s.ctxs)+s.langContexts() >= guestproto.MaxContexts {
-		return nil, "", fmt.Errorf("this session has %d execution contexts, the most it keeps: delete one you no longer need, or restart the kernel: %w",
-			guestproto.MaxContexts, errdefs.ErrResourceExhausted)
+	} else if key.ctx != "" {
+		if err := s.contextsFull(); err != nil {
+			return nil, "", err
+		}
 	}
 	spec := s.kernelSpec(cfg)
 	spec.rt, spec.image = rt, cfg.Image
@@ -132,17 +133,7 @@ func (s *server) langKernelLocked(cfg *guestproto.Config, key langKey, rt *langR
 	<-r.done
 	if r.died || !r.ok {
 		k.kill()
-		// R's last line is "Execution halted": the error is the line before.
-		why := lastLine(bytes.TrimSuffix(bytes.TrimSpace(r.errTail), []byte("Execution halted")))
-		switch {
-		case r.stop == stopTimeout:
-			why = fmt.Sprintf("it was not ready within %s", startTimeout)
-		case why == "" && r.died:
-			why = "it exited with " + exitText(r.ws)
-		case why == "":
-			why = "its runner did not answer"
-		}
-		return nil, "", fmt.Errorf("the %s kernel did not start: %s: %w", rt.name, why, errdefs.ErrUnavailable)
+		return nil, "", fmt.Errorf("the %s kernel did not start: %s: %w", rt.name, notStarted(r, startTimeout), errdefs.ErrUnavailable)
 	}
 	lk = &langKernel{k: k}
 	s.mu.Lock()
@@ -159,17 +150,23 @@ func (s *server) langKernelLocked(cfg *guestproto.Config, key langKey, rt *langR
 	return lk, note, nil
 }
 
-// langContexts is the number of named contexts that kernels of other languages hold.
-func (s *server) langContexts() int {
+// contextsFull refuses a new named context when the session holds MaxContexts of them, of
+// every language: Python's namespaces and the other languages' kernels. The caller holds
+// kmu.
+func (s *server) contextsFull() error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	n := 0
+	n := len(s.ctxs)
 	for key := range s.langs {
 		if key.ctx != "" {
 			n++
 		}
 	}
-	return n
+	s.mu.Unlock()
+	if n < guestproto.MaxContexts {
+		return nil
+	}
+	return fmt.Errorf("this session has %d execution contexts, the most it keeps: delete one you no longer need, or restart the kernel: %w",
+		guestproto.MaxContexts, errdefs.ErrResourceExhausted)
 }
 
 // dropLangKernel kills lk, the kernel of key, and forgets it.

@@ -146,6 +146,9 @@ func TestBashKernel(t *testing.T) {
 			t.Fatalf("%q: status %s, stdout %q (%+v); want %s, %q", s.code, r.Status, text(r, "stdout"), r.Outputs, s.status, s.out)
 		}
 	}
+	if r := g.runLang(t, "bash", "echo a\x00b", 0); r.Status != api.StatusError || errorOf(r) == nil || errorOf(r).EName != "SyntaxError" {
+		t.Fatalf("a NUL byte: %+v", r)
+	}
 	if r := g.runLang(t, "bash", "false", 0); errorOf(r) == nil || errorOf(r).EName != "ExitStatus" || errorOf(r).EValue != "1" {
 		t.Fatalf("false: %+v", r)
 	}

@@ -95,7 +95,6 @@
   }
 
   let running = false; // a cell runs: outputs wait for their ack
-  let quiet = false;
   let count = 0;
 
   function output(o) {
@@ -167,7 +166,7 @@
 
   // The rewrite of a cell (see the top). Returns {code, async}.
   function rewrite(src) {
-    if (!acorn) return { code: src, async: false, result: false };
+    if (!acorn) return { code: src, async: false };
     const opts = { ecmaVersion: "latest", sourceType: "script", allowAwaitOutsideFunction: true, allowImportExportEverywhere: true, allowHashBang: true, allowReturnOutsideFunction: false };
     let ast;
     // An object literal alone is read as one, not as a block (as Node's REPL does).
@@ -344,7 +343,7 @@
   process.on("unhandledRejection", report);
 
   async function runCell(msg) {
-    quiet = !!msg.quiet;
+    const quiet = !!msg.quiet;
     if (!quiet) count++;
     const n = count;
     const saved = {};
