@@ -484,13 +484,13 @@ func (k *kernel) shell(r request) (abort bool) {
 	case "kernel_info_request":
 		k.reply(r, k.kernelInfo(ctx, true))
 	case "complete_request":
+		var c struct {
+			Code      string `json:"code"`
+			CursorPos *int   `json:"cursor_pos"`
+		}
+		json.Unmarshal(r.m.Content, &c)
 		if k.spec.lang != api.LanguagePython {
 			// Python's completer alone: none for the other languages.
-			var c struct {
-				Code      string `json:"code"`
-				CursorPos *int   `json:"cursor_pos"`
-			}
-			json.Unmarshal(r.m.Content, &c)
 			pos := utf8.RuneCountInString(c.Code)
 			if c.CursorPos != nil && *c.CursorPos >= 0 && *c.CursorPos < pos {
 				pos = *c.CursorPos
@@ -498,11 +498,6 @@ func (k *kernel) shell(r request) (abort bool) {
 			k.reply(r, map[string]any{"status": "ok", "matches": []string{}, "cursor_start": pos, "cursor_end": pos, "metadata": map[string]any{}})
 			return
 		}
-		var c struct {
-			Code      string `json:"code"`
-			CursorPos *int   `json:"cursor_pos"`
-		}
-		json.Unmarshal(r.m.Content, &c)
 		res, err := k.h.s.Complete(ctx, k.sid, api.CompleteRequest{Code: c.Code, CursorPos: c.CursorPos})
 		if err != nil {
 			k.reply(r, k.errorReply(err))
