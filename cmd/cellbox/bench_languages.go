@@ -73,11 +73,12 @@ func benchLanguages(ctx context.Context, cfg config.Config, list string, n bench
 	for _, lang := range langs {
 		r := langResult{lang: lang}
 		b.progress("%s: new sessions ×%d", lang, n.starts)
-		if r.first, err = b.langFirst(ctx, lang, n.starts); err != nil {
+		check := func(r *api.ExecuteResult) error { return checkTrivial(lang, r) }
+		if r.first, err = b.firstResults(ctx, n.starts, api.CreateSessionRequest{Language: lang}, langTrivial[lang].code, check); err != nil {
 			return fmt.Errorf("%s: %w", lang, err)
 		}
 		b.progress("%s: trivial cells ×%d", lang, n.cells)
-		if r.cell, err = b.langCells(ctx, lang, n.cells); err != nil {
+		if r.cell, err = b.warmCells(ctx, lang, langTrivial[lang].code, n.cells, 5, check); err != nil {
 			return fmt.Errorf("%s: %w", lang, err)
 		}
 		b.progress("%s: idle sessions ×%d", lang, min(n.idle, 20))
@@ -121,10 +122,7 @@ func checkTrivial(lang string, r *api.ExecuteResult) error {
 // waitLangPool waits for lang's warm pool to be full, where there is one (--language-pools),
 // as its metric tells.
 func (b *bench) waitLangPool(ctx context.Context, lang string) error {
-	kernel := lang
-	if lang == api.LanguageTypeScript {
-		kernel = api.LanguageJavaScript
-	}
+	kernel := api.KernelLanguage(lang)
 	size := b.cfg.LanguagePoolSizes()[kernel] // none for "" and Python
 	if size == 0 {
 		return nil
@@ -144,56 +142,6 @@ func (b *bench) waitLangPool(ctx context.Context, lang string) error {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return fmt.Errorf("the %s pool did not fill within 3 minutes", kernel)
-}
-
-func (b *bench) langFirst(ctx context.Context, lang string, n int) ([]time.Duration, error) {
-	var d []time.Duration
-	for range n {
-		if err := b.waitPool(ctx); err != nil {
-			return nil, err
-		}
-		if err := b.waitLangPool(ctx, lang); err != nil {
-			return nil, err
-		}
-		t := time.Now()
-		s, err := b.c.CreateSession(ctx, api.CreateSessionRequest{Language: lang})
-		if err != nil {
-			return nil, err
-		}
-		r, err := b.c.Execute(ctx, s.ID, api.ExecuteRequest{Code: langTrivial[lang].code})
-		if err != nil {
-			return nil, err
-		}
-		d = append(d, time.Since(t))
-		b.c.DeleteSession(ctx, s.ID)
-		if err := checkTrivial(lang, r); err != nil {
-			return nil, err
-		}
-	}
-	return d, nil
-}
-
-func (b *bench) langCells(ctx context.Context, lang string, n int) ([]time.Duration, error) {
-	s, err := b.c.CreateSession(ctx, api.CreateSessionRequest{Language: lang})
-	if err != nil {
-		return nil, err
-	}
-	defer b.c.DeleteSession(ctx, s.ID)
-	var d []time.Duration
-	for i := -5; i < n; i++ {
-		t := time.Now()
-		r, err := b.c.Execute(ctx, s.ID, api.ExecuteRequest{Code: langTrivial[lang].code})
-		if err != nil {
-			return nil, err
-		}
-		if i >= 0 {
-			d = append(d, time.Since(t))
-		}
-		if err := checkTrivial(lang, r); err != nil {
-			return nil, err
-		}
-	}
-	return d, nil
 }
 
 // langIdle is the host's available memory that an idle session of lang takes, after one

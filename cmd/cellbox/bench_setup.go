@@ -93,7 +93,7 @@ func (b *bench) run(ctx context.Context, n benchN) (*benchResult, error) {
 	r := &benchResult{}
 	var err error
 	b.progress("trivial cell round trip ×%d", n.cells)
-	if r.cell, err = b.warmCells(ctx, trivialCell, n.cells, 20, nil); err != nil {
+	if r.cell, err = b.warmCells(ctx, "", trivialCell, n.cells, 20, nil); err != nil {
 		return nil, err
 	}
 	if !b.cfg.NoJupyter {
@@ -122,7 +122,7 @@ func (b *bench) run(ctx context.Context, n benchN) (*benchResult, error) {
 		return nil, err
 	}
 	b.progress("plot cell ×%d", n.plots)
-	if r.plot, err = b.warmCells(ctx, plotCell, n.plots, 3, onePNG); err != nil {
+	if r.plot, err = b.warmCells(ctx, "", plotCell, n.plots, 3, onePNG); err != nil {
 		return nil, err
 	}
 	b.progress("one-shot print(1+1) ×%d", n.starts)
@@ -169,10 +169,10 @@ func sum(m map[string]int) int {
 	return n
 }
 
-// warmCells times n runs of code in one session, after warm untimed ones; check (may be
-// nil) checks each result.
-func (b *bench) warmCells(ctx context.Context, code string, n, warm int, check func(*api.ExecuteResult) error) ([]time.Duration, error) {
-	s, err := b.c.CreateSession(ctx, api.CreateSessionRequest{})
+// warmCells times n runs of code in one session of language lang ("": Python), after warm
+// untimed ones; check (may be nil) checks each result.
+func (b *bench) warmCells(ctx context.Context, lang, code string, n, warm int, check func(*api.ExecuteResult) error) ([]time.Duration, error) {
+	s, err := b.c.CreateSession(ctx, api.CreateSessionRequest{Language: lang})
 	if err != nil {
 		return nil, err
 	}
@@ -226,11 +226,21 @@ func (b *bench) newSessions(ctx context.Context, n int) ([]time.Duration, error)
 	return b.newSessionsWith(ctx, n, api.CreateSessionRequest{})
 }
 
-// newSessionsWith times n sessions created with req, each to its first result.
+// newSessionsWith times n sessions created with req, each to its first result: the import
+// cell's.
 func (b *bench) newSessionsWith(ctx context.Context, n int, req api.CreateSessionRequest) ([]time.Duration, error) {
+	return b.firstResults(ctx, n, req, importCell, nil)
+}
+
+// firstResults times n sessions created with req, each to the result of code, with the
+// warm pools full before each (its language's too); check (may be nil) checks each result.
+func (b *bench) firstResults(ctx context.Context, n int, req api.CreateSessionRequest, code string, check func(*api.ExecuteResult) error) ([]time.Duration, error) {
 	var d []time.Duration
 	for range n {
 		if err := b.waitPool(ctx); err != nil {
+			return nil, err
+		}
+		if err := b.waitLangPool(ctx, req.Language); err != nil {
 			return nil, err
 		}
 		t := time.Now()
@@ -238,15 +248,20 @@ func (b *bench) newSessionsWith(ctx context.Context, n int, req api.CreateSessio
 		if err != nil {
 			return nil, err
 		}
-		r, err := b.c.Execute(ctx, s.ID, api.ExecuteRequest{Code: importCell})
+		r, err := b.c.Execute(ctx, s.ID, api.ExecuteRequest{Code: code})
 		if err != nil {
 			return nil, err
 		}
 		d = append(d, time.Since(t))
+		b.c.DeleteSession(ctx, s.ID)
 		if r.Status != api.StatusOK {
 			return nil, fmt.Errorf("first cell: status %s %s", r.Status, r.Message)
 		}
-		b.c.DeleteSession(ctx, s.ID)
+		if check != nil {
+			if err := check(r); err != nil {
+				return nil, fmt.Errorf("first cell: %w", err)
+			}
+		}
 	}
 	return d, nil
 }
