@@ -4,13 +4,15 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/cellbox/cellbox/internal/testbin"
 )
 
 // A cell's code reaches the shell as it was, whatever its bytes: quoting is the boundary
 // between the code and the runner's line.
 func TestBashQuote(t *testing.T) {
 	if _, err := exec.LookPath("bash"); err != nil {
-		t.Skip("no bash")
+		testbin.Missing(t, "bash: %v", err)
 	}
 	cases := []string{"", "plain", "it's", `back\slash`, "$(touch /tmp/x) `id` $HOME", "a\nb\r\n\t", "é ü 日本 🎉",
 		"\x01\x7f\xff\xfe", `'; echo broken; '`, "\\x41", "trailing\\"}
