@@ -127,6 +127,8 @@ func benchMain(args []string) int {
 	flowRuns := fs.Int("flow-runs", 20, "runs of each workload in each Docker flow")
 	dockerCLI := fs.String("docker-cli", "docker", "the docker command the flows run")
 	languages := fs.String("languages", "", "instead of the setups: each of these languages (js, ts, r, bash; comma list) beside Python: new session → first result, a trivial cell, an idle session's memory")
+	burst := fs.Int("burst", 0, "instead of the setups: N sessions created at once, each timed from create to its first result (print(1+1)), beside N bare python3 started at once")
+	bursts := fs.Int("bursts", 3, "with --burst: how many bursts, one after the other, each after the warm pool has refilled")
 	if err := config.Load(fs, args); err != nil {
 		if err == flag.ErrHelp {
 			return 0
@@ -160,6 +162,16 @@ func benchMain(args []string) int {
 	}
 	ctx := context.Background()
 	n := benchN{cells: *cells, plots: *plots, starts: *starts, idle: *idle, flowRuns: *flowRuns}
+	if *burst > 0 {
+		if cfg.MaxSessions < *burst+cfg.PoolSize+4 {
+			cfg.MaxSessions = *burst + cfg.PoolSize + 4
+		}
+		if err := benchBurst(ctx, cfg, *burst, *bursts); err != nil {
+			fmt.Fprintln(os.Stderr, "cellbox bench:", err)
+			return 1
+		}
+		return 0
+	}
 	if *languages != "" {
 		if err := benchLanguages(ctx, cfg, *languages, n); err != nil {
 			fmt.Fprintln(os.Stderr, "cellbox bench:", err)
