@@ -47,7 +47,8 @@ func benchBurst(ctx context.Context, cfg config.Config, n int, rounds int) error
 	fmt.Printf("\n| burst of %d sessions at once: create → first result of `print(1+1)` | p50 | p90 | max | errors | wall (all done) | pool hits |\n|---|---|---|---|---|---|---|\n", n)
 	for i := range rounds {
 		b.progress("burst %d of %d: waiting for the warm pool", i+1, rounds)
-		if err := b.waitPool(ctx); err != nil {
+		ready, err := b.waitPoolTarget(ctx)
+		if err != nil {
 			return err
 		}
 		b.progress("burst %d of %d: %d sessions", i+1, rounds, n)
@@ -55,7 +56,7 @@ func benchBurst(ctx context.Context, cfg config.Config, n int, rounds int) error
 		if err != nil {
 			return err
 		}
-		fmt.Printf("| cellbox, round %d | %s | %s | %s | %d | %s | %.0f |\n", i+1,
+		fmt.Printf("| cellbox, burst %d (%d warm) | %s | %s | %s | %d | %s | %.0f |\n", i+1, ready,
 			ms(pct(r.times, 50)), ms(pct(r.times, 90)), ms(pct(r.times, 100)), len(r.errors), ms(r.wall), r.hits)
 		for j, e := range r.errors {
 			if j == 3 {
@@ -160,6 +161,27 @@ func bareBurst(python string, n int) *burstResult {
 	wg.Wait()
 	r.wall = time.Since(t)
 	return r
+}
+
+// waitPoolTarget waits until the warm pools hold what they fill to (which grows after a
+// burst, up to --pool-max) and returns how many that is.
+func (b *bench) waitPoolTarget(ctx context.Context) (int, error) {
+	deadline := time.Now().Add(5 * time.Minute)
+	for time.Now().Before(deadline) {
+		size, err := b.metric(ctx, "cellbox_pool_size")
+		if err != nil {
+			return 0, err
+		}
+		target, err := b.metric(ctx, "cellbox_pool_target")
+		if err != nil {
+			return 0, err
+		}
+		if size >= target {
+			return int(size), nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return 0, fmt.Errorf("the warm pools did not fill within 5 minutes")
 }
 
 // metric reads a metric without labels from the server's /metrics.

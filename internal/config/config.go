@@ -36,6 +36,9 @@ type Config struct {
 	// (javascript, typescript, r, bash); comma-separated.
 	ToolLanguages string // --tool-languages
 	PoolSize      int    // --pool-size: warm sandboxes of the default image
+	// PoolMax: how far each warm pool (--pool-size, --image-pools, --language-pools) may grow
+	// past its size when sessions come in bursts; its size is its floor.
+	PoolMax int // --pool-max
 	// CgroupParent: runc makes each sandbox's cgroup in this one; relative: under the
 	// server's cgroup; absolute: from the root, outside it (sandboxes outlive a container).
 	// Empty: the backend's default (runc.DefaultCgroupParent).
@@ -168,6 +171,7 @@ func Default() Config {
 		Python:          "/usr/bin/python3",
 		Preimport:       "import numpy, pandas, matplotlib, matplotlib.pyplot",
 		PoolSize:        2,
+		PoolMax:         128,
 		Image:           image.DefaultName,
 		RootFS:          "host",
 		MaxSessions:     100,
@@ -227,6 +231,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ToolLanguages, "tool-languages", c.ToolLanguages, "languages whose tools models are offered beside python and shell (MCP, /v1/tools, the agent): any of javascript, typescript, r, bash, comma-separated")
 	fs.BoolVar(&c.NoKernelTemplates, "no-kernel-templates", c.NoKernelTemplates, "runc: start every kernel afresh (~1 s, ~80 MiB each) instead of forking it from a prepared template process (milliseconds, a few MiB)")
 	fs.IntVar(&c.PoolSize, "pool-size", c.PoolSize, "sandboxes of the default image kept warm, ready for new sessions")
+	fs.IntVar(&c.PoolMax, "pool-max", c.PoolMax, "how many warm sandboxes each pool may keep when sessions come in bursts: a pool grows to the most sessions asked of it within a second in the last 10 minutes, up to this, while the host has a quarter of its memory available; its size (--pool-size, --image-pools, --language-pools) is its floor, and 0 is none")
 	fs.StringVar(&c.GVisorPlatform, "gvisor-platform", c.GVisorPlatform, "runc with --runtime runsc: gVisor's platform: auto (kvm where /dev/kvm works, else systrap), systrap, kvm or ptrace; with docker, the engine's runtimeArgs choose it")
 	fs.StringVar(&c.CRIU, "criu", c.CRIU, "runc: the CRIU binary (4.2 or later) that checkpoints sandboxes, to pause and fork sessions (default: criu in PATH; scripts/criu.sh builds one)")
 	fs.StringVar(&c.CgroupParent, "cgroup-parent", c.CgroupParent, "runc: the cgroup sandboxes' cgroups are made in (default cellbox): a relative one is under the server's own cgroup; an absolute one (/cellbox) is from the cgroup root, so that sandboxes outlive a container the server runs in")
@@ -415,6 +420,9 @@ func (c *Config) Validate() error {
 	}
 	if c.PoolSize < 0 || c.PoolSize > 1000 {
 		bad("--pool-size %d: must be 0..1000", c.PoolSize)
+	}
+	if c.PoolMax < 0 || c.PoolMax > 1000 {
+		bad("--pool-max %d: must be 0..1000", c.PoolMax)
 	}
 	switch c.RootFS {
 	case "host", "image":

@@ -102,6 +102,7 @@ func TestValidate(t *testing.T) {
 		{"memory above max", func(c *Config) { c.MemoryMB = c.MaxMemoryMB + 1 }, "--memory-mb"},
 		{"tiny memory", func(c *Config) { c.MemoryMB = 10 }, "at least 64"},
 		{"negative pool", func(c *Config) { c.PoolSize = -1 }, "--pool-size"},
+		{"pool max", func(c *Config) { c.PoolMax = 1001 }, "--pool-max"},
 		{"zero timeout", func(c *Config) { c.ExecTimeout = 0 }, "--exec-timeout"},
 		{"quota", func(c *Config) { c.Quota = "xfs" }, "--quota"},
 		{"tenant cap", func(c *Config) { c.TenantMaxSessions = -1 }, "--tenant-max-sessions"},

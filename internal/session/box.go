@@ -216,6 +216,11 @@ func (m *Manager) obtain(ctx context.Context, spec boxSpec) (*box, error) {
 			m.metrics.poolMisses.Inc()
 		}
 	}
+	release, err := m.starts.acquire(ctx, true)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	return m.startBox(ctx, m.newSessionID(), spec, "")
 }
 

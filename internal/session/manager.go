@@ -37,6 +37,7 @@ type Manager struct {
 	metrics      *metrics
 
 	pools   map[poolKey]*pool // by image and language: those with a warm pool (config.Pools, LanguagePoolSizes)
+	starts  *starts           // bounds the sandbox starts at once, of requests and pools
 	records records           // sessions that outlive the server process; zero: they end with it
 	keep    bool              // sessions outlive the server process (see New)
 
@@ -147,13 +148,19 @@ func New(ctx context.Context, cfg config.Config, backend sandbox.Backend, store 
 	if !m.keep {
 		m.records = records{}
 	}
+	m.starts = newStarts(startsAtOnce)
 	m.pools = map[poolKey]*pool{}
 	addPool := func(k poolKey, size int) {
 		if size <= 0 {
 			return
 		}
 		spec := boxSpec{image: k.image, limits: m.defaults(), checkpointable: m.poolCheckpointable(), language: k.language}
-		m.pools[k] = newPool(size, func(ctx context.Context) (*box, error) {
+		p := newPool(size, cfg.PoolMax, func(ctx context.Context) (*box, error) {
+			release, err := m.starts.acquire(ctx, false)
+			if err != nil {
+				return nil, err
+			}
+			defer release()
 			b, err := m.startBox(ctx, m.newSessionID(), spec, "")
 			if err == nil && k.language != "" {
 				if err = m.warmLanguage(ctx, b); err != nil {
@@ -163,6 +170,8 @@ func New(ctx context.Context, cfg config.Config, backend sandbox.Backend, store 
 			}
 			return b, err
 		}, func(b *box) { m.discard(context.Background(), b, false) }, log.With("image", k.image, "language", k.language))
+		p.room, p.parallel = hostMemoryRoom, startsAtOnce
+		m.pools[k] = p
 	}
 	for name, size := range cfg.Pools() {
 		addPool(poolKey{image: name}, size)
@@ -201,6 +210,15 @@ func (m *Manager) Backend() string { return m.backend.Name() }
 // DefaultImage is the image of sessions that name none; "": the backend's own root (the
 // host's, for runc with --rootfs host).
 func (m *Manager) DefaultImage() string { return m.defaultImage }
+
+// poolTarget is how many warm sandboxes the pools fill to, together.
+func (m *Manager) poolTarget() int {
+	n := 0
+	for _, p := range m.pools {
+		n += p.size()
+	}
+	return n
+}
 
 // Stats returns the number of live sessions and of warm sandboxes, of every image.
 func (m *Manager) Stats() (sessions, pool int) {

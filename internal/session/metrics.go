@@ -81,19 +81,30 @@ func newMetrics(reg prometheus.Registerer, m *Manager) *metrics {
 			func() float64 { n, _ := m.Stats(); return float64(n) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cellbox_pool_size", Help: "Warm sandboxes ready, of every image."},
 			func() float64 { _, n := m.Stats(); return float64(n) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cellbox_pool_target",
+			Help: "Warm sandboxes the pools fill to, of every image: each pool's size, or more after a burst of sessions (--pool-max)."},
+			func() float64 { return float64(m.poolTarget()) }),
 	)
 	// By image, and by language: only those with a pool (--pool-size, --image-pools,
 	// --language-pools), so a bounded set.
 	for k, p := range m.pools {
 		if k.language != "" {
+			labels := prometheus.Labels{"language": k.language}
 			reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cellbox_language_pool_size",
-				Help: "Warm sandboxes of the default image with a language's kernel running, by language.", ConstLabels: prometheus.Labels{"language": k.language}},
-				func() float64 { return float64(p.len()) }))
+				Help: "Warm sandboxes of the default image with a language's kernel running, by language.", ConstLabels: labels},
+				func() float64 { return float64(p.len()) }),
+				prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cellbox_language_pool_target",
+					Help: "Warm sandboxes a language's pool fills to, by language.", ConstLabels: labels},
+					func() float64 { return float64(p.size()) }))
 			continue
 		}
+		labels := prometheus.Labels{"image": k.image}
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cellbox_image_pool_size",
-			Help: "Warm sandboxes ready, by image (empty: the host's root).", ConstLabels: prometheus.Labels{"image": k.image}},
-			func() float64 { return float64(p.len()) }))
+			Help: "Warm sandboxes ready, by image (empty: the host's root).", ConstLabels: labels},
+			func() float64 { return float64(p.len()) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cellbox_image_pool_target",
+				Help: "Warm sandboxes an image's pool fills to, by image (empty: the host's root).", ConstLabels: labels},
+				func() float64 { return float64(p.size()) }))
 	}
 	return mt
 }

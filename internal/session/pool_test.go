@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -66,9 +67,14 @@ func (f *fakeBoxes) discard(b *box) {
 	f.discarded[b.id]++
 }
 
+// testPool is a pool of size boxes that does not grow.
 func testPool(size int) (*pool, *fakeBoxes) {
+	return testPoolUpTo(size, size)
+}
+
+func testPoolUpTo(lo, hi int) (*pool, *fakeBoxes) {
 	f := &fakeBoxes{}
-	return newPool(size, f.start, f.discard, slog.New(slog.DiscardHandler)), f
+	return newPool(lo, hi, f.start, f.discard, slog.New(slog.DiscardHandler)), f
 }
 
 // instant is a clock on which every wait is already over.
@@ -98,7 +104,11 @@ func (c *manualClock) after(d time.Duration) <-chan time.Time {
 // and every box started is handed out, left in the pool, or discarded: none is lost.
 func TestPoolHandsOutEachBoxOnce(t *testing.T) {
 	p, f := testPool(3)
-	p.after = instant // the refill delay is TestPoolWaitsBeforeRefill's
+	// The refill delay is TestPoolWaitsBeforeRefill's: here each reading of the clock is
+	// a second after the last, so no wait is due.
+	p.after = instant
+	var tick atomic.Int64
+	p.now = func() time.Time { return time.Unix(tick.Add(1), 0) }
 	ctx, cancel := context.WithCancel(context.Background())
 	ran := make(chan struct{})
 	go func() {
@@ -118,6 +128,8 @@ func TestPoolHandsOutEachBoxOnce(t *testing.T) {
 					got[b.id]++
 					mu.Unlock()
 					n++
+				} else {
+					runtime.Gosched()
 				}
 			}
 		}()
@@ -138,13 +150,17 @@ func TestPoolHandsOutEachBoxOnce(t *testing.T) {
 	}
 }
 
-// TestPoolWaitsBeforeRefill: an empty pool starts a box at once; one that still holds a box
-// waits refillDelay before it starts the next, on the pool's clock.
+// TestPoolWaitsBeforeRefill: a pool starts its boxes at once while none was taken; after a
+// take, while it still holds a box, it waits refillDelay before it starts the next, on the
+// pool's clock.
 func TestPoolWaitsBeforeRefill(t *testing.T) {
 	p, f := testPool(2)
+	p.parallel = 1
 	f.started = make(chan string, 4)
 	clock := newManualClock()
 	p.after = clock.after
+	var now atomic.Int64
+	p.now = func() time.Time { return time.Unix(0, now.Load()) }
 	ctx, cancel := context.WithCancel(context.Background())
 	ran := make(chan struct{})
 	go func() {
@@ -152,29 +168,233 @@ func TestPoolWaitsBeforeRefill(t *testing.T) {
 		close(ran)
 	}()
 	defer func() { cancel(); <-ran }()
-	select {
-	case <-f.started:
-	case d := <-clock.asked:
-		t.Fatalf("an empty pool waited %v before its first start", d)
-	}
-	wait := func(what string) {
-		t.Helper()
-		if d := <-clock.asked; d != refillDelay {
-			t.Fatalf("%s: the pool waited %v, want %v", what, d, refillDelay)
+	// asked is the next wait the pool asks for, other than its idle one (retarget), which
+	// its poke ends.
+	asked := func() time.Duration {
+		for {
+			if d := <-clock.asked; d != retarget {
+				return d
+			}
 		}
+	}
+	for i := range 2 {
 		select {
-		case id := <-f.started:
-			t.Fatalf("%s: box %s started before the wait ended", what, id)
-		default:
+		case <-f.started:
+		case d := <-clock.asked:
+			if d != retarget {
+				t.Fatalf("filling: the pool waited %v before start %d", d, i+1)
+			}
+			<-f.started
 		}
-		clock.fire <- time.Time{}
-		<-f.started
 	}
-	wait("filling")
+	for p.len() < 2 {
+		runtime.Gosched()
+	}
 	if b := p.take(); b == nil || b.id != "1" {
 		t.Fatalf("took %v, want box 1", b)
 	}
-	wait("after a take")
+	if d := asked(); d != refillDelay {
+		t.Fatalf("after a take: the pool waited %v, want %v", d, refillDelay)
+	}
+	select {
+	case id := <-f.started:
+		t.Fatalf("box %s started before the wait ended", id)
+	default:
+	}
+	now.Add(int64(refillDelay))
+	clock.fire <- time.Time{}
+	<-f.started
+	go func() { // the pool's waits after the test, until it ends
+		for range clock.asked {
+		}
+	}()
+}
+
+// TestPoolGrowsWithDemand: a burst of requests makes the pool hold as many boxes, up to its
+// max; while the host has no room it stays at its size; once the burst is older than the
+// demand's history it shrinks back, stopping the boxes over its size.
+func TestPoolGrowsWithDemand(t *testing.T) {
+	p, f := testPoolUpTo(1, 8)
+	p.after = instant
+	var now atomic.Int64
+	now.Store(time.Hour.Nanoseconds())
+	p.now = func() time.Time { return time.Unix(0, now.Load()) }
+	room := atomic.Bool{}
+	p.room = room.Load
+
+	for range 5 { // no room: the misses count, the target stays
+		if b := p.take(); b != nil {
+			t.Fatalf("took %s from a pool that never ran", b.id)
+		}
+	}
+	if got := p.size(); got != 1 {
+		t.Fatalf("without room the pool's target is %d, want 1", got)
+	}
+	room.Store(true)
+	for range 6 { // 11 within a second: past the max
+		p.take()
+	}
+	if got := p.size(); got != 8 {
+		t.Fatalf("after 11 requests within a second the target is %d, want the max, 8", got)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() {
+		p.run(ctx)
+		close(ran)
+	}()
+	defer func() { cancel(); <-ran }()
+	for p.len() < 8 {
+		runtime.Gosched()
+	}
+	now.Add((demandHistory + time.Second).Nanoseconds())
+	p.poke()
+	for p.len() > 1 {
+		runtime.Gosched()
+	}
+	for {
+		f.mu.Lock()
+		n := len(f.discarded)
+		f.mu.Unlock()
+		if n == 7 {
+			break
+		}
+		runtime.Gosched()
+	}
+	if got := p.size(); got != 1 {
+		t.Errorf("after the history the target is %d, want 1", got)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.n != 8 {
+		t.Errorf("started %d boxes for a target of 8", f.n)
+	}
+}
+
+// TestPoolStartsInParallel: a pool below its target starts up to parallel boxes at once, and
+// no more.
+func TestPoolStartsInParallel(t *testing.T) {
+	p, f := testPool(6)
+	p.after = instant
+	p.parallel = 3
+	gate := make(chan struct{})
+	var mu sync.Mutex
+	running, most := 0, 0
+	p.start = func(ctx context.Context) (*box, error) {
+		mu.Lock()
+		running++
+		most = max(most, running)
+		mu.Unlock()
+		<-gate
+		mu.Lock()
+		running--
+		mu.Unlock()
+		return f.start(ctx)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() {
+		p.run(ctx)
+		close(ran)
+	}()
+	for {
+		mu.Lock()
+		n := running
+		mu.Unlock()
+		if n == 3 {
+			break
+		}
+		runtime.Gosched()
+	}
+	close(gate)
+	for p.len() < 6 {
+		runtime.Gosched()
+	}
+	cancel()
+	<-ran
+	if most != 3 {
+		t.Errorf("at most %d starts at once, want 3", most)
+	}
+}
+
+// TestDemandPeak: the peak is the most requests within any window, across buckets, and
+// forgets what is older than the history.
+func TestDemandPeak(t *testing.T) {
+	var d demand
+	d.init()
+	t0 := time.Unix(1000, 0)
+	for i := range 10 { // 10 over 2.5 s
+		d.add(t0.Add(time.Duration(i) * demandBucket))
+	}
+	for range 4 { // 4 in one bucket
+		d.add(t0.Add(time.Minute))
+	}
+	at := t0.Add(2 * time.Minute)
+	if got := d.peak(at, time.Second); got != 4 {
+		t.Errorf("peak within 1 s: %d, want 4", got)
+	}
+	if got := d.peak(at, 3*time.Second); got != 10 {
+		t.Errorf("peak within 3 s: %d, want 10", got)
+	}
+	if got := d.peak(t0.Add(demandHistory+2*time.Minute), time.Second); got != 0 {
+		t.Errorf("peak after the history: %d, want 0", got)
+	}
+}
+
+// TestStartsOrder: a freed slot goes to the oldest request that waits for a sandbox, before
+// any refill that waited longer; a waiter that gives up takes no slot.
+func TestStartsOrder(t *testing.T) {
+	s := newStarts(1)
+	ctx := context.Background()
+	hold, err := s.acquire(ctx, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	order := make(chan string, 3)
+	waiting := func(n int) {
+		for {
+			s.mu.Lock()
+			w := len(s.urgent) + len(s.background)
+			s.mu.Unlock()
+			if w == n {
+				return
+			}
+			runtime.Gosched()
+		}
+	}
+	get := func(name string, urgent bool) {
+		release, err := s.acquire(ctx, urgent)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		order <- name
+		release()
+	}
+	go get("refill", false)
+	waiting(1)
+	gone, cancel := context.WithCancel(ctx)
+	gaveUp := make(chan error)
+	go func() {
+		_, err := s.acquire(gone, true)
+		gaveUp <- err
+	}()
+	waiting(2)
+	go get("request", true)
+	waiting(3)
+	cancel()
+	if err := <-gaveUp; err == nil {
+		t.Fatal("a cancelled waiter got a slot")
+	}
+	hold()
+	if a, b := <-order, <-order; a != "request" || b != "refill" {
+		t.Errorf("slots went to %s, then %s; want the request, then the refill", a, b)
+	}
+	if r, err := s.acquire(ctx, false); err != nil || s.free != 0 {
+		t.Errorf("after everyone: acquire %v, %d free", err, s.free)
+	} else {
+		r()
+	}
 }
 
 // TestPoolDiscardsDeadBoxes: a box that died waiting is discarded, never handed out.
