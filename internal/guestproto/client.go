@@ -361,6 +361,9 @@ type ExecuteOptions struct {
 	// from a goroutine of its own, one at a time, with a context that ends when the run
 	// does. Its error is the cell's EOFError. nil: they fail at once in the cell.
 	OnInput func(ctx context.Context, prompt string, password bool) (string, error)
+	// Trace, when set, gets where the run's time went once it has its result: Call always,
+	// the guest's spans from a guest that Supports VersionTrace.
+	Trace *Trace
 }
 
 // ExecuteWith is Execute with options: a run id, a quiet run, the tools the run changed.
@@ -377,9 +380,11 @@ func (c *Client) ExecuteWith(ctx context.Context, req api.ExecuteRequest, opts E
 	wait := time.Duration(req.TimeoutS*float64(time.Second)) + c.Slack
 	sctx, stop := c.runContext(ctx, id, wait)
 	defer stop()
+	trace := opts.Trace != nil && c.Supports(VersionTrace)
+	start := time.Now()
 	// A run without history is a quiet one to the guest: not counted, not in In and Out.
 	st, br, done, err := c.call(sctx, Request{Op: OpExecute, RunID: id, Execute: &req, Quiet: opts.Quiet || req.NoHistory,
-		Stdin: opts.OnInput != nil})
+		Stdin: opts.OnInput != nil, Trace: trace})
 	if err != nil {
 		return nil, err
 	}
@@ -439,6 +444,15 @@ func (c *Client) ExecuteWith(ctx context.Context, req api.ExecuteRequest, opts E
 	}
 	if m.Result == nil {
 		return nil, fmt.Errorf("guest answered execute without a result: %w", errdefs.ErrUnavailable)
+	}
+	if opts.Trace != nil {
+		t := Trace{}
+		if trace && m.Trace != nil {
+			t = *m.Trace
+		}
+		t.Call = time.Since(start)
+		t.fit()
+		*opts.Trace = t
 	}
 	r := m.Result
 	if !validStatus(r.Status) {
