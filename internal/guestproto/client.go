@@ -208,7 +208,10 @@ func (c *Client) call(ctx context.Context, req Request) (*yamux.Stream, *bufio.R
 		done()
 		return nil, nil, nil, c.streamErr(ctx, err)
 	}
-	return s, bufio.NewReaderSize(s, 64<<10), done, nil
+	// A small reader: most answers are a line or two, and each call allocates its own (64
+	// KiB a call was most of what a trivial cell allocated on the server). A longer line
+	// is read in pieces (ReadLine); a download's bytes bypass it.
+	return s, bufio.NewReaderSize(s, 4<<10), done, nil
 }
 
 // streamErr turns a stream failure into the error the caller should see.
