@@ -203,7 +203,9 @@ func (c *Client) call(ctx context.Context, req Request) (*yamux.Stream, *bufio.R
 		return nil, nil, nil, ErrGuestGone
 	}
 	stop := context.AfterFunc(ctx, func() { s.SetDeadline(time.Unix(1, 0)) })
-	done := func() { stop(); s.Close() }
+	// The stream's close waits until its frame is written (yamux hands it to its writer):
+	// done closes it beside the caller's answer rather than before it.
+	done := func() { stop(); go s.Close() }
 	if err := WriteJSON(s, req); err != nil {
 		done()
 		return nil, nil, nil, c.streamErr(ctx, err)
