@@ -306,6 +306,17 @@ type ClusterNode struct {
 	RenewedAt time.Time `json:"renewed_at"` // its Lease's last renewal
 }
 
+// TraceHeader, sent with any value on POST /v1/sessions/{id}/execute, asks where the
+// cell's time went: the answer carries a Server-Timing header (W3C Server Timing; a
+// trailer of an event stream) whose entries are the hops of the cell's path, each measured
+// in the process it names, as nested spans in milliseconds: server (from taking the
+// request to the result), guest_call (the call to the sandbox's guest and back), guest (the
+// guest, from taking the call to writing the result), files (the guest's workspace scans
+// for the result's files), kernel (the cell to the kernel's runner and back), runner (the
+// runner, from reading the cell to writing its end) and run_cell (IPython's run_cell). An
+// entry the path did not measure is left out.
+const TraceHeader = "Cellbox-Trace"
+
 // ExecuteRequest is the body of POST /v1/sessions/{id}/execute.
 type ExecuteRequest struct {
 	Code     string  `json:"code"`

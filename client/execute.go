@@ -9,6 +9,9 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/cellbox/cellbox/api"
 )
@@ -167,4 +170,84 @@ func readEvents(r io.Reader, max int, fn func(event string, data []byte) error) 
 		}
 	}
 	return sc.Err()
+}
+
+// Timing is one entry of a Server-Timing header: a span of the server's work, by name (see
+// api.TraceHeader for an execution's).
+type Timing struct {
+	Name string
+	Dur  time.Duration
+	Desc string
+}
+
+// ExecuteTraced is Execute that asks the server where the cell's time went
+// (api.TraceHeader): it returns the entries of the answer's Server-Timing header too, in
+// their order (none from a server that does not trace).
+func (c *Client) ExecuteTraced(ctx context.Context, id string, req api.ExecuteRequest) (*api.ExecuteResult, []Timing, error) {
+	hr, err := c.newRequest(ctx, http.MethodPost, sessionPath(id, "/execute"), req)
+	if err != nil {
+		return nil, nil, err
+	}
+	hr.Header.Set(api.TraceHeader, "1")
+	resp, err := c.send(hr)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	res, err := decodeBody[api.ExecuteResult](resp, hr)
+	if err != nil {
+		return nil, nil, err
+	}
+	return res, ParseServerTiming(resp.Header.Values("Server-Timing")), nil
+}
+
+// ParseServerTiming parses Server-Timing header values (W3C Server Timing): each entry's
+// name, dur (milliseconds) and desc; other parameters are ignored, and so is an entry
+// without a name.
+func ParseServerTiming(values []string) []Timing {
+	var out []Timing
+	for _, v := range values {
+		for _, entry := range splitQuoted(v, ',') {
+			params := splitQuoted(entry, ';')
+			t := Timing{Name: strings.TrimSpace(params[0])}
+			if t.Name == "" {
+				continue
+			}
+			for _, p := range params[1:] {
+				k, val, _ := strings.Cut(p, "=")
+				val = strings.TrimSpace(val)
+				if u, err := strconv.Unquote(val); err == nil && strings.HasPrefix(val, `"`) {
+					val = u
+				}
+				switch strings.ToLower(strings.TrimSpace(k)) {
+				case "dur":
+					if ms, err := strconv.ParseFloat(val, 64); err == nil {
+						t.Dur = time.Duration(ms * float64(time.Millisecond))
+					}
+				case "desc":
+					t.Desc = val
+				}
+			}
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// splitQuoted splits s at sep outside double-quoted strings (a backslash escapes in them).
+func splitQuoted(s string, sep byte) []string {
+	var parts []string
+	quoted, start := false, 0
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case quoted && c == '\\':
+			i++
+		case c == '"':
+			quoted = !quoted
+		case !quoted && c == sep:
+			parts = append(parts, s[start:i])
+			start = i + 1
+		}
+	}
+	return append(parts, s[start:])
 }

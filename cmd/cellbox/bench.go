@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/internal/config"
 	"github.com/cellbox/cellbox/internal/server"
 )
@@ -129,6 +130,7 @@ func benchMain(args []string) int {
 	languages := fs.String("languages", "", "instead of the setups: each of these languages (js, ts, r, bash; comma list) beside Python: new session → first result, a trivial cell, an idle session's memory")
 	burst := fs.Int("burst", 0, "instead of the setups: N sessions created at once, each timed from create to its first result (print(1+1)), beside N bare python3 started at once")
 	bursts := fs.Int("bursts", 3, "with --burst: how many bursts, one after the other, each after the warm pool has refilled")
+	trace := fs.Bool("trace", false, "time the trivial cells once more with the "+api.TraceHeader+" header, and print where their time went, hop by hop (p50 of each), beside references for the ends: a loopback HTTP exchange, IPython's run_cell in a bare process")
 	if err := config.Load(fs, args); err != nil {
 		if err == flag.ErrHelp {
 			return 0
@@ -161,7 +163,7 @@ func benchMain(args []string) int {
 		}
 	}
 	ctx := context.Background()
-	n := benchN{cells: *cells, plots: *plots, starts: *starts, idle: *idle, flowRuns: *flowRuns}
+	n := benchN{cells: *cells, plots: *plots, starts: *starts, idle: *idle, flowRuns: *flowRuns, trace: *trace}
 	if *burst > 0 {
 		if cfg.MaxSessions < *burst+cfg.PoolSize+4 {
 			cfg.MaxSessions = *burst + cfg.PoolSize + 4
@@ -205,8 +207,11 @@ func benchMain(args []string) int {
 	return 0
 }
 
-// benchN is how many of each thing are timed.
-type benchN struct{ cells, plots, starts, idle, flowRuns int }
+// benchN is how many of each thing are timed, and whether the trivial cell is traced.
+type benchN struct {
+	cells, plots, starts, idle, flowRuns int
+	trace                                bool
+}
 
 // benchSetup starts a server with cfg, measures it and stops it.
 func benchSetup(ctx context.Context, cfg config.Config, name string, n benchN) (*benchResult, error) {
@@ -276,6 +281,11 @@ func printTable(ctx context.Context, python string, n benchN, flows bool, cols [
 			"bare `python3 -c 'x=1'` (a new process): " + ms(pct(bare, 50))},
 		{rowKernel, fmt.Sprintf("the same over Jupyter's kernel websocket (cellbox: a kernel of `POST /api/kernels`, JSON text frames; execute_request sent → execute_reply read, n=%d)", n.cells), kernelRef},
 		{rowIdle, "the same → its status idle read (after the reply)", idleRef},
+	}
+	if n.trace {
+		rows = append(rows, traceRows(ctx, python, n.cells)...)
+	}
+	rows = append(rows, []struct{ key, label, ref string }{
 		{rowImport, fmt.Sprintf("`import pandas, matplotlib.pyplot` (cellbox: new session → first result, warm pool, n=%d%s)", n.starts, per),
 			"bare `python3 -c` of the same: " + ms(pct(imports, 50))},
 		{rowPlot, fmt.Sprintf("plot `plt.plot([1, 2, 3])` → one PNG (cellbox: warm session, n=%d%s)", n.plots, per),
@@ -296,7 +306,7 @@ func printTable(ctx context.Context, python string, n benchN, flows bool, cols [
 		{rowPaused, "a paused session: its checkpoint's size, and the host's available memory its pause gave back", ""},
 		{rowResumedPSS, "a pausable session (under runc its kernel started in its sandbox, not forked from the template): PSS of its processes, mean of 5", ""},
 		{rowFork, fmt.Sprintf("fork a session into 10 (each a copy of its kernel and workspace, ready), n=%d", min(3, n.starts)), ""},
-	}
+	}...)
 	fmt.Print("| figure |")
 	for _, c := range cols {
 		fmt.Printf(" %s |", c.name)

@@ -55,6 +55,7 @@ type benchResult struct {
 	avail, work                    float64 // drops of the host's available memory per session, bytes
 	availN, workN                  int     // over how many sessions
 	paused                         *pauseResult
+	trace                          hops // with --trace
 }
 
 func (r *benchResult) column(name string) column {
@@ -78,6 +79,12 @@ func (r *benchResult) column(name string) column {
 	if r.paused != nil {
 		r.paused.cells(c.cells)
 	}
+	for key, d := range r.trace {
+		c.cells[key] = ms(pct(d, 50))
+	}
+	if d := r.trace[rowTraced]; d != nil {
+		c.cells[rowTraced] = stat(d)
+	}
 	return c
 }
 
@@ -100,6 +107,12 @@ func (b *bench) run(ctx context.Context, n benchN) (*benchResult, error) {
 		b.progress("trivial cell over Jupyter's kernel websocket ×%d", n.cells)
 		if r.kernelReply, r.kernelIdle, err = b.kernelCells(ctx, n.cells, 20); err != nil {
 			return nil, fmt.Errorf("over Jupyter's kernel websocket: %w", err)
+		}
+	}
+	if n.trace {
+		b.progress("trivial cell traced ×%d", n.cells)
+		if r.trace, err = b.tracedCells(ctx, n.cells, 20); err != nil {
+			return nil, fmt.Errorf("traced: %w", err)
 		}
 	}
 	b.progress("new session → first result ×%d", n.starts)

@@ -254,8 +254,10 @@ func (s *server) restart() guestproto.Message {
 // cell changed them, go before the result.
 //
 // With replies (Request.Stdin) the cell's input() asks the caller: an Input message on the
-// stream, answered by the next value on replies.
-func (s *server) execute(ctx context.Context, w io.Writer, runID string, req *api.ExecuteRequest, quiet bool, replies <-chan guestproto.InputReply) {
+// stream, answered by the next value on replies. With Request.Trace the result goes with
+// the cell's Trace, measured from callStart, when the guest took the call.
+func (s *server) execute(ctx context.Context, w io.Writer, call *guestproto.Request, replies <-chan guestproto.InputReply, callStart time.Time) {
+	runID, req, quiet := call.RunID, call.Execute, call.Quiet
 	if req == nil {
 		writeMsg(w, errMsg(api.CodeInvalidArgument, "the execute request has no body"))
 		return
@@ -364,7 +366,10 @@ func (s *server) execute(ctx context.Context, w io.Writer, runID string, req *ap
 	r := newRun(req.Code, false, timeout, seconds(cfg.InterruptGraceS), newBudget(cfg.MaxOutputBytes, cfg.MaxRichBytes))
 	r.context, r.env, r.quiet = req.Context, req.Env, quiet
 	r.displays, r.exprs, r.stdin = req.DisplayUpdates, req.UserExpressions, replies != nil && rt == nil
+	r.trace = call.Trace
+	t := time.Now()
 	before := s.root.snapshot()
+	files := time.Since(t)
 	oom0 := s.oom.read()
 	start := time.Now()
 	k.begin(r)
@@ -469,7 +474,9 @@ func (s *server) execute(ctx context.Context, w io.Writer, runID string, req *ap
 			}
 		}
 	}
+	t = time.Now()
 	res.Files = diff(before, s.root.snapshot())
+	files += time.Since(t)
 	if quiet && !r.died {
 		res.ExecutionCount = count()
 	}
@@ -483,7 +490,12 @@ func (s *server) execute(ctx context.Context, w io.Writer, runID string, req *ap
 	if r.tools != nil && !failed && !r.died {
 		writeMsg(w, guestproto.Message{Tools: r.tools})
 	}
-	writeMsg(w, guestproto.Message{Result: res})
+	var tr *guestproto.Trace
+	if call.Trace {
+		tr = &guestproto.Trace{Guest: time.Since(callStart), Files: files, Kernel: r.finished.Sub(start),
+			Runner: r.runnerTime, RunCell: r.runCellTime}
+	}
+	writeMsg(w, guestproto.Message{Result: res, Trace: tr})
 	switch {
 	case r.died && lk != nil:
 		s.dropLangKernel(langKey{lang, req.Context}, lk) // its next cell starts another

@@ -61,6 +61,7 @@ type cellRun struct {
 	silent   bool              // preimport: outputs discarded, nothing counted
 	startup  bool              // silent, of the kernel's start: a restart does not stop it
 	quiet    bool              // a tool's call: outputs kept, nothing counted
+	trace    bool              // the runner reports its durations (runnerTime, runCellTime)
 	deadline time.Time         // zero: none
 	grace    time.Duration
 	budget   *budget
@@ -85,6 +86,9 @@ type cellRun struct {
 	reply    json.RawMessage       // a question's answer
 	finished time.Time
 	timer    *time.Timer // wakes the pump at the deadline
+	// With trace, set by the pump before done is closed: the runner's own time for the
+	// cell, and IPython's run_cell in it.
+	runnerTime, runCellTime time.Duration
 
 	// Outputs the pump queued for the execute handler to send, and the input() waiting
 	// for a value, if any, after them.
@@ -346,7 +350,8 @@ func (k *kernel) begin(r *cellRun) error {
 		Pos      int               `json:"pos"`
 		Detail   int               `json:"detail,omitempty"`
 		Stdin    bool              `json:"stdin,omitempty"`
-	}{r.op, r.code, r.silent, r.quiet, r.context, env, r.displays, r.exprs, r.pos, r.detail, r.stdin})
+		Trace    bool              `json:"tr,omitempty"`
+	}{r.op, r.code, r.silent, r.quiet, r.context, env, r.displays, r.exprs, r.pos, r.detail, r.stdin, r.trace})
 	return k.write(append(msg, '\n'))
 }
 
@@ -735,6 +740,11 @@ type runnerMsg struct {
 	// "done": the user expressions' answers, a question's answer.
 	UX    map[string]api.Output `json:"ux"`
 	Reply json.RawMessage       `json:"reply"`
+	// "done" of a run with trace: the runner's durations, in ns.
+	Trace *struct {
+		Runner  int64 `json:"runner"`
+		RunCell int64 `json:"run_cell"`
+	} `json:"tr"`
 }
 
 // oversized handles a runner line over the cap: an output too large to carry.
@@ -809,6 +819,9 @@ func (k *kernel) handle(line []byte) {
 		r.ok, r.ename, r.count = m.OK, m.EName, m.N
 		if !r.silent {
 			r.answers, r.reply = m.UX, m.Reply
+		}
+		if r.trace && m.Trace != nil {
+			r.runnerTime, r.runCellTime = time.Duration(m.Trace.Runner), time.Duration(m.Trace.RunCell)
 		}
 		k.finish(r)
 	}

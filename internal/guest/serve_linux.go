@@ -285,6 +285,7 @@ func (s *server) shutdown() {
 }
 
 func (s *server) handle(ctx context.Context, st *yamux.Stream) {
+	start := time.Now() // an execute's trace (Request.Trace) starts here
 	defer st.Close()
 	// A small reader: a request is one short line but for an upload's body, and each call
 	// allocates its own. The guest's heap goal is small (tuneMemory), so 64 KiB a call
@@ -332,7 +333,7 @@ func (s *server) handle(ctx context.Context, st *yamux.Stream) {
 	case guestproto.OpConfigure:
 		writeMsg(st, s.configure(req.Config))
 	case guestproto.OpExecute:
-		s.execute(ctx, st, req.RunID, req.Execute, req.Quiet, replies)
+		s.execute(ctx, st, &req, replies, start)
 	case guestproto.OpInterrupt:
 		s.interrupt(req.RunID)
 		writeMsg(st, guestproto.Message{OK: true})

@@ -203,12 +203,17 @@ func (c *Client) call(ctx context.Context, req Request) (*yamux.Stream, *bufio.R
 		return nil, nil, nil, ErrGuestGone
 	}
 	stop := context.AfterFunc(ctx, func() { s.SetDeadline(time.Unix(1, 0)) })
-	done := func() { stop(); s.Close() }
+	// The stream's close waits until its frame is written (yamux hands it to its writer):
+	// done closes it beside the caller's answer rather than before it.
+	done := func() { stop(); go s.Close() }
 	if err := WriteJSON(s, req); err != nil {
 		done()
 		return nil, nil, nil, c.streamErr(ctx, err)
 	}
-	return s, bufio.NewReaderSize(s, 64<<10), done, nil
+	// A small reader: most answers are a line or two, and each call allocates its own (64
+	// KiB a call was most of what a trivial cell allocated on the server). A longer line
+	// is read in pieces (ReadLine); a download's bytes bypass it.
+	return s, bufio.NewReaderSize(s, 4<<10), done, nil
 }
 
 // streamErr turns a stream failure into the error the caller should see.
@@ -361,6 +366,9 @@ type ExecuteOptions struct {
 	// from a goroutine of its own, one at a time, with a context that ends when the run
 	// does. Its error is the cell's EOFError. nil: they fail at once in the cell.
 	OnInput func(ctx context.Context, prompt string, password bool) (string, error)
+	// Trace, when set, gets where the run's time went once it has its result: Call always,
+	// the guest's spans from a guest that Supports VersionTrace.
+	Trace *Trace
 }
 
 // ExecuteWith is Execute with options: a run id, a quiet run, the tools the run changed.
@@ -377,9 +385,11 @@ func (c *Client) ExecuteWith(ctx context.Context, req api.ExecuteRequest, opts E
 	wait := time.Duration(req.TimeoutS*float64(time.Second)) + c.Slack
 	sctx, stop := c.runContext(ctx, id, wait)
 	defer stop()
+	trace := opts.Trace != nil && c.Supports(VersionTrace)
+	start := time.Now()
 	// A run without history is a quiet one to the guest: not counted, not in In and Out.
 	st, br, done, err := c.call(sctx, Request{Op: OpExecute, RunID: id, Execute: &req, Quiet: opts.Quiet || req.NoHistory,
-		Stdin: opts.OnInput != nil})
+		Stdin: opts.OnInput != nil, Trace: trace})
 	if err != nil {
 		return nil, err
 	}
@@ -439,6 +449,15 @@ func (c *Client) ExecuteWith(ctx context.Context, req api.ExecuteRequest, opts E
 	}
 	if m.Result == nil {
 		return nil, fmt.Errorf("guest answered execute without a result: %w", errdefs.ErrUnavailable)
+	}
+	if opts.Trace != nil {
+		t := Trace{}
+		if trace && m.Trace != nil {
+			t = *m.Trace
+		}
+		t.Call = time.Since(start)
+		t.fit()
+		*opts.Trace = t
 	}
 	r := m.Result
 	if !validStatus(r.Status) {

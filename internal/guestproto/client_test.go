@@ -22,6 +22,12 @@ import (
 // hostile or broken guest, which the real guest's tests cannot.
 func fakeGuest(t *testing.T, answer func(req Request) []byte) *Client {
 	t.Helper()
+	return fakeGuestOf(t, Version, answer)
+}
+
+// fakeGuestOf is fakeGuest speaking protocol version v.
+func fakeGuestOf(t *testing.T, v int, answer func(req Request) []byte) *Client {
+	t.Helper()
 	a, b := net.Pipe()
 	srv, err := yamux.Server(b, YamuxConfig())
 	if err != nil {
@@ -44,7 +50,7 @@ func fakeGuest(t *testing.T, answer func(req Request) []byte) *Client {
 					return
 				}
 				if req.Op == OpHello {
-					WriteJSON(s, Message{Hello: &Hello{Version: Version}})
+					WriteJSON(s, Message{Hello: &Hello{Version: v}})
 					return
 				}
 				s.Write(answer(req))

@@ -7,7 +7,8 @@
 // ChunkWriter framing (an upload without its end chunk is discarded). The guest answers with
 // Message JSON lines: zero or more Output messages, for OpExecute at most one Tools message
 // (after the outputs), and exactly one final message (Result, CommandResult, File, Listing,
-// Entry, Hello, OK or Error).
+// Entry, Hello, OK or Error). An execute with Request.Trace has the guest's Trace beside
+// its Result, in the final message.
 // For OpGetFile the final File message is followed by exactly File.Size raw bytes. A
 // command with Request.Stream set sends its output as Output messages while it runs.
 //
@@ -45,7 +46,7 @@ import "github.com/cellbox/cellbox/api"
 // MinVersion or newer than Version: a paused session's checkpoint holds the guest it was
 // paused with, which an upgraded server resumes; what that guest lacks (Client.Supports)
 // is refused with failed_precondition.
-const Version = 11
+const Version = 12
 
 // MinVersion is the oldest guest the server still speaks to.
 const MinVersion = 9
@@ -58,6 +59,9 @@ const (
 	// VersionLanguages: execute's Language (kernels for JavaScript, TypeScript, R, Bash),
 	// and Config's Image.
 	VersionLanguages = 11
+	// VersionTrace: execute's Trace (the guest's and the runner's durations beside the
+	// Result).
+	VersionTrace = 12
 )
 
 // MaxUserExpressions caps ExecuteRequest.UserExpressions; MaxUserExpression one of them.
@@ -146,6 +150,9 @@ type Request struct {
 	// message on the stream, and the server answers each with one InputReply line. Without
 	// it they fail at once (StdinNotImplementedError).
 	Stdin bool `json:"stdin,omitempty"`
+	// Execute: report where the cell's time went, Message.Trace beside the Result. The
+	// client asks only a guest that Supports VersionTrace.
+	Trace bool `json:"trace,omitempty"`
 	// Command.
 	Command *api.CommandRequest `json:"command,omitempty"`
 	// Command: the folder the program starts in, an absolute path in the sandbox. The
@@ -198,11 +205,13 @@ type Config struct {
 	Image string `json:"image,omitempty"`
 }
 
-// Message is one line the guest writes. Exactly one field is set.
+// Message is one line the guest writes. Exactly one field is set, but Trace, which goes with
+// a Result when the request asked for it.
 type Message struct {
 	Output        *api.Output        `json:"output,omitempty"`
 	Tools         *ToolSet           `json:"tools,omitempty"`
 	Result        *api.ExecuteResult `json:"result,omitempty"`
+	Trace         *Trace             `json:"trace,omitempty"`
 	CommandResult *api.CommandResult `json:"command_result,omitempty"`
 	File          *api.FileInfo      `json:"file,omitempty"`
 	Listing       *api.FileList      `json:"listing,omitempty"`

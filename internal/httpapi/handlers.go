@@ -17,6 +17,7 @@ import (
 	"github.com/cellbox/cellbox/internal/cluster"
 	"github.com/cellbox/cellbox/internal/errdefs"
 	"github.com/cellbox/cellbox/internal/move"
+	"github.com/cellbox/cellbox/internal/session"
 )
 
 func (s *server) createSession(w http.ResponseWriter, r *http.Request) {
@@ -156,7 +157,7 @@ func (s *server) execute(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.run(w, r, func(onOutput func(api.Output)) (*api.ExecuteResult, error) {
-		res, err := s.m.Execute(r.Context(), id, req, onOutput)
+		res, err := s.m.ExecuteInteractive(r.Context(), id, req, session.ExecuteHooks{OnOutput: onOutput, Trace: traceOf(r).guestTrace()})
 		if err == nil && req.Links {
 			s.addLinks(r, id, res.Files)
 		}
@@ -192,10 +193,15 @@ func (s *server) run(w http.ResponseWriter, r *http.Request, exec func(onOutput 
 
 // answer answers a call as one JSON result, or as Server-Sent Events when the client accepts
 // text/event-stream: the events work sends as it goes (send is nil without SSE), then one
-// "result" (or "error") event, then the end of the response.
+// "result" (or "error") event, then the end of the response. A request that asks for a
+// trace gets its Server-Timing in the header, or the event stream's trailer.
 func answer[T any](s *server, w http.ResponseWriter, r *http.Request, work func(send func(event string, v any)) (T, error)) {
+	tr := traceOf(r)
 	if !strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
 		res, err := work(nil)
+		if tr != nil {
+			w.Header().Set("Server-Timing", tr.serverTiming())
+		}
 		if err != nil {
 			s.writeError(w, r, err)
 			return
@@ -203,9 +209,15 @@ func answer[T any](s *server, w http.ResponseWriter, r *http.Request, work func(
 		writeJSON(w, http.StatusOK, res)
 		return
 	}
+	if tr != nil {
+		w.Header().Set("Trailer", "Server-Timing")
+	}
 	ev := startSSE(w)
 	defer ev.stop()
 	res, err := work(ev.send)
+	if tr != nil {
+		w.Header().Set("Server-Timing", tr.serverTiming())
+	}
 	if err != nil {
 		ev.send("error", api.ErrorBody{Error: s.errorDetail(r, err)})
 		return

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/cellbox/cellbox/api"
+	"github.com/cellbox/cellbox/internal/guestproto"
 )
 
 // Execute runs code in a session, after any execution already running there. Outputs go
@@ -22,6 +23,8 @@ type ExecuteHooks struct {
 	// once in the cell (StdinNotImplementedError), as in every execution but a Jupyter
 	// client's that allows stdin.
 	OnInput func(ctx context.Context, prompt string, password bool) (string, error)
+	// Trace, when set, gets where the cell's time went in the sandbox (guestproto.Trace).
+	Trace *guestproto.Trace
 }
 
 // ExecuteInteractive is Execute whose cell may ask its caller for input (hooks.OnInput).

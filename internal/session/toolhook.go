@@ -15,6 +15,6 @@ import (
 func runKernel(ctx context.Context, g *guestproto.Client, req api.ExecuteRequest, quiet bool, hooks ExecuteHooks) (*api.ExecuteResult, *guestproto.ToolSet, error) {
 	var set *guestproto.ToolSet
 	res, err := g.ExecuteWith(ctx, req, guestproto.ExecuteOptions{Quiet: quiet, OnOutput: hooks.OnOutput, OnInput: hooks.OnInput,
-		OnTools: func(ts guestproto.ToolSet) { set = &ts }})
+		Trace: hooks.Trace, OnTools: func(ts guestproto.ToolSet) { set = &ts }})
 	return res, set, err
 }

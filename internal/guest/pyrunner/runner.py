@@ -6,14 +6,15 @@
 # writes there is a stream output. This script never writes to them itself.
 #
 # guest -> runner:  {"op": "exec", "code": "...", "silent": false, "quiet": false, "ctx": "name", "env": {...},
-#                    "du": false, "ux": {"key": "expression", ...}, "stdin": false}
+#                    "du": false, "ux": {"key": "expression", ...}, "stdin": false, "tr": false}
 #                        runs code in execution context ctx ("" or absent: the default),
 #                        with env set in os.environ for the cell only; silent (the
 #                        pre-imports) or quiet (a tool's call, or a cell run without
 #                        history): not counted, not in the history (In, Out, _); du: send
 #                        display ids, update_display_data and clear_output; ux: user
 #                        expressions, evaluated after the code, answered in "done"; stdin:
-#                        input() and getpass() ask the guest ("input" below), else fail
+#                        input() and getpass() ask the guest ("input" below), else fail;
+#                        tr: report the cell's durations in "done"
 #                   {"op": "input", "value": "..."} or {"op": "input", "error": "..."}
 #                        the answer to an "input" (read only while one waits)
 #                   {"op": "complete", "code": "...", "pos": N, "ctx": "name"}
@@ -35,9 +36,13 @@
 #                        changed the tools (module cellbox), before its "done": all of them
 #                   {"t": "input", "prompt": "...", "password": bool}   a cell's input() or getpass()
 #                        waits for the value (the guest asks its caller)
-#                   {"t": "done", "ok": bool, "ename": "...", "n": N, "ux": {...}, "reply": {...}}
+#                   {"t": "done", "ok": bool, "ename": "...", "n": N, "ux": {...}, "reply": {...},
+#                    "tr": {"runner": ns, "run_cell": ns}}
 #                        ux: the user expressions' answers, each an output (display_data
-#                        or error); reply: a complete, inspect or is_complete's answer
+#                        or error); reply: a complete, inspect or is_complete's answer;
+#                        tr (an exec with tr): the runner's time from reading the cell to
+#                        writing this, and IPython's run_cell in it, in nanoseconds of its
+#                        monotonic clock
 #
 # The runner puts module cellbox (cellbox.py, whose source is CELLBOX_MODULE, set before
 # this script by package pyrunner) into sys.modules: `from cellbox import tool` works in
@@ -104,6 +109,7 @@ def prepare():
     import re
     import signal
     import threading
+    import time
 
     cellbox = install_cellbox()
     reported = {"v": cellbox._version}  # the tools' version last reported
@@ -440,8 +446,10 @@ def prepare():
             out[k] = o
         return out
 
-    def run(code, silent, quiet, ctx, env, du=False, ux=None, stdin=False):
+    def run(code, silent, quiet, ctx, env, du=False, ux=None, stdin=False, t0=None):
+        # t0: when the cell's line was read (perf_counter_ns), to report its durations.
         n = shell.execution_count
+        ran = 0
         ok, ename = True, ""
         answers = None
         signal.signal(signal.SIGINT, on_sigint)
@@ -458,7 +466,9 @@ def prepare():
                 # display hooks run as a cell's do (the guest drops what it outputs), so a
                 # kernel has written what a user's first cell writes before one comes. A
                 # quiet one (a tool's call) is a cell whose outputs are kept, uncounted.
+                t1 = time.perf_counter_ns()
                 r = shell.run_cell(code, store_history=not (silent or quiet))
+                ran = time.perf_counter_ns() - t1
                 if ux:
                     answers = user_expressions(ux)
             finally:
@@ -480,6 +490,8 @@ def prepare():
         done = {"t": "done", "ok": ok, "ename": ename, "n": n}
         if answers is not None:
             done["ux"] = answers
+        if t0 is not None:
+            done["tr"] = {"runner": time.perf_counter_ns() - t0, "run_cell": ran}
         send(done)
 
     def ask(op, msg):
@@ -541,6 +553,7 @@ def prepare():
 
     def serve_one(rfile):
         line = rfile.readline()
+        t0 = time.perf_counter_ns()
         if not line:
             os._exit(0)  # the guest is gone
         try:
@@ -551,7 +564,8 @@ def prepare():
         if op == "exec":
             ux = msg.get("ux")
             run(msg.get("code", ""), bool(msg.get("silent")), bool(msg.get("quiet")), str(msg.get("ctx") or ""),
-                msg.get("env") or {}, bool(msg.get("du")), ux if isinstance(ux, dict) else None, bool(msg.get("stdin")))
+                msg.get("env") or {}, bool(msg.get("du")), ux if isinstance(ux, dict) else None, bool(msg.get("stdin")),
+                t0 if msg.get("tr") else None)
         elif op in ("complete", "inspect", "is_complete"):
             ask(op, msg)
         elif op == "drop":
