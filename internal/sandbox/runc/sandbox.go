@@ -37,8 +37,8 @@ import (
 //	token        the attach token
 //	guest.log    the runtime's stderr
 //	run/         mounted at /.cellbox/run: guest.sock, guest.log (the guest's own log,
-//	             which it caps), and the guest's copy of the token, which it removes
-//	             once read
+//	             which it caps), the guest's copy of the token, which it removes
+//	             once read, and seccomp.bpf, the filter the guest installs on itself
 //	rootfs/      under runc, during a restore only: the restore's own root (checkpoint.go)
 type Sandbox struct {
 	id      string
@@ -172,6 +172,9 @@ func (s *Sandbox) writeBundle(spec *specs.Spec, token string) error {
 	}
 	s.token = token
 	files[sandbox.GuestToken] = []byte(token)
+	if s.b.seccomp != nil {
+		files[filepath.Join(runDir, sandbox.GuestSeccomp)] = s.b.seccomp
+	}
 	for name, data := range files {
 		if err := os.WriteFile(filepath.Join(s.bundle, name), data, 0o600); err != nil {
 			return err
