@@ -98,12 +98,21 @@ func Main(args []string) int {
 	template := fs.String("template", "", "Unix socket of the kernel template for this sandbox's root filesystem: kernels are forked from it (else, or when it fails, started afresh)")
 	egress := fs.String("egress-listen", "", "serve the egress proxy on this TCP address of the sandbox's own loopback, e.g. "+guestproto.EgressListen+" (empty: none)")
 	logFile := fs.String("log", "", "write the guest's log (its stdout and stderr) to this file, opened inside the sandbox, instead of the stdio the runtime gave it: a checkpoint cannot take a file of the host along")
+	seccompFile := fs.String("seccomp", "", "install the seccomp program in this file (struct sock_filter entries in the machine's byte order, as the backend writes it) on every thread before anything else, and exit if it cannot (empty: the runtime installed the filter, or none)")
 	connect := fs.String("connect", "", "instead of serving: join stdin/stdout to the Unix socket of a guest listening at this path (how the docker backend reaches its guest, started by the engine's exec)")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			return 0
 		}
 		return 2
+	}
+	// First of all, before the guest listens or starts anything: nothing runs in the
+	// sandbox unfiltered. Fails closed.
+	if *seccompFile != "" {
+		if err := installSeccomp(*seccompFile); err != nil {
+			fmt.Fprintf(os.Stderr, "cellbox guest: --seccomp: %v\n", err)
+			return 1
+		}
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "cellbox guest: unexpected arguments: %q\n", fs.Args())

@@ -27,12 +27,13 @@ type guestProc struct {
 	dir   string
 }
 
-// startGuestProcess runs Main in a child process, as a backend runs `cellbox guest`.
-func startGuestProcess(t *testing.T) *guestProc {
+// startGuestProcess runs Main in a child process, as a backend runs `cellbox guest`, with
+// args before its own.
+func startGuestProcess(t *testing.T, args ...string) *guestProc {
 	t.Helper()
 	needIPython(t)
 	dir := t.TempDir()
-	cmd := exec.Command(os.Args[0], "-workspace", dir)
+	cmd := exec.Command(os.Args[0], append(args, "-workspace", dir)...)
 	cmd.Env = append(os.Environ(), mainEnv+"=1")
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()

@@ -24,6 +24,9 @@ const (
 	GuestRunDir = "/.cellbox/run"
 	GuestSocket = "guest.sock"
 	GuestToken  = "token"
+	// GuestSeccomp is the seccomp program the guest installs on itself (GuestCommand.Seccomp),
+	// written by the backend: struct sock_filter entries in the machine's byte order.
+	GuestSeccomp = "seccomp.bpf"
 )
 
 // MaskedPaths are hidden in every sandbox (an empty file or folder over them), and
@@ -68,6 +71,10 @@ type GuestCommand struct {
 	Egress string
 	// Log is the file inside that the guest logs to (GuestLog); "": its stderr.
 	Log string
+	// Seccomp is a file inside holding a seccomp program (GuestSeccomp) that the guest
+	// installs on all its threads before anything else, and exits if it cannot; "": the
+	// runtime installs the filter (or none).
+	Seccomp string
 }
 
 // GuestLog is the guest's own log file in GuestRunDir, when GuestCommand.Log names it: a
@@ -76,7 +83,11 @@ const GuestLog = "guest.log"
 
 // Args is the guest's command line.
 func (g GuestCommand) Args() []string {
-	args := []string{g.Binary, "guest", "--workspace", api.WorkspaceDir}
+	args := []string{g.Binary, "guest"}
+	if g.Seccomp != "" {
+		args = append(args, "--seccomp", g.Seccomp)
+	}
+	args = append(args, "--workspace", api.WorkspaceDir)
 	if g.Cgroup != "" {
 		args = append(args, "--cgroup", g.Cgroup)
 	}

@@ -10,6 +10,7 @@ type metrics struct {
 	executions   *prometheus.CounterVec
 	duration     *prometheus.HistogramVec
 	sandboxStart prometheus.Histogram
+	startPhase   *prometheus.HistogramVec // by phase of sandboxStart
 	poolHits     prometheus.Counter
 	poolMisses   prometheus.Counter
 
@@ -38,6 +39,11 @@ func newMetrics(reg prometheus.Registerer, m *Manager) *metrics {
 			Help:    "Time from asking for a sandbox to its kernel being ready (pre-imports done).",
 			Buckets: prometheus.ExponentialBuckets(0.05, 2, 10),
 		}),
+		startPhase: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "cellbox_sandbox_start_phase_seconds",
+			Help:    "Time of each phase of a sandbox's start: workspace (its image made and mounted; not for a session's own workspace), runtime (the backend's create: the runtime's start and the guest listening), connect (the guest's hello), configure (the kernel started, pre-imports done).",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
+		}, []string{"phase"}),
 		poolHits: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "cellbox_pool_hits_total", Help: "Sessions and one-shots served from the warm pool.",
 		}),
@@ -73,7 +79,7 @@ func newMetrics(reg prometheus.Registerer, m *Manager) *metrics {
 	if reg == nil {
 		return mt
 	}
-	reg.MustRegister(mt.executions, mt.duration, mt.sandboxStart, mt.poolHits, mt.poolMisses, mt.sessionsCreated, mt.runs,
+	reg.MustRegister(mt.executions, mt.duration, mt.sandboxStart, mt.startPhase, mt.poolHits, mt.poolMisses, mt.sessionsCreated, mt.runs,
 		mt.pauses, mt.resumes, mt.moves, mt.pauseSeconds, mt.resumeSeconds,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cellbox_paused_bytes", Help: "Disk the paused sessions' checkpoints take."},
 			func() float64 { return float64(m.pausedBytes()) }),

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -53,8 +52,9 @@ type StoreConfig struct {
 // goes through the image file, or os.RemoveAll on the host-owned <id>/ (which does not follow
 // symlinks).
 //
-// An image is mounted by the Create that formatted it, and again only by Remount, for a
-// session that lives on after a reboot of the host unmounted it (a paused session). Its
+// An image is mounted by the Create that made it (a copy of an empty file system the Store
+// formatted itself, see format.go), and again only by Remount, for a session that lives on
+// after a reboot of the host unmounted it (a paused session). Its
 // bytes were written only by the host kernel's ext4 driver, on behalf of the sandbox's file
 // calls: the sandbox never sees the image or a block device. But an image with no journal
 // that a crash or power cut left half written can hold anything, file data where metadata
@@ -74,7 +74,7 @@ type Store struct {
 	loop     bool
 	mkfs     string // path of mkfs.ext4; with loop
 	fsck     string // path of e2fsck; with loop
-	mount    string // path of mount(8); with loop
+	formats  formats
 
 	mu    sync.Mutex
 	locks map[string]*idLock
@@ -123,6 +123,10 @@ func NewStore(cfg StoreConfig) (*Store, error) {
 	}
 	if err := s.remove(probeName); err != nil {
 		return nil, fmt.Errorf("remove an earlier quota probe: %w", err)
+	}
+	left, _ := filepath.Glob(filepath.Join(s.dir, formatPrefix+"*"))
+	for _, p := range left {
+		os.Remove(p) // an image a crash left half formatted
 	}
 	if quota != "none" {
 		err := s.probe()
@@ -314,12 +318,20 @@ func (s *Store) createFolder(id string) error {
 	return err
 }
 
-// createLoop formats <name>.img (sparse, diskMB MiB) as ext4 whose root belongs to
-// uid:gid, and loop-mounts it on <name>/. On failure it undoes what it did.
+// createLoop makes <name>.img (sparse, diskMB MiB) a copy of an empty ext4 file system
+// whose root belongs to uid:gid (see format.go), and loop-mounts it on <name>/. On failure
+// it undoes what it did.
 func (s *Store) createLoop(ctx context.Context, name string, diskMB int) (err error) {
-	dir, img := s.path(name), s.path(name)+imgSuffix
-	f, err := os.OpenFile(img, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	empty, err := s.formats.get(diskMB, func() (*format, error) { return s.makeFormat(ctx, diskMB) })
 	if err != nil {
+		return err
+	}
+	dir, img := s.path(name), s.path(name)+imgSuffix
+	if err := empty.write(img); err != nil {
+		os.Remove(img)
 		return err
 	}
 	mounted := false
@@ -335,25 +347,10 @@ func (s *Store) createLoop(ctx context.Context, name string, diskMB int) (err er
 			os.Remove(img)
 		}
 	}()
-	err = f.Truncate(int64(diskMB) << 20)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return err
-	}
-	// No journal and no root reserve: the whole quota is the user's. Lazy init and no
-	// discard keep it fast; a new sparse file reads as zeros, so noinit_itable (below) is safe
-	// and keeps the kernel from writing out every inode table onto the host's disk.
-	owner := strconv.Itoa(s.uid) + ":" + strconv.Itoa(s.gid)
-	if err = run(ctx, s.mkfs, "-q", "-F", "-m", "0", "-O", "^has_journal",
-		"-E", "root_owner="+owner+",lazy_itable_init=1,nodiscard", img); err != nil {
-		return err
-	}
 	if err = os.Mkdir(dir, 0o700); err != nil {
 		return err
 	}
-	if err = s.mountImage(ctx, img, dir); err != nil {
+	if err = mountImage(img, dir); err != nil {
 		return err
 	}
 	mounted = true
@@ -362,12 +359,6 @@ func (s *Store) createLoop(ctx context.Context, name string, diskMB int) (err er
 		err = nil
 	}
 	return err
-}
-
-// mountImage mounts the ext4 image img on dir. mount(8) sets up the loop device with
-// autoclear: unmounting frees it.
-func (s *Store) mountImage(ctx context.Context, img, dir string) error {
-	return run(ctx, s.mount, "-t", "ext4", "-o", "loop,nosuid,nodev,noinit_itable", img, dir)
 }
 
 // remove deletes everything of id; the caller holds id's lock.
@@ -426,9 +417,6 @@ func (s *Store) probe() error {
 		return err
 	}
 	if s.fsck, err = lookTool("e2fsck", "e2fsprogs"); err != nil {
-		return err
-	}
-	if s.mount, err = lookTool("mount", "mount"); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -553,7 +541,7 @@ func (s *Store) Remount(ctx context.Context, id string) error {
 		return fmt.Errorf("workspace %s: its file system did not pass e2fsck, so it is not mounted: %v: %s: %w",
 			id, err, tail(out), errdefs.ErrFailedPrecondition)
 	}
-	if err := s.mountImage(ctx, img, dir); err != nil {
+	if err := mountImage(img, dir); err != nil {
 		return fmt.Errorf("mount workspace %s again: %w: %w", id, err, errdefs.ErrUnavailable)
 	}
 	// e2fsck makes the lost+found that Create removed: it goes again if it is that one

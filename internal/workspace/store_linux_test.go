@@ -137,6 +137,50 @@ func TestStoreLoopWorkspace(t *testing.T) {
 	}
 }
 
+// Workspaces are copies of one empty file system, which share its UUID: both mount, each
+// with its own files, and a workspace of another size is formatted apart.
+func TestStoreLoopSameUUID(t *testing.T) {
+	s := loopStore(t, testDir(t))
+	ctx := context.Background()
+	uuid := func(img string) string {
+		f, err := os.Open(img)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		b := make([]byte, 16)
+		if _, err := f.ReadAt(b, 1024+0x68); err != nil { // the superblock's s_uuid
+			t.Fatal(err)
+		}
+		return fmt.Sprintf("%x", b)
+	}
+	var dirs []string
+	for _, id := range []string{"a", "b", "c"} {
+		size := 16
+		if id == "c" {
+			size = 24
+		}
+		dir, err := s.Create(ctx, id, size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Remove(ctx, id)
+		writeAsOwner(t, dir, "name", id)
+		dirs = append(dirs, dir)
+	}
+	if a, b, c := uuid(dirs[0]+imgSuffix), uuid(dirs[1]+imgSuffix), uuid(dirs[2]+imgSuffix); a != b || a == c {
+		t.Errorf("UUIDs %s %s %s: want the first two the same (one format), the third another", a, b, c)
+	}
+	for i, dir := range dirs {
+		if m, _ := isMountPoint(dir); !m {
+			t.Errorf("%s is not mounted", dir)
+		}
+		if data, err := os.ReadFile(filepath.Join(dir, "name")); err != nil || string(data) != []string{"a", "b", "c"}[i] {
+			t.Errorf("%s holds %q %v", dir, data, err)
+		}
+	}
+}
+
 // Writing past the quota fails inside with ENOSPC, and the host's disk holds at most the
 // quota.
 func TestStoreLoopQuota(t *testing.T) {
@@ -300,15 +344,19 @@ func TestStoreLoopConcurrent(t *testing.T) {
 // A Create that fails half-way leaves nothing behind.
 func TestStoreLoopCreateFails(t *testing.T) {
 	s := loopStore(t, testDir(t))
-	for _, tool := range []*string{&s.mkfs, &s.mount} {
-		saved := *tool
-		*tool = "/bin/false"
-		if _, err := s.Create(context.Background(), "broken", 16); err == nil {
-			t.Fatal("Create with a failing tool succeeded")
-		}
-		*tool = saved
-		assertEmpty(t, s.dir)
+	saved := s.mkfs
+	s.mkfs = "/bin/false"
+	if _, err := s.Create(context.Background(), "broken", 16); err == nil {
+		t.Fatal("Create with a failing mkfs succeeded")
 	}
+	s.mkfs = saved
+	assertEmpty(t, s.dir)
+	// An image the kernel will not mount (all zeros): the loop device goes too.
+	s.formats.get(17, func() (*format, error) { return &format{size: 17 << 20}, nil })
+	if _, err := s.Create(context.Background(), "broken", 17); err == nil {
+		t.Fatal("Create of an image that does not mount succeeded")
+	}
+	assertEmpty(t, s.dir)
 	noLoopDevices(t, s.dir)
 	// A canceled context stops it too, and cleans up.
 	ctx, cancel := context.WithCancel(context.Background())

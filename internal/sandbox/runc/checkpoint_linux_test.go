@@ -137,10 +137,13 @@ p = subprocess.Popen(['sleep', '1000'])
 	got := runCode(t, rc, `
 n = ticks[0]; time.sleep(0.2)
 f.write('after\n'); f.flush()
-print(x + 1, ticks[0] > n, p.poll() is None, open('/mnt/data/log.txt').read().split())
+print(x + 1, ticks[0] > n, p.poll() is None, open('/mnt/data/log.txt').read().split(), open('/proc/self/status').read().split('Seccomp:')[1].split()[0])
 `)
-	if want := "42 True True ['before', 'after']"; strings.TrimSpace(got) != want {
+	if want := "42 True True ['before', 'after'] 2"; strings.TrimSpace(got) != want {
 		t.Fatalf("after restore: %q, want %q", got, want)
+	}
+	if runtime == "runc" { // the filter the guest installed, restored by CRIU
+		checkGuestFiltered(t, rs.(*Sandbox))
 	}
 
 	// A fork: the same checkpoint again, on a copy of the workspace, beside the first.

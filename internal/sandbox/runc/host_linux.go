@@ -46,9 +46,11 @@ func adoptOrphans() error {
 }
 
 // watchExit watches the process pid: done is closed once it has exited (and it is reaped,
-// if it is our child). stop ends the watch without closing done. It waits on a pidfd
-// through Go's network poller: no thread is parked per sandbox. Linux 5.3 or later.
-func watchExit(pid int) (done <-chan struct{}, stop func(), _ error) {
+// if it is our child). stop ends the watch without closing done. kill sends it SIGKILL
+// through the same pidfd (never to a process that took its pid since), until stop. It
+// waits on a pidfd through Go's network poller: no thread is parked per sandbox. Linux 5.3
+// or later.
+func watchExit(pid int) (done <-chan struct{}, stop func(), kill func() error, _ error) {
 	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
 	if errors.Is(err, unix.EINVAL) { // PIDFD_NONBLOCK came with Linux 5.10
 		if fd, err = unix.PidfdOpen(pid, 0); err == nil {
@@ -56,13 +58,13 @@ func watchExit(pid int) (done <-chan struct{}, stop func(), _ error) {
 		}
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("watch process %d (pidfd_open needs Linux 5.3): %w", pid, err)
+		return nil, nil, nil, fmt.Errorf("watch process %d (pidfd_open needs Linux 5.3): %w", pid, err)
 	}
 	f := os.NewFile(uintptr(fd), "pidfd")
 	rc, err := f.SyscallConn()
 	if err != nil {
 		f.Close()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	ch := make(chan struct{})
 	go func() {
@@ -87,7 +89,14 @@ func watchExit(pid int) (done <-chan struct{}, stop func(), _ error) {
 			close(ch)
 		}
 	}()
-	return ch, func() { f.Close() }, nil
+	kill = func() error {
+		var err error
+		if cerr := rc.Control(func(fd uintptr) { err = unix.PidfdSendSignal(int(fd), unix.SIGKILL, nil, 0) }); cerr != nil {
+			return cerr
+		}
+		return err
+	}
+	return ch, func() { f.Close() }, kill, nil
 }
 
 // childrenWith returns the pids of this process's children, but skip, whose command line

@@ -15,7 +15,9 @@ const supported = false
 
 func adoptOrphans() error { return errors.ErrUnsupported }
 
-func watchExit(pid int) (<-chan struct{}, func(), error) { return nil, nil, errors.ErrUnsupported }
+func watchExit(pid int) (<-chan struct{}, func(), func() error, error) {
+	return nil, nil, nil, errors.ErrUnsupported
+}
 
 func childrenWith(marker string, skip int) []int { return nil }
 

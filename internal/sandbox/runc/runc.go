@@ -15,7 +15,8 @@
 // workspace appears at /mnt/data.
 //
 // The spec keeps the guest five capabilities and user code none (see sandbox.GuestCapabilities), sets
-// no_new_privs and a seccomp allow-list, gives the sandbox its own pid, network (loopback
+// no_new_privs and a seccomp allow-list (installed by the guest on itself, first thing,
+// except under gVisor, whose sentry installs the spec's), gives the sandbox its own pid, network (loopback
 // only), ipc, uts, mount and cgroup namespaces, and limits memory, processes and CPU with
 // cgroups (v1 or v2).
 //
@@ -56,6 +57,7 @@ import (
 	"github.com/cellbox/cellbox/internal/errdefs"
 	"github.com/cellbox/cellbox/internal/image"
 	"github.com/cellbox/cellbox/internal/sandbox"
+	"github.com/cellbox/cellbox/internal/sandbox/seccomp"
 )
 
 // Config configures the backend.
@@ -131,6 +133,10 @@ type Backend struct {
 	cgroups     string     // the parent of the sandboxes' cgroups (Config.CgroupParent)
 	criu        string     // the CRIU binary (runc only); "": none recent enough, criuMissing says why
 	criuMissing string
+	// seccomp is the filter compiled for the guest to install on itself (seccomp.Program),
+	// written into each bundle's run folder; nil under gVisor, where runsc installs the
+	// spec's in its sentry.
+	seccomp []byte
 
 	live sandbox.Live[*Sandbox]
 }
@@ -235,6 +241,13 @@ func New(cfg Config) (*Backend, error) {
 			b.log.Warn("this runsc is older than cellbox supports (Debian's is of 2022): install the pinned one with make deps (scripts/runsc.sh)", "runtime", runtimePath, "version", version)
 		}
 	}
+	if !b.gvisor {
+		// runc compiles a spec's filter with libseccomp in every sandbox's start (~14 ms of
+		// CPU here); compiled once, the guest installs it (see buildSpec).
+		if b.seccomp, err = seccomp.Program(); err != nil {
+			b.log.Info("the runtime installs the seccomp filter", "why", err)
+		}
+	}
 	if !b.gvisor && filepath.Base(runtimePath) == "runc" {
 		b.criu, b.criuMissing = findCRIU(cfg.CRIU)
 		if b.criu == "" {
@@ -323,6 +336,7 @@ func (b *Backend) prepare(spec sandbox.Spec) (*Sandbox, specInput, error) {
 	in := specInput{
 		spec: spec, rootfs: b.rootfs, binds: b.binds, guest: b.guest, mplCache: b.mplCache, run: filepath.Join(s.bundle, runDir),
 		uid: b.uid, gid: b.gid, limitSwap: b.limitSwap, goarch: runtime.GOARCH, gvisor: b.gvisor, cgroups: b.cgroups,
+		guestSeccomp: b.seccomp != nil,
 		// gVisor checkpoints any sandbox; runc with CRIU those in a user namespace.
 		userns: spec.Checkpointable && kind == "criu",
 	}

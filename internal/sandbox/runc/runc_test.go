@@ -130,10 +130,19 @@ func newBackendKernels(t *testing.T, runtime, guest string, images Images, kerne
 }
 
 // shellGuestPy listens where the guest does, passes the attach handshake, and hands each
-// connection to a shell that reads commands from it.
+// connection to a shell that reads commands from it. Given --seccomp, it installs that
+// program first, as the guest does.
 const shellGuestPy = `#!/usr/bin/python3
-import json, os, socket, subprocess, sys
+import ctypes, json, os, socket, subprocess, sys
 a = sys.argv
+if "--seccomp" in a:
+    prog = open(a[a.index("--seccomp") + 1], "rb").read()
+    buf = ctypes.create_string_buffer(prog, len(prog))
+    class Fprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+    fprog = Fprog(len(prog) // 8, ctypes.addressof(buf))
+    if ctypes.CDLL(None, use_errno=True).prctl(22, 2, ctypes.byref(fprog), 0, 0) != 0:  # PR_SET_SECCOMP, FILTER
+        sys.exit("seccomp: " + os.strerror(ctypes.get_errno()))
 path, token_file = a[a.index("--listen") + 1], a[a.index("--token-file") + 1]
 token = open(token_file).read().strip()
 os.remove(token_file)

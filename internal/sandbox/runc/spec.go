@@ -58,6 +58,10 @@ type specInput struct {
 	gvisor bool
 	// cgroups is the parent of the sandbox's cgroup (Config.CgroupParent).
 	cgroups string
+	// guestSeccomp: the guest installs the seccomp filter on itself, from the program the
+	// backend writes into the run folder (sandbox.GuestSeccomp); the spec has none. Else
+	// the runtime installs seccomp.Profile.
+	guestSeccomp bool
 	// userns: the sandbox has a user namespace of its own, which maps every uid and gid to
 	// itself (files keep their owners), so that CRIU can checkpoint it (see checkpoint.go).
 	// Its /sys is then a tmpfs holding only the cgroup mount.
@@ -97,6 +101,10 @@ func buildSpec(in specInput) *specs.Spec {
 	}
 	if in.template != "" {
 		guest.Template = templateDir + "/" + template.Socket
+	}
+	filter := seccomp.Profile(in.goarch, in.gvisor)
+	if in.guestSeccomp && !in.gvisor {
+		guest.Seccomp, filter = sandbox.GuestRunDir+"/"+sandbox.GuestSeccomp, nil
 	}
 	if in.mplCache != "" || in.rootMPLCache {
 		guest.MPLCache = mplCachePath
@@ -187,7 +195,7 @@ func buildSpec(in specInput) *specs.Spec {
 			CgroupsPath:   in.cgroups + "/" + s.ID,
 			Resources:     resources(s.Limits, in.limitSwap, in.gvisor),
 			Devices:       devices(),
-			Seccomp:       seccomp.Profile(in.goarch, in.gvisor),
+			Seccomp:       filter,
 			MaskedPaths:   sandbox.MaskedPaths,
 			ReadonlyPaths: sandbox.ReadonlyPaths,
 		},

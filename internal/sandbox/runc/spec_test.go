@@ -281,6 +281,29 @@ func TestSpecSeccomp(t *testing.T) {
 	}
 }
 
+// TestSpecGuestSeccomp: where the guest installs the filter itself, the spec has none and
+// the guest is told where the program is, first; never under gVisor, whose sentry takes
+// the spec's.
+func TestSpecGuestSeccomp(t *testing.T) {
+	in := testInput()
+	in.guestSeccomp = true
+	s := buildSpec(in)
+	if s.Linux.Seccomp != nil {
+		t.Error("the spec has a seccomp filter the guest installs itself")
+	}
+	if a := s.Process.Args; len(a) < 4 || a[1] != "guest" || a[2] != "--seccomp" || a[3] != sandbox.GuestRunDir+"/"+sandbox.GuestSeccomp {
+		t.Errorf("args %q do not open with --seccomp and the run folder's program", a)
+	}
+	if !s.Process.NoNewPrivileges {
+		t.Error("no no_new_privs: the guest could not install its filter")
+	}
+	in.gvisor = true
+	s = buildSpec(in)
+	if s.Linux.Seccomp == nil || slices.Contains(s.Process.Args, "--seccomp") {
+		t.Errorf("under gVisor: spec filter %v, args %q; want the spec's filter alone", s.Linux.Seccomp != nil, s.Process.Args)
+	}
+}
+
 // TestSpecGVisor: what differs under runsc, and nothing else.
 func TestSpecGVisor(t *testing.T) {
 	in := testInput()

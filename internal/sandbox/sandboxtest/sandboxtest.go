@@ -563,11 +563,17 @@ func testIsolation(t *testing.T, b sandbox.Backend) {
 		// PR_GET_NO_NEW_PRIVS (39): gVisor's /proc/self/status has no NoNewPrivs line.
 		{"no_new_privs", "import ctypes\nprint(ctypes.CDLL(None).prctl(39, 0, 0, 0, 0), end='')", "1"},
 		{"tmp writable", "open('/tmp/x', 'w').write('x'); print('ok', end='')", "ok"},
+		{"seccomp", seccompCheck, seccompWant},
 	}
 	for _, c := range checks {
 		if got := x.run(t, c.code); got != c.want {
 			t.Errorf("%s: got %q, want %q", c.name, got, c.want)
 		}
+	}
+	// Commands are the guest's children, where a kernel may be a template's fork: both are
+	// filtered, whoever installed the filter (the runtime, the engine or the guest itself).
+	if r := x.command(t, Python, "-c", seccompCheck); r.Status != api.StatusOK || r.Stdout != seccompWant {
+		t.Errorf("seccomp of a command: %+v, want %q", r, seccompWant)
 	}
 	for _, p := range []string{"/cellbox-test", "/usr/cellbox-test"} {
 		if _, err := os.Stat(p); err == nil {
@@ -576,6 +582,16 @@ func testIsolation(t *testing.T, b sandbox.Backend) {
 		}
 	}
 }
+
+// seccompCheck prints the seccomp mode of its process and what an unshare of a user
+// namespace answers: refused by the filter, though allowed to an unprivileged user without
+// it (a filter in a parent's process counts: it is inherited).
+const seccompCheck = `import ctypes, os
+mode = open('/proc/self/status').read().split('Seccomp:')[1].split()[0]
+libc = ctypes.CDLL(None, use_errno=True)
+print(mode, libc.unshare(0x10000000), os.strerror(ctypes.get_errno()), end='')`
+
+const seccompWant = "2 -1 Operation not permitted"
 
 func testNoNetwork(t *testing.T, b sandbox.Backend) {
 	x := start(t, b, limits)
