@@ -24,7 +24,7 @@ import (
 
 // shared is the server of this package's tests (runc on the host's root).
 var shared = &testserver.Shared{Prefix: "client", Prepare: func(_ string, cfg *config.Config, _ *server.Options) error {
-	cfg.PoolSize = 1
+	cfg.PoolSize, cfg.PoolMax = 1, 0
 	return nil
 }}
 

@@ -160,7 +160,7 @@ func TestRunServer(t *testing.T) {
 	cfg.Addr = "127.0.0.1:0"
 	cfg.StateDir = t.TempDir()
 	cfg.EndSessionsOnExit = true // nothing outlives the test
-	cfg.PoolSize = 1
+	cfg.PoolSize, cfg.PoolMax = 1, 0
 	cfg.LogLevel = "warn"
 	s, err := server.Start(t.Context(), cfg, server.Options{GuestBinary: testbin.Cellbox(t)})
 	if err != nil {

@@ -60,7 +60,7 @@ func TestPoolTakesLimitsAndEnv(t *testing.T) {
 	cfg := config.Default()
 	cfg.StateDir = t.TempDir()
 	cfg.Preimport = ""
-	cfg.PoolSize = 1
+	cfg.PoolSize, cfg.PoolMax = 1, 0
 	m := startManager(t, cfg, b, t.TempDir(), nil)
 	ctx := context.Background()
 	waitWarm := func() []string {

@@ -152,7 +152,7 @@ func TestImagesOnHostRoot(t *testing.T) {
 func TestImagePools(t *testing.T) {
 	b := sandboxtest.Images(localBackend(t), "default", "py", "ml")
 	cfg := onImages(t)
-	cfg.PoolSize = 1
+	cfg.PoolSize, cfg.PoolMax = 1, 0
 	cfg.ImagePools = "py=2,ml=0"
 	reg := prometheus.NewPedanticRegistry()
 	m := startManager(t, cfg, b, t.TempDir(), reg)

@@ -34,8 +34,9 @@ func Runtime() string {
 }
 
 // Config is a server config for tests on setup, in stateDir: on a free local port, ending
-// its sessions on exit (nothing outlives the test), a pool of 2, warnings only in the log,
-// and a short grace for an interrupt.
+// its sessions on exit (nothing outlives the test), a pool of 2 that does not grow (a test's
+// quick run of sessions must not start sandboxes beside it: how a pool grows is the session
+// package's tests'), warnings only in the log, and a short grace for an interrupt.
 func Config(setup testbin.Setup, stateDir string) config.Config {
 	cfg := config.Default()
 	cfg.Backend, cfg.RootFS, cfg.ImagesDir = setup.Backend, setup.RootFS, setup.ImagesDir
@@ -43,7 +44,7 @@ func Config(setup testbin.Setup, stateDir string) config.Config {
 	cfg.Addr = "127.0.0.1:0"
 	cfg.StateDir = stateDir
 	cfg.EndSessionsOnExit = true
-	cfg.PoolSize = 2
+	cfg.PoolSize, cfg.PoolMax = 2, 0
 	cfg.LogLevel = "warn"
 	cfg.InterruptGrace = 2 * time.Second
 	return cfg
@@ -170,7 +171,8 @@ type Served struct {
 
 // Serve starts `cellbox serve` (the test's binary) on a free port with the state dir and
 // args, and waits until it answers /healthz. It ends its sessions on exit unless args say
-// --end-sessions-on-exit=false. A server still running when the test ends gets SIGTERM,
+// --end-sessions-on-exit=false, and its pools do not grow (see Config) unless they give
+// --pool-max. A server still running when the test ends gets SIGTERM,
 // then SIGKILL; the end of its log is printed when the test failed.
 func Serve(t testing.TB, state string, args ...string) *Served {
 	t.Helper()
@@ -190,7 +192,7 @@ func serve(t testing.TB, state string, attr *syscall.SysProcAttr, args []string)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Cmd = exec.Command(testbin.Cellbox(t), append([]string{"serve", "--addr", addr, "--state-dir", state, "--end-sessions-on-exit"}, args...)...)
+	s.Cmd = exec.Command(testbin.Cellbox(t), append([]string{"serve", "--addr", addr, "--state-dir", state, "--end-sessions-on-exit", "--pool-max", "0"}, args...)...)
 	s.Cmd.Stdout, s.Cmd.Stderr, s.Cmd.SysProcAttr = logf, logf, attr
 	if err := s.Cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -190,7 +190,7 @@ func startServer(t *testing.T) string {
 		t.Fatal(err)
 	}
 	cfg := testserver.Config(testserver.Host(t), filepath.Join(dir, "state"))
-	cfg.PoolSize = 1
+	cfg.PoolSize, cfg.PoolMax = 1, 0
 	return testserver.Start(t, cfg, server.Options{Keys: k, Quiet: true}).URL
 }
 

@@ -62,7 +62,7 @@ func newEnv(t testing.TB, h *testhost.Host) *env {
 	cfg := testserver.Config(testserver.Host(t), t.TempDir())
 	cfg.EgressDNS = h.DNSAddr()
 	cfg.EgressRoots = h.CAFile()
-	cfg.PoolSize = 1
+	cfg.PoolSize, cfg.PoolMax = 1, 0
 	s := testserver.Start(t, cfg, server.Options{})
 	return &env{h: h, c: client.New(s.URL), url: s.URL}
 }

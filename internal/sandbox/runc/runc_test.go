@@ -57,21 +57,23 @@ func TestConformanceImageRunsc(t *testing.T) {
 
 // The kernels of the other languages, on the host's root and on the default image (runc and
 // gVisor: what differs below them is the root they find and how signals and /proc behave).
+// TestLanguages: the host's root has every language's runtime and what it reads (/etc/R);
+// the kernel contract itself is the same guest's on every root, run by TestLanguagesImage.
 func TestLanguages(t *testing.T) {
 	needRuntime(t, "runc")
-	sandboxtest.RunLanguages(t, newBackend(t, "runc", testbin.Cellbox(t)))
+	sandboxtest.RunLanguages(t, newBackend(t, "runc", testbin.Cellbox(t)), false)
 }
 
 func TestLanguagesImage(t *testing.T) {
 	needRuntime(t, "runc")
 	store := image.NewStore(testbin.Images(t), "")
-	sandboxtest.RunLanguages(t, sandboxtest.WithImage(newBackendImages(t, "runc", testbin.Cellbox(t), store), image.DefaultName))
+	sandboxtest.RunLanguages(t, sandboxtest.WithImage(newBackendImages(t, "runc", testbin.Cellbox(t), store), image.DefaultName), true)
 }
 
 func TestLanguagesImageRunsc(t *testing.T) {
 	needRuntime(t, "runsc")
 	store := image.NewStore(testbin.Images(t), "")
-	sandboxtest.RunLanguages(t, sandboxtest.WithImage(newBackendImages(t, "runsc", testbin.Cellbox(t), store), image.DefaultName))
+	sandboxtest.RunLanguages(t, sandboxtest.WithImage(newBackendImages(t, "runsc", testbin.Cellbox(t), store), image.DefaultName), true)
 }
 
 // needRuntime skips a test that needs root and the OCI runtime name.
