@@ -84,6 +84,17 @@ func instant(time.Duration) <-chan time.Time {
 	return c
 }
 
+// fill runs p's fill loop until the returned stop, which waits for it to end.
+func fill(p *pool) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() {
+		p.run(ctx)
+		close(ran)
+	}()
+	return func() { cancel(); <-ran }
+}
+
 // manualClock is a clock whose waits end when the test says: after reports each wait asked
 // for on asked, and the wait ends on a send to fire.
 type manualClock struct {
@@ -109,12 +120,7 @@ func TestPoolHandsOutEachBoxOnce(t *testing.T) {
 	p.after = instant
 	var tick atomic.Int64
 	p.now = func() time.Time { return time.Unix(tick.Add(1), 0) }
-	ctx, cancel := context.WithCancel(context.Background())
-	ran := make(chan struct{})
-	go func() {
-		p.run(ctx)
-		close(ran)
-	}()
+	stop := fill(p)
 	var mu sync.Mutex
 	got := map[string]int{}
 	var wg sync.WaitGroup
@@ -135,8 +141,7 @@ func TestPoolHandsOutEachBoxOnce(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	cancel()
-	<-ran
+	stop()
 	left := p.close()
 	for id, n := range got {
 		if n != 1 {
@@ -161,13 +166,7 @@ func TestPoolWaitsBeforeRefill(t *testing.T) {
 	p.after = clock.after
 	var now atomic.Int64
 	p.now = func() time.Time { return time.Unix(0, now.Load()) }
-	ctx, cancel := context.WithCancel(context.Background())
-	ran := make(chan struct{})
-	go func() {
-		p.run(ctx)
-		close(ran)
-	}()
-	defer func() { cancel(); <-ran }()
+	defer fill(p)()
 	// asked is the next wait the pool asks for, other than its idle one (retarget), which
 	// its poke ends.
 	asked := func() time.Duration {
@@ -237,13 +236,7 @@ func TestPoolGrowsWithDemand(t *testing.T) {
 	if got := p.size(); got != 8 {
 		t.Fatalf("after 11 requests within a second the target is %d, want the max, 8", got)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ran := make(chan struct{})
-	go func() {
-		p.run(ctx)
-		close(ran)
-	}()
-	defer func() { cancel(); <-ran }()
+	defer fill(p)()
 	for p.len() < 8 {
 		runtime.Gosched()
 	}
@@ -291,12 +284,7 @@ func TestPoolStartsInParallel(t *testing.T) {
 		mu.Unlock()
 		return f.start(ctx)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ran := make(chan struct{})
-	go func() {
-		p.run(ctx)
-		close(ran)
-	}()
+	stop := fill(p)
 	for {
 		mu.Lock()
 		n := running
@@ -310,8 +298,7 @@ func TestPoolStartsInParallel(t *testing.T) {
 	for p.len() < 6 {
 		runtime.Gosched()
 	}
-	cancel()
-	<-ran
+	stop()
 	if most != 3 {
 		t.Errorf("at most %d starts at once, want 3", most)
 	}
@@ -441,15 +428,9 @@ func TestPoolClose(t *testing.T) {
 		t.Error("put after close succeeded")
 	}
 	// The run loop of a closed pool starts nothing.
-	ctx, cancel := context.WithCancel(context.Background())
-	ran := make(chan struct{})
-	go func() {
-		p.run(ctx)
-		close(ran)
-	}()
+	stop := fill(p)
 	p.poke()
-	cancel()
-	<-ran
+	stop()
 	if f.n != 2 {
 		t.Errorf("a closed pool started %d boxes", f.n-2)
 	}
