@@ -221,7 +221,8 @@ func ParseServerTiming(values []string) []Timing {
 				}
 				switch strings.ToLower(strings.TrimSpace(k)) {
 				case "dur":
-					if ms, err := strconv.ParseFloat(val, 64); err == nil {
+					// A server's number: only a finite one from 0 to a day is a duration.
+					if ms, err := strconv.ParseFloat(val, 64); err == nil && ms >= 0 && ms <= 24*3600*1000 {
 						t.Dur = time.Duration(ms * float64(time.Millisecond))
 					}
 				case "desc":

@@ -155,12 +155,21 @@ func New(ctx context.Context, cfg config.Config, backend sandbox.Backend, store 
 			return
 		}
 		spec := boxSpec{image: k.image, limits: m.defaults(), checkpointable: m.poolCheckpointable(), language: k.language}
-		p := newPool(size, cfg.PoolMax, func(ctx context.Context) (*box, error) {
+		// No pool outgrows what the server admits at once.
+		hi := cfg.PoolMax
+		if cfg.MaxSessions > 0 {
+			hi = min(hi, cfg.MaxSessions)
+		}
+		p := newPool(size, hi, func(ctx context.Context) (*box, error) {
 			release, err := m.starts.acquire(ctx, false)
 			if err != nil {
 				return nil, err
 			}
 			defer release()
+			// A refill holds a slot that requests wait for: a start that hangs (the runtime,
+			// the guest, a pre-import) gives it back.
+			ctx, cancel := context.WithTimeout(ctx, poolStartTimeout)
+			defer cancel()
 			b, err := m.startBox(ctx, m.newSessionID(), spec, "")
 			if err == nil && k.language != "" {
 				if err = m.warmLanguage(ctx, b); err != nil {
@@ -199,6 +208,9 @@ func New(ctx context.Context, cfg config.Config, backend sandbox.Backend, store 
 	go m.reap(bg)
 	return m, nil
 }
+
+// poolStartTimeout bounds a warm pool's start of one box.
+const poolStartTimeout = 2 * time.Minute
 
 // poolCheckpointable: the warm sandboxes are made checkpointable, as the sessions of the
 // server's default idle action are (pause.go).

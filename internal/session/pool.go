@@ -162,7 +162,10 @@ func (p *pool) run(ctx context.Context) {
 		if !p.closed && len(p.boxes) > p.target {
 			drop, p.boxes = p.boxes[len(p.boxes)-1], p.boxes[:len(p.boxes)-1]
 		}
-		need := !p.closed && len(p.boxes)+p.starting < p.target && p.starting < p.parallel
+		have := len(p.boxes) + p.starting
+		// Past its floor, each start looks at the host's memory again: a target set when
+		// there was room is not a promise.
+		need := !p.closed && have < p.target && p.starting < p.parallel && (have < p.min || p.room())
 		var wait, settle time.Duration
 		if need && !p.failed.IsZero() {
 			wait = p.failed.Add(p.backoff).Sub(p.now())
@@ -250,19 +253,27 @@ const (
 )
 
 type demand struct {
-	counts []int32 // a ring of buckets; counts[i] is bucket number i mod len
-	last   int64   // the newest bucket's number
+	counts []int32   // a ring of buckets; counts[i] is bucket number i mod len
+	last   int64     // the newest bucket's number
+	origin time.Time // bucket 0 starts a history before the first time seen
 }
 
 func (d *demand) init() {
 	d.counts = make([]int32, demandHistory/demandBucket)
 }
 
-func bucketOf(t time.Time) int64 { return t.UnixNano() / int64(demandBucket) }
+// bucketOf is t's bucket number, counted on the clock's monotonic reading where it has one
+// (a step of the wall clock moves no bucket); never below 0 (older times are in bucket 0).
+func (d *demand) bucketOf(t time.Time) int64 {
+	if d.origin.IsZero() {
+		d.origin = t.Add(-demandHistory)
+	}
+	return max(0, int64(t.Sub(d.origin)/demandBucket))
+}
 
 // advance clears the buckets between the newest one and t's.
 func (d *demand) advance(t time.Time) int64 {
-	b := bucketOf(t)
+	b := d.bucketOf(t)
 	if b > d.last {
 		for i := d.last + 1; i <= b && i <= d.last+int64(len(d.counts)); i++ {
 			d.counts[i%int64(len(d.counts))] = 0
@@ -275,7 +286,7 @@ func (d *demand) advance(t time.Time) int64 {
 func (d *demand) add(t time.Time) {
 	b := d.advance(t)
 	if b <= d.last-int64(len(d.counts)) {
-		return // older than the history (a clock step back)
+		return // older than the history
 	}
 	d.counts[b%int64(len(d.counts))]++
 }

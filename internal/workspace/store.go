@@ -331,7 +331,9 @@ func (s *Store) createLoop(ctx context.Context, name string, diskMB int) (err er
 	}
 	dir, img := s.path(name), s.path(name)+imgSuffix
 	if err := empty.write(img); err != nil {
-		os.Remove(img)
+		if !errors.Is(err, fs.ErrExist) { // else not ours
+			os.Remove(img)
+		}
 		return err
 	}
 	mounted := false

@@ -430,6 +430,8 @@ func (s *Sandbox) attach(ctx context.Context) error {
 	// The same pid, still running, after the watch began: the watch is of the guest, not
 	// of a process that took its pid since.
 	if again, err := s.b.runningPid(ctx, s.id); err != nil || again != pid {
+		// Its pid may name another process by now: Stop must not kill through it.
+		s.kill = nil
 		return fmt.Errorf("%w: its guest exited", errLost)
 	}
 	token, err := os.ReadFile(filepath.Join(s.bundle, sandbox.GuestToken))

@@ -167,14 +167,31 @@ func (s *Sandbox) writeBundle(spec *specs.Spec, token string) error {
 		return err
 	}
 	files := map[string][]byte{"config.json": data}
-	if token == "" {
+	fresh := token == ""
+	if fresh {
 		token = sandbox.NewToken()
 		files[filepath.Join(runDir, sandbox.GuestToken)] = []byte(token)
 	}
 	s.token = token
 	files[sandbox.GuestToken] = []byte(token)
-	if s.b.seccomp != nil {
-		files[filepath.Join(runDir, sandbox.GuestSeccomp)] = s.b.seccomp
+	// Only for a new guest (a restored one has its filter back from CRIU), and never through
+	// a link: the run folder is the sandbox's to write.
+	if s.b.seccomp != nil && fresh {
+		path := filepath.Join(s.bundle, runDir, sandbox.GuestSeccomp)
+		if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
+			return err
+		}
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+		if err != nil {
+			return err
+		}
+		_, err = f.Write(s.b.seccomp)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
 	}
 	for name, data := range files {
 		if err := os.WriteFile(filepath.Join(s.bundle, name), data, 0o600); err != nil {

@@ -13,9 +13,11 @@ import (
 // Program is Profile (not gVisor's) compiled to a classic BPF program for the server's own
 // architecture, for a process that installs the filter itself (a kernel forked from a
 // template, which no runtime starts): same allow-list, same clone and personality rules,
-// EPERM for the rest, ENOSYS for clone3. It is stricter than the runtime's compilation of
-// Profile in one way: system calls of another ABI of the machine (i386 and x32 on x86_64,
-// arm on arm64) are refused whole, where Profile lists those ABIs' calls too.
+// EPERM for the rest, ENOSYS for clone3. It differs from runc's compilation of Profile in
+// two ways: system calls of another ABI of the machine (i386 and x32 on x86_64, arm on
+// arm64) are refused whole, where Profile lists those ABIs' calls too; and a call newer
+// than any the list names gets EPERM, where runc answers ENOSYS (so a libc that falls back
+// on ENOSYS does not). The guest under runc installs this program too (sandbox.GuestSeccomp).
 //
 // It returns the program as struct sock_filter entries in the machine's byte order, ready
 // for seccomp(2).
