@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"runtime"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cellbox/cellbox/internal/sandbox"
+	"github.com/cellbox/cellbox/internal/testbin"
 )
 
 // fakeSandbox is a sandbox.Sandbox that is alive until killed.
@@ -82,6 +84,14 @@ func instant(time.Duration) <-chan time.Time {
 	c := make(chan time.Time, 1)
 	c <- time.Time{}
 	return c
+}
+
+// until waits up to 10 s for cond, failing t with what it waited for.
+func until(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	if !testbin.Eventually(10*time.Second, cond) {
+		t.Fatalf("waiting for %s: not within 10 s", what)
+	}
 }
 
 // fill runs p's fill loop until the returned stop, which waits for it to end.
@@ -186,9 +196,7 @@ func TestPoolWaitsBeforeRefill(t *testing.T) {
 			<-f.started
 		}
 	}
-	for p.len() < 2 {
-		runtime.Gosched()
-	}
+	until(t, "the pool's two boxes", func() bool { return p.len() == 2 })
 	if b := p.take(); b == nil || b.id != "1" {
 		t.Fatalf("took %v, want box 1", b)
 	}
@@ -237,23 +245,14 @@ func TestPoolGrowsWithDemand(t *testing.T) {
 		t.Fatalf("after 11 requests within a second the target is %d, want the max, 8", got)
 	}
 	defer fill(p)()
-	for p.len() < 8 {
-		runtime.Gosched()
-	}
+	until(t, "8 boxes", func() bool { return p.len() == 8 })
 	now.Add((demandHistory + time.Second).Nanoseconds())
 	p.poke()
-	for p.len() > 1 {
-		runtime.Gosched()
-	}
-	for {
+	until(t, "the 7 boxes over the floor stopped", func() bool {
 		f.mu.Lock()
-		n := len(f.discarded)
-		f.mu.Unlock()
-		if n == 7 {
-			break
-		}
-		runtime.Gosched()
-	}
+		defer f.mu.Unlock()
+		return p.len() == 1 && len(f.discarded) == 7
+	})
 	if got := p.size(); got != 1 {
 		t.Errorf("after the history the target is %d, want 1", got)
 	}
@@ -285,19 +284,13 @@ func TestPoolStartsInParallel(t *testing.T) {
 		return f.start(ctx)
 	}
 	stop := fill(p)
-	for {
+	until(t, "3 starts at once", func() bool {
 		mu.Lock()
-		n := running
-		mu.Unlock()
-		if n == 3 {
-			break
-		}
-		runtime.Gosched()
-	}
+		defer mu.Unlock()
+		return running == 3
+	})
 	close(gate)
-	for p.len() < 6 {
-		runtime.Gosched()
-	}
+	until(t, "6 boxes", func() bool { return p.len() == 6 })
 	stop()
 	if most != 3 {
 		t.Errorf("at most %d starts at once, want 3", most)
@@ -339,15 +332,11 @@ func TestStartsOrder(t *testing.T) {
 	}
 	order := make(chan string, 3)
 	waiting := func(n int) {
-		for {
+		until(t, fmt.Sprintf("%d waiters", n), func() bool {
 			s.mu.Lock()
-			w := len(s.urgent) + len(s.background)
-			s.mu.Unlock()
-			if w == n {
-				return
-			}
-			runtime.Gosched()
-		}
+			defer s.mu.Unlock()
+			return len(s.urgent)+len(s.background) == n
+		})
 	}
 	get := func(name string, urgent bool) {
 		release, err := s.acquire(ctx, urgent)
@@ -398,14 +387,11 @@ func TestPoolDiscardsDeadBoxes(t *testing.T) {
 	if b := p.take(); b != nil {
 		t.Fatalf("took %s from an empty pool", b.id)
 	}
-	for ; ; runtime.Gosched() { // the dead box is discarded in the background
+	until(t, "the dead box discarded", func() bool { // in the background
 		f.mu.Lock()
-		n := f.discarded[b1.id]
-		f.mu.Unlock()
-		if n == 1 {
-			break
-		}
-	}
+		defer f.mu.Unlock()
+		return f.discarded[b1.id] == 1
+	})
 }
 
 // TestPoolClose: after close nothing is handed out or taken in; a box that was starting
