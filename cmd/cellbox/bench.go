@@ -14,7 +14,6 @@ import (
 
 	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/internal/config"
-	"github.com/cellbox/cellbox/internal/server"
 )
 
 func init() {
@@ -215,20 +214,11 @@ type benchN struct {
 
 // benchSetup starts a server with cfg, measures it and stops it.
 func benchSetup(ctx context.Context, cfg config.Config, name string, n benchN) (*benchResult, error) {
-	s, err := server.Start(ctx, cfg, server.Options{})
+	b, stop, err := startBench(ctx, cfg, name)
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(ctx, time.Minute)
-		defer cancel()
-		s.Shutdown(sctx)
-	}()
-	b, err := newBench(s.URL, cfg, name)
-	if err != nil {
-		return nil, err
-	}
-	defer b.close()
+	defer stop()
 	return b.run(ctx, n)
 }
 

@@ -13,7 +13,6 @@ import (
 
 	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/internal/config"
-	"github.com/cellbox/cellbox/internal/server"
 )
 
 // The burst benchmark (cellbox bench --burst N): N sessions created at once, each timed
@@ -30,20 +29,11 @@ type burstResult struct {
 }
 
 func benchBurst(ctx context.Context, cfg config.Config, n int, rounds int) error {
-	s, err := server.Start(ctx, cfg, server.Options{})
+	b, stop, err := startBench(ctx, cfg, "burst")
 	if err != nil {
 		return err
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(ctx, time.Minute)
-		defer cancel()
-		s.Shutdown(sctx)
-	}()
-	b, err := newBench(s.URL, cfg, "burst")
-	if err != nil {
-		return err
-	}
-	defer b.close()
+	defer stop()
 	fmt.Printf("\n| burst of %d sessions at once: create → first result of `print(1+1)` | p50 | p90 | max | errors | wall (all done) | pool hits |\n|---|---|---|---|---|---|---|\n", n)
 	for i := range rounds {
 		b.progress("burst %d of %d: waiting for the warm pool", i+1, rounds)
@@ -78,33 +68,7 @@ func (b *bench) burst(ctx context.Context, n int) (*burstResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &burstResult{}
-	var mu sync.Mutex
-	var ids []string
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for range n {
-		wg.Go(func() {
-			<-start
-			t := time.Now()
-			id, err := b.firstPrint(ctx)
-			d := time.Since(t)
-			mu.Lock()
-			defer mu.Unlock()
-			if id != "" {
-				ids = append(ids, id)
-			}
-			if err != nil {
-				r.errors = append(r.errors, err.Error())
-				return
-			}
-			r.times = append(r.times, d)
-		})
-	}
-	t := time.Now()
-	close(start)
-	wg.Wait()
-	r.wall = time.Since(t)
+	r, ids := atOnce(n, func() (string, error) { return b.firstPrint(ctx) })
 	hits1, err := b.metric(ctx, "cellbox_pool_hits_total")
 	if err != nil {
 		return nil, err
@@ -137,7 +101,20 @@ func (b *bench) firstPrint(ctx context.Context) (string, error) {
 
 // bareBurst starts n `python3 -c 'print(1+1)'` at once and times each to its exit.
 func bareBurst(python string, n int) *burstResult {
-	r := &burstResult{}
+	r, _ := atOnce(n, func() (string, error) {
+		out, err := exec.Command(python, "-c", "print(1+1)").Output()
+		if err == nil && string(out) != "2\n" {
+			err = fmt.Errorf("printed %q", out)
+		}
+		return "", err
+	})
+	return r
+}
+
+// atOnce runs one n times at once, released together, and times each call; the ids it
+// returns (a session to delete, "" for none) are collected whether it failed or not.
+func atOnce(n int, one func() (id string, err error)) (r *burstResult, ids []string) {
+	r = &burstResult{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	start := make(chan struct{})
@@ -145,12 +122,15 @@ func bareBurst(python string, n int) *burstResult {
 		wg.Go(func() {
 			<-start
 			t := time.Now()
-			out, err := exec.Command(python, "-c", "print(1+1)").Output()
+			id, err := one()
 			d := time.Since(t)
 			mu.Lock()
 			defer mu.Unlock()
-			if err != nil || string(out) != "2\n" {
-				r.errors = append(r.errors, fmt.Sprint(err))
+			if id != "" {
+				ids = append(ids, id)
+			}
+			if err != nil {
+				r.errors = append(r.errors, err.Error())
 				return
 			}
 			r.times = append(r.times, d)
@@ -160,7 +140,7 @@ func bareBurst(python string, n int) *burstResult {
 	close(start)
 	wg.Wait()
 	r.wall = time.Since(t)
-	return r
+	return r, ids
 }
 
 // waitPoolTarget waits until the warm pools hold what they fill to (which grows after a
@@ -184,7 +164,8 @@ func (b *bench) waitPoolTarget(ctx context.Context) (int, error) {
 	return 0, fmt.Errorf("the warm pools did not fill within 5 minutes")
 }
 
-// metric reads a metric without labels from the server's /metrics.
+// metric reads one series of the server's /metrics: a name, with its labels if it has any
+// (`name{label="value"}`, as the server writes them).
 func (b *bench) metric(ctx context.Context, name string) (float64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.url+"/metrics", nil)
 	if err != nil {

@@ -3,14 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"strings"
 	"time"
 
 	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/internal/config"
-	"github.com/cellbox/cellbox/internal/server"
 )
 
 // The languages' benchmark (cellbox bench --languages js,ts,r,bash): for each language, a
@@ -55,20 +52,11 @@ func benchLanguages(ctx context.Context, cfg config.Config, list string, n bench
 			langs = append(langs, lang)
 		}
 	}
-	s, err := server.Start(ctx, cfg, server.Options{})
+	b, stop, err := startBench(ctx, cfg, "languages")
 	if err != nil {
 		return err
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(ctx, time.Minute)
-		defer cancel()
-		s.Shutdown(sctx)
-	}()
-	b, err := newBench(s.URL, cfg, "languages")
-	if err != nil {
-		return err
-	}
-	defer b.close()
+	defer stop()
 	var rows []langResult
 	for _, lang := range langs {
 		r := langResult{lang: lang}
@@ -119,24 +107,22 @@ func checkTrivial(lang string, r *api.ExecuteResult) error {
 	return nil
 }
 
-// waitLangPool waits for lang's warm pool to be full, where there is one (--language-pools),
-// as its metric tells.
+// waitLangPool waits for lang's warm pool to hold its size, where there is one
+// (--language-pools), as its metric tells.
 func (b *bench) waitLangPool(ctx context.Context, lang string) error {
 	kernel := api.KernelLanguage(lang)
 	size := b.cfg.LanguagePoolSizes()[kernel] // none for "" and Python
 	if size == 0 {
 		return nil
 	}
-	want := fmt.Sprintf("cellbox_language_pool_size{language=%q} %d", kernel, size)
+	series := fmt.Sprintf("cellbox_language_pool_size{language=%q}", kernel)
 	deadline := time.Now().Add(3 * time.Minute)
 	for time.Now().Before(deadline) {
-		resp, err := http.Get(b.url + "/metrics")
+		n, err := b.metric(ctx, series)
 		if err != nil {
 			return err
 		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if strings.Contains(string(body), want) {
+		if int(n) >= size {
 			return nil
 		}
 		time.Sleep(20 * time.Millisecond)

@@ -13,6 +13,7 @@ import (
 	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/client"
 	"github.com/cellbox/cellbox/internal/config"
+	"github.com/cellbox/cellbox/internal/server"
 )
 
 // bench measures one setup's server over REST (and a cell over Jupyter's kernel API).
@@ -37,6 +38,24 @@ func newBench(url string, cfg config.Config, name string) (*bench, error) {
 		}
 	}
 	return b, nil
+}
+
+// startBench starts a server with cfg in this process and a bench of it; stop ends both.
+func startBench(ctx context.Context, cfg config.Config, name string) (b *bench, stop func(), err error) {
+	s, err := server.Start(ctx, cfg, server.Options{})
+	if err != nil {
+		return nil, nil, err
+	}
+	shutdown := func() {
+		sctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		s.Shutdown(sctx)
+	}
+	if b, err = newBench(s.URL, cfg, name); err != nil {
+		shutdown()
+		return nil, nil, err
+	}
+	return b, func() { b.close(); shutdown() }, nil
 }
 
 func (b *bench) close() {

@@ -78,29 +78,22 @@ func (p *pool) poke() {
 func (p *pool) take() *box {
 	defer p.poke()
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	p.demand.add(p.now())
 	p.setTargetLocked()
-	p.mu.Unlock()
-	for {
-		p.mu.Lock()
-		if p.closed || len(p.boxes) == 0 {
-			p.misses++
-			p.mu.Unlock()
-			return nil
-		}
+	for !p.closed && len(p.boxes) > 0 {
 		b := p.boxes[0]
 		p.boxes = p.boxes[1:]
-		p.mu.Unlock()
 		if b.alive() {
-			p.mu.Lock()
 			p.hits++
 			p.lastTake = p.now()
-			p.mu.Unlock()
 			return b
 		}
 		p.log.Warn("warm sandbox died while waiting; discarding it", "sandbox_id", b.id)
 		go p.discard(b)
 	}
+	p.misses++
+	return nil
 }
 
 // put adds a box, unless the pool is closed or full: then it reports false and the box is
