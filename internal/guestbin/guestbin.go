@@ -101,7 +101,7 @@ func Extract(exe, dir string) (string, error) {
 	if err != nil || !ok {
 		return "", err
 	}
-	path := filepath.Join(dir, "cellbox-guest-"+hex.EncodeToString(sum[:8]))
+	path := filepath.Join(dir, Name(sum))
 	// It runs as root, on the host and in every sandbox: only a folder and a file of this
 	// process's user, that no one else may write, are used as they are.
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -139,6 +139,40 @@ func Extract(exe, dir string) (string, error) {
 		return "", err
 	}
 	return path, nil
+}
+
+// Name is the file name Extract gives the guest binary of sum.
+func Name(sum [sha256.Size]byte) string { return "cellbox-guest-" + hex.EncodeToString(sum[:8]) }
+
+// Find returns the guest binary of sum that Extract wrote into dir (the folder keeps each
+// cellbox's by its sum, an upgraded one's beside the one before), or an error when dir has
+// none: a checkpoint names the guest it was taken with by its sum, and a restore runs that
+// one. The file must be this process's user's, writable by no one else, and of that sum.
+func Find(dir string, sum [sha256.Size]byte) (string, error) {
+	path := filepath.Join(dir, Name(sum))
+	have, err := fileSum(path)
+	if err != nil {
+		return "", err
+	}
+	if have != sum {
+		return "", fmt.Errorf("%s: not of the sum its name says", path)
+	}
+	return path, nil
+}
+
+// Sum is the SHA-256 of the file at path.
+func Sum(path string) (sum [sha256.Size]byte, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return sum, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return sum, err
+	}
+	copy(sum[:], h.Sum(nil))
+	return sum, nil
 }
 
 // ownedSafe checks that path (not a symlink) is a folder (dir) or an executable file of

@@ -2,6 +2,7 @@ package guestbin
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"os"
 	"path/filepath"
 	"strings"
@@ -145,5 +146,53 @@ func TestExtractTrustsOnlyItsOwn(t *testing.T) {
 	}
 	if _, err := Extract(exe, out); err == nil || !strings.Contains(err.Error(), "writable by others") {
 		t.Errorf("a folder others may write: %v", err)
+	}
+}
+
+// Find takes only a file Extract could have written: of the sum asked, at its name, this
+// user's and writable by no one else; anything else is no guest.
+func TestFind(t *testing.T) {
+	dir := t.TempDir()
+	os.Chmod(dir, 0o755)
+	exe, guest := filepath.Join(t.TempDir(), "exe"), filepath.Join(t.TempDir(), "guest")
+	write(t, exe, []byte("server"))
+	g := []byte("the guest of before")
+	write(t, guest, g)
+	if err := Attach(exe, guest); err != nil {
+		t.Fatal(err)
+	}
+	p, err := Extract(exe, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, err := Sum(p)
+	if err != nil || sum != sha256.Sum256(g) {
+		t.Fatalf("Sum = %x, %v; want the guest's", sum, err)
+	}
+	if got, err := Find(dir, sum); err != nil || got != p {
+		t.Fatalf("Find = %q, %v; want %q", got, err, p)
+	}
+	other := sha256.Sum256([]byte("another guest"))
+	if got, err := Find(dir, other); err == nil {
+		t.Errorf("Find of a sum not there = %q", got)
+	}
+	// A file at the sum's name with other content, or writable by others, is none.
+	for _, tc := range []struct {
+		name string
+		mod  func(path string)
+	}{
+		{"other content", func(path string) { os.WriteFile(path, []byte("planted"), 0o755) }},
+		{"writable by others", func(path string) { os.Chmod(path, 0o777) }},
+		{"a symlink", func(path string) { os.Remove(path); os.Symlink(guest, path) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := Extract(exe, dir); err != nil {
+				t.Fatal(err)
+			}
+			tc.mod(p)
+			if got, err := Find(dir, sum); err == nil {
+				t.Errorf("Find = %q; want an error", got)
+			}
+		})
 	}
 }

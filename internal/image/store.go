@@ -95,6 +95,37 @@ func (st *Store) Get(name string) (*Image, error) {
 	return st.read(name, strings.TrimSpace(string(hash)))
 }
 
+// GetBuild returns the build hash (Image.Hash) of the image name, the latest or an older
+// one still kept: what a checkpoint names (a sandbox's processes map the files of the build
+// they ran on). Names come from checkpoints, which may come from another node: both are
+// checked before they make a path. A build not here is not found.
+func (st *Store) GetBuild(name, hash string) (*Image, error) {
+	if err := CheckName(name); err != nil {
+		return nil, err
+	}
+	if !validHash(hash) {
+		return nil, fmt.Errorf("image %q: build %.40q is not a build's hash: %w", name, hash, errdefs.ErrInvalidArgument)
+	}
+	im, err := st.read(name, hash)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("image %q has no build %s on this server: %w", name, hash, errdefs.ErrNotFound)
+	}
+	return im, err
+}
+
+// validHash: h is a hash Spec.Hash makes (16 lowercase hex digits).
+func validHash(h string) bool {
+	if len(h) != 16 {
+		return false
+	}
+	for _, c := range h {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
 func (st *Store) read(name, hash string) (*Image, error) {
 	dir := filepath.Join(st.dir, name, hash)
 	data, err := os.ReadFile(filepath.Join(dir, "image.json"))

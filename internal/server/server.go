@@ -125,6 +125,7 @@ func NewBackend(cfg config.Config, opts Options) (sandbox.Backend, error) {
 			Runtime:        cfg.Runtime,
 			StateDir:       filepath.Join(cfg.StateDir, "runc"),
 			GuestBinary:    exe,
+			Guests:         filepath.Join(cfg.StateDir, "guest"),
 			CgroupParent:   cfg.CgroupParent,
 			GVisorPlatform: cfg.GVisorPlatform,
 			CRIU:           cfg.CRIU,

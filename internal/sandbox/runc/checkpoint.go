@@ -3,6 +3,8 @@ package runc
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cellbox/cellbox/internal/errdefs"
+	"github.com/cellbox/cellbox/internal/guestbin"
 	"github.com/cellbox/cellbox/internal/sandbox"
 )
 
@@ -59,18 +62,30 @@ const (
 // /tmp/.criu.mntns.X/mnt-N", N the root mount.
 const criuRestoreOptions = "mntns-compat-mode\n"
 
-// meta is what the backend keeps in a checkpoint beside the runtime's images.
+// meta is what the backend keeps in a checkpoint beside the runtime's images. It names
+// what the sandbox ran, never a host path: a checkpoint may come from another node (a
+// move), and whoever wrote it would choose the root filesystem and the guest binary the
+// restored sandbox runs. The restoring backend resolves the names to its own files, and
+// refuses a checkpoint that names what it does not have.
 type meta struct {
 	// Kind is Capabilities.Checkpoint of the backend that wrote it.
 	Kind string `json:"kind"`
-	// Rootfs is the root filesystem the sandbox ran on: a restored process maps its files.
-	Rootfs string `json:"rootfs"`
+	// Image and Build name the root filesystem the sandbox ran on (a restored process maps
+	// its files, so it must be that build): an image and its build (image.Image.Hash);
+	// "" the backend's own root.
+	Image string `json:"image,omitempty"`
+	Build string `json:"build,omitempty"`
 	// Token is the guest's attach token, which the guest keeps in memory.
 	Token string `json:"token"`
-	// Guest is the host path of the guest binary the sandbox ran: its processes map it, and
-	// CRIU refuses another ("Can't open vma"), which a server upgraded meanwhile runs. ""
-	// (checkpoints from before): the server's own.
-	Guest string `json:"guest,omitempty"`
+	// GuestSum is the SHA-256 (hex) of the guest binary the sandbox ran: its processes map
+	// it, and CRIU refuses another ("Can't open vma"), which a server upgraded meanwhile
+	// runs. The restore takes it from the backend's own (Config.GuestBinary, Config.Guests).
+	GuestSum string `json:"guest_sha256,omitempty"`
+
+	// Host paths, as checkpoints of before wrote them: read to find the names above (only
+	// a path of the backend's own resolves), never written.
+	LegacyRootfs string `json:"rootfs,omitempty"`
+	LegacyGuest  string `json:"guest,omitempty"`
 }
 
 // guestOf is the host path of the guest binary spec binds into the sandbox; "" if none.
@@ -81,6 +96,97 @@ func guestOf(spec *specs.Spec) string {
 		}
 	}
 	return ""
+}
+
+// rootName names the root filesystem at path, one of this backend's own: "" (its own
+// root) or an image and its build. ok is false for a path that is none of them.
+func (b *Backend) rootName(path string) (img, build string, ok bool) {
+	if path == b.rootfs {
+		return "", "", true
+	}
+	// An image's build: <images>/<name>/<hash>/rootfs, as the store keeps it.
+	if b.images == nil || filepath.Base(path) != "rootfs" {
+		return "", "", false
+	}
+	build = filepath.Base(filepath.Dir(path))
+	img = filepath.Base(filepath.Dir(filepath.Dir(path)))
+	im, err := b.images.GetBuild(img, build)
+	if err != nil || im.Root != path {
+		return "", "", false
+	}
+	return img, build, true
+}
+
+// rootOf is the host path of the root filesystem m names, or why it has none: the image
+// must be the one the restore is asked for, and its build still kept here.
+func (b *Backend) rootOf(m meta, want string) (string, error) {
+	img, build := m.Image, m.Build
+	if m.LegacyRootfs != "" && img == "" && build == "" {
+		var ok bool
+		if img, build, ok = b.rootName(m.LegacyRootfs); !ok {
+			return "", errors.New("the checkpoint names a root filesystem that is none of this server's")
+		}
+	}
+	switch {
+	case img != want:
+		return "", fmt.Errorf("the checkpoint ran on image %.64q, not %.64q", img, want)
+	case img == "" && build != "":
+		return "", errors.New("the checkpoint names a build of no image")
+	case img == "":
+		return b.rootfs, nil
+	case b.images == nil:
+		return "", errors.New("the checkpoint ran on an image, and this server runs sandboxes on the host's root filesystem")
+	}
+	im, err := b.images.GetBuild(img, build)
+	if err != nil {
+		return "", fmt.Errorf("the image build it was checkpointed on is not on this server: %w", err)
+	}
+	return im.Root, nil
+}
+
+// guestSumOf is the sum of the guest binary at path, which a sandbox of this backend runs.
+func (b *Backend) guestSumOf(path string) (string, error) {
+	sum, err := b.guestSum()
+	if path != b.guest {
+		sum, err = guestbin.Sum(path)
+	}
+	if err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(sum[:]), nil
+}
+
+// guestFor is the host path of the guest binary m names: this backend's own, or one of
+// Config.Guests of that sum; else why there is none.
+func (b *Backend) guestFor(m meta) (string, error) {
+	if m.GuestSum == "" {
+		// Checkpoints of before: the server's own (none named), or a path of the guests'
+		// folder (its content is checked below, as any of that folder's).
+		switch {
+		case m.LegacyGuest == "" || m.LegacyGuest == b.guest:
+			return b.guest, nil
+		case b.guests == "" || filepath.Dir(m.LegacyGuest) != filepath.Clean(b.guests):
+			return "", errors.New("the checkpoint names a guest binary that is none of this server's")
+		}
+		sum, err := guestbin.Sum(m.LegacyGuest)
+		if err != nil {
+			return "", errors.New("the guest binary the checkpoint was taken with is gone")
+		}
+		m.GuestSum = hex.EncodeToString(sum[:])
+	}
+	var want [sha256.Size]byte
+	if n, err := hex.Decode(want[:], []byte(m.GuestSum)); err != nil || n != len(want) || len(m.GuestSum) != 2*len(want) {
+		return "", errors.New("the checkpoint's guest sum is not a SHA-256")
+	}
+	if own, err := b.guestSum(); err == nil && own == want {
+		return b.guest, nil
+	}
+	if b.guests != "" {
+		if p, err := guestbin.Find(b.guests, want); err == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("this server has no guest binary of sum %s…, which the checkpoint was taken with (a server of another cellbox version)", m.GuestSum[:12])
 }
 
 // criuMin is the oldest CRIU that checkpoints these sandboxes: 3.x fails on kernels of
@@ -152,7 +258,15 @@ func (s *Sandbox) Checkpoint(ctx context.Context, dir string, keep bool) error {
 	if err := os.MkdirAll(images, 0o700); err != nil {
 		return fmt.Errorf("checkpoint sandbox %s: %w", s.id, err)
 	}
-	m, err := json.Marshal(meta{Kind: kind, Guest: guestOf(spec), Rootfs: rootfsOf(spec), Token: s.token})
+	img, build, ok := s.b.rootName(rootfsOf(spec))
+	if !ok {
+		return fmt.Errorf("checkpoint sandbox %s: it runs on a root filesystem this server does not name (an image build removed since?): %w", s.id, errdefs.ErrFailedPrecondition)
+	}
+	guestSum, err := s.b.guestSumOf(guestOf(spec))
+	if err != nil {
+		return fmt.Errorf("checkpoint sandbox %s: the guest binary it runs: %v: %w", s.id, err, errdefs.ErrFailedPrecondition)
+	}
+	m, err := json.Marshal(meta{Kind: kind, Image: img, Build: build, GuestSum: guestSum, Token: s.token})
 	if err == nil {
 		err = os.WriteFile(filepath.Join(dir, checkpointMeta), m, 0o600)
 	}
@@ -263,31 +377,29 @@ func (b *Backend) Restore(ctx context.Context, spec sandbox.Spec, dir string) (s
 		return nil, fmt.Errorf("restore sandbox %s: the checkpoint is missing or unreadable: %w", spec.ID, errdefs.ErrFailedPrecondition)
 	}
 	var m meta
-	if err := json.Unmarshal(data, &m); err != nil || m.Token == "" || m.Rootfs == "" {
+	if err := json.Unmarshal(data, &m); err != nil || m.Token == "" {
 		return nil, fmt.Errorf("restore sandbox %s: the checkpoint's %s is damaged: %w", spec.ID, checkpointMeta, errdefs.ErrFailedPrecondition)
 	}
 	if m.Kind != kind {
-		return nil, fmt.Errorf("restore sandbox %s: the checkpoint was taken with %s, and this server checkpoints with %s: %w", spec.ID, m.Kind, kind, errdefs.ErrFailedPrecondition)
+		return nil, fmt.Errorf("restore sandbox %s: the checkpoint was taken with %.20q, and this server checkpoints with %s: %w", spec.ID, m.Kind, kind, errdefs.ErrFailedPrecondition)
 	}
-	if fi, err := os.Stat(m.Rootfs); err != nil || !fi.IsDir() {
-		return nil, fmt.Errorf("restore sandbox %s: the image build it was checkpointed on is gone: %w", spec.ID, errdefs.ErrFailedPrecondition)
+	// What it ran, by name, resolved to this server's own files: the build the processes
+	// map files of (which may not be the image's newest) and the guest binary (an upgraded
+	// server's would not restore).
+	rootfs, err := b.rootOf(m, spec.Image)
+	if err != nil {
+		return nil, fmt.Errorf("restore sandbox %s: %v: %w", spec.ID, err, errdefs.ErrFailedPrecondition)
+	}
+	guest, err := b.guestFor(m)
+	if err != nil {
+		return nil, fmt.Errorf("restore sandbox %s: %v: %w", spec.ID, err, errdefs.ErrFailedPrecondition)
 	}
 	spec.Checkpointable = true
 	s, in, err := b.prepare(spec)
 	if err != nil {
 		return nil, err
 	}
-	in.rootfs = m.Rootfs // the build the processes map files of, which may not be the newest
-	// And the guest binary it ran, if it is still there (the server's own folder of guest
-	// binaries keeps each by its sum): an upgraded server's would not restore.
-	if m.Guest != "" && m.Guest != in.guest {
-		if fi, err := os.Stat(m.Guest); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o001 != 0 {
-			in.guest = m.Guest
-		} else {
-			b.log.Warn("the guest binary a checkpoint was taken with is gone; restoring with this server's, which may fail",
-				"sandbox_id", spec.ID, "guest", m.Guest)
-		}
-	}
+	in.rootfs, in.guest = rootfs, guest
 	if !b.live.Add(spec.ID, s) {
 		return nil, fmt.Errorf("sandbox %s exists already: %w", spec.ID, errdefs.ErrFailedPrecondition)
 	}

@@ -2,6 +2,7 @@ package runc
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/cellbox/cellbox/internal/errdefs"
+	"github.com/cellbox/cellbox/internal/guestbin"
 	"github.com/cellbox/cellbox/internal/guestproto"
 	"github.com/cellbox/cellbox/internal/sandbox"
 	"github.com/cellbox/cellbox/internal/sandbox/sandboxtest"
@@ -334,9 +336,83 @@ func testRestoreDamaged(t *testing.T, runtime string) {
 		t.Errorf("restore of damaged images: %v", err)
 	}
 	other := map[string]string{"runc": "gvisor", "runsc": "criu"}[runtime]
-	os.WriteFile(filepath.Join(dir, checkpointMeta), []byte(`{"kind":"`+other+`","rootfs":"/","token":"x"}`), 0o600)
+	os.WriteFile(filepath.Join(dir, checkpointMeta), []byte(`{"kind":"`+other+`","token":"x"}`), 0o600)
 	if err := restore(dir); !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), other) {
 		t.Errorf("restore of another runtime's checkpoint: %v", err)
+	}
+}
+
+// A checkpoint names what its sandbox ran (an image build, a guest binary by its sum), and
+// the restoring backend resolves the names to its own files: one that names anything else
+// (a host path, as checkpoints once did, an image it was not asked for, a build or a guest
+// it does not have) is refused before the runtime runs anything, whoever wrote it (a move
+// brings checkpoints from other nodes).
+func TestRestoreNamesOnlyItsOwn(t *testing.T) {
+	b := checkpointBackend(t, "runc")
+	sb, c := checkpointableGuest(t, b, sandboxtest.Workspace(t))
+	runCode(t, c, "x = 7")
+	dir := checkpoint(t, sb, c, false)
+	data, err := os.ReadFile(filepath.Join(dir, checkpointMeta))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var good meta
+	if err := json.Unmarshal(data, &good); err != nil {
+		t.Fatal(err)
+	}
+	own, _ := b.guestSum()
+	if good.Image != "" || good.Build != "" || good.LegacyRootfs != "" || good.LegacyGuest != "" || good.GuestSum != fmt.Sprintf("%x", own) {
+		t.Fatalf("the checkpoint's %s is %s; want the host's root by no name and the guest by its sum, no path", checkpointMeta, data)
+	}
+	if strings.Contains(string(data), "/") {
+		t.Errorf("the checkpoint's %s names a path: %s", checkpointMeta, data)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	zero := strings.Repeat("0", 64)
+	for _, tc := range []struct {
+		name string
+		mod  func(m *meta)
+		want string
+	}{
+		{"the host's root, by path", func(m *meta) { m.LegacyRootfs = "/" }, "none of this server's"},
+		{"a folder of the host, by path", func(m *meta) { m.LegacyRootfs = t.TempDir() }, "none of this server's"},
+		{"an image it was not asked for", func(m *meta) { m.Image, m.Build = "default", "0123456789abcdef" }, "not \"\""},
+		{"a build of no image", func(m *meta) { m.Build = "../../../../.." }, "no image"},
+		{"a guest it does not have", func(m *meta) { m.GuestSum = zero }, "no guest binary"},
+		{"a guest sum that is none", func(m *meta) { m.GuestSum = "../../bin/sh" }, "not a SHA-256"},
+		{"a guest, by path", func(m *meta) { m.GuestSum, m.LegacyGuest = "", "/bin/sh" }, "none of this server's"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := good
+			tc.mod(&m)
+			data, _ := json.Marshal(m)
+			if err := os.WriteFile(filepath.Join(dir, checkpointMeta), data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			id := sandboxtest.ID()
+			s, err := b.Restore(ctx, sandbox.Spec{ID: id, Workspace: sandboxtest.Workspace(t), Limits: sandbox.Limits{MemoryMB: 512, Pids: 128}}, dir)
+			if err == nil {
+				s.Stop(ctx)
+				t.Fatalf("restored from a checkpoint whose %s is %s", checkpointMeta, data)
+			}
+			if !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%v; want failed_precondition, saying %q", err, tc.want)
+			}
+			if _, serr := os.Stat(filepath.Join(b.bundles, id)); !errors.Is(serr, os.ErrNotExist) {
+				t.Errorf("a refused restore left its bundle: %v", serr)
+			}
+		})
+	}
+	// The checkpoint as it was still restores.
+	os.WriteFile(filepath.Join(dir, checkpointMeta), data, 0o600)
+	rs, err := b.Restore(ctx, sandbox.Spec{ID: sandboxtest.ID(), Workspace: sandboxtest.Workspace(t), Limits: sandbox.Limits{MemoryMB: 512, Pids: 128}}, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rs.Stop(context.Background()) })
+	if got := runCode(t, dialGuest(t, rs, false), "print(x)"); strings.TrimSpace(got) != "7" {
+		t.Errorf("restored: %q", got)
 	}
 }
 
@@ -404,30 +480,56 @@ func TestRestoreAfterUpgradeRunc(t *testing.T)  { testRestoreAfterUpgrade(t, "ru
 func TestRestoreAfterUpgradeRunsc(t *testing.T) { testRestoreAfterUpgrade(t, "runsc") }
 
 func testRestoreAfterUpgrade(t *testing.T, runtime string) {
-	b := checkpointBackend(t, runtime)
-	ws := sandboxtest.Workspace(t)
-	sb, c := checkpointableGuest(t, b, ws)
-	runCode(t, c, "x = 5")
-	dir := checkpoint(t, sb, c, false)
-
-	// The upgraded binary: another file, of another size (what it carries changed).
+	needRuntime(t, runtime)
+	// The server's folder of guest binaries (guestbin.Extract's), each by its sum: the
+	// guest before the upgrade, and the upgraded one (another file, of another size).
+	guests := t.TempDir()
+	os.Chmod(guests, 0o755)
 	data, err := os.ReadFile(testbin.Cellbox(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	upgraded := filepath.Join(t.TempDir(), "cellbox")
-	if err := os.WriteFile(upgraded, append(data, make([]byte, 4096)...), 0o755); err != nil {
-		t.Fatal(err)
+	put := func(data []byte) string {
+		p := filepath.Join(guests, guestbin.Name(sha256.Sum256(data)))
+		if err := os.WriteFile(p, data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return p
 	}
-	os.Chmod(filepath.Dir(upgraded), 0o755)
-	nb, err := New(Config{Runtime: runtime, StateDir: t.TempDir(), GuestBinary: upgraded, GVisorPlatform: PlatformSystrap, Logger: testLog(t)})
+	before, upgraded := put(data), put(append(data, make([]byte, 4096)...))
+	backend := func(guest, guests string) *Backend {
+		b, err := New(Config{Runtime: runtime, StateDir: t.TempDir(), GuestBinary: guest, Guests: guests, GVisorPlatform: PlatformSystrap, Logger: testLog(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close() })
+		if kind, missing := b.checkpointKind(); kind == "" {
+			testbin.Missing(t, "needs a runtime that checkpoints: %s", missing)
+		}
+		return b
+	}
+	testbin.NeedIPython(t)
+	b := backend(before, guests)
+	ws := sandboxtest.Workspace(t)
+	sb, err := b.Create(context.Background(), sandbox.Spec{ID: sandboxtest.ID(), Workspace: ws, Limits: sandbox.Limits{MemoryMB: 512, Pids: 128}, Checkpointable: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { nb.Close() })
+	t.Cleanup(func() { sb.Stop(context.Background()) })
+	c := dialGuest(t, sb, true)
+	runCode(t, c, "x = 5")
+	dir := checkpoint(t, sb.(*Sandbox), c, false)
+
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	rs, err := nb.Restore(ctx, sandbox.Spec{ID: sandboxtest.ID(), Workspace: ws, Limits: sandbox.Limits{MemoryMB: 512, Pids: 128}}, dir)
+	// A server with no folder of earlier guests has none to restore with.
+	if rs, err := backend(upgraded, "").Restore(ctx, sandbox.Spec{ID: sandboxtest.ID(), Workspace: ws, Limits: sandbox.Limits{MemoryMB: 512, Pids: 128}}, dir); err == nil {
+		rs.Stop(ctx)
+		t.Error("restored with a guest binary other than the checkpoint's")
+	} else if !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "no guest binary") {
+		t.Errorf("restore without the checkpoint's guest: %v", err)
+	}
+	rs, err := backend(upgraded, guests).Restore(ctx, sandbox.Spec{ID: sandboxtest.ID(), Workspace: ws, Limits: sandbox.Limits{MemoryMB: 512, Pids: 128}}, dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,6 +41,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -52,9 +53,11 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cellbox/cellbox/internal/errdefs"
+	"github.com/cellbox/cellbox/internal/guestbin"
 	"github.com/cellbox/cellbox/internal/image"
 	"github.com/cellbox/cellbox/internal/sandbox"
 	"github.com/cellbox/cellbox/internal/sandbox/seccomp"
@@ -71,6 +74,10 @@ type Config struct {
 	// GuestBinary is the host path of the cellbox binary that runs as the guest; default
 	// the running executable.
 	GuestBinary string
+	// Guests is the folder of the guest binaries of earlier cellbox versions, each by its
+	// sum (guestbin.Extract's): a checkpoint names the guest it was taken with by its sum,
+	// and restores with it from there. "": only GuestBinary's checkpoints restore.
+	Guests string
 	// MPLCache is an optional host folder holding a prebuilt matplotlib font cache, mounted
 	// read-only and passed to the guest as --mpl-cache.
 	MPLCache string
@@ -111,6 +118,9 @@ type Kernels struct {
 // Images finds built images by name. A missing image is errdefs.ErrNotFound.
 type Images interface {
 	Get(name string) (*image.Image, error)
+	// GetBuild is a build of the image, the latest or an older one still kept (what a
+	// checkpoint names).
+	GetBuild(name, hash string) (*image.Image, error)
 }
 
 // Backend runs sandboxes as OCI containers. Create it with New.
@@ -121,6 +131,8 @@ type Backend struct {
 	rootfs      string
 	binds       []string
 	guest       string
+	guests      string                             // Config.Guests
+	guestSum    func() ([sha256.Size]byte, error) // guest's, read once when first asked
 	mplCache    string
 	images      Images
 	uid, gid    uint32
@@ -212,6 +224,8 @@ func New(cfg Config) (*Backend, error) {
 		bundles:  filepath.Join(stateDir, "bundles"),
 		rootfs:   filepath.Join(stateDir, "rootfs"),
 		guest:    guest,
+		guests:   cfg.Guests,
+		guestSum: sync.OnceValues(func() ([sha256.Size]byte, error) { return guestbin.Sum(guest) }),
 		mplCache: cfg.MPLCache,
 		images:   cfg.Images,
 		uid:      uint32(cfg.UID),
