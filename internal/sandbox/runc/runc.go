@@ -131,7 +131,7 @@ type Backend struct {
 	rootfs      string
 	binds       []string
 	guest       string
-	guests      string                             // Config.Guests
+	guests      string                            // Config.Guests
 	guestSum    func() ([sha256.Size]byte, error) // guest's, read once when first asked
 	mplCache    string
 	images      Images
