@@ -1046,39 +1046,15 @@ func TestClusterDrain(t *testing.T) {
 			t.Errorf("a move with key %q: %s; want 401", key, res.Status)
 		}
 	}
-	// A move signed with the secret whose checkpoint does not restore is refused, and
-	// leaves nothing on the node: no session, record, checkpoint or workspace.
-	forged := config.NodeTag("node-a") + strings.Repeat("e", 24)
-	var stream bytes.Buffer
-	tw := tar.NewWriter(&stream)
-	for _, f := range []struct{ name, body string }{
-		{"record.json", `{"id":"` + forged + `","tenant":"","paused_at":"2026-01-01T00:00:00Z","moves":1,"checkpoint_bytes":100}`},
-		{"checkpoint/cellbox.json", `{"kind":"criu"}`},
-		{"workspace/planted.txt", "x"},
-	} {
-		tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: f.name, Mode: 0o600, Size: int64(len(f.body))})
-		tw.Write([]byte(f.body))
-	}
-	tw.Close()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPut, tc.nodes["node-b"].URL+move.Path+forged, &stream)
-	req.Header.Set("Authorization", move.Sign(os.Getenv("CELLBOX_CLUSTER_SECRET"), "node-b", move.Path+forged, time.Now(), strings.Repeat("0", 32)))
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(res.Body)
-	res.Body.Close()
-	t.Logf("a move whose checkpoint does not restore: %s %s", res.Status, bytes.TrimSpace(body))
-	if res.StatusCode == http.StatusOK || strings.Contains(string(body), tc.states["node-b"]) {
-		t.Errorf("a move whose checkpoint does not restore: %s %s; want refused, no host path", res.Status, body)
-	}
-	for _, p := range []string{"sessions/" + forged + ".json", "checkpoints/" + forged, "workspaces/" + forged, "workspaces/" + forged + ".img"} {
-		if _, err := os.Lstat(filepath.Join(tc.states["node-b"], p)); err == nil {
-			t.Errorf("a refused move left %s", p)
-		}
+	// Forged moves, signed with the cluster's secret as a node (or a replay of one) would be:
+	// each is refused with its reason, and leaves nothing on node-b (no session, record,
+	// checkpoint or workspace).
+	forged := forgeMoves(t, tc, running)
+	for _, f := range forged {
+		f.check(t, f.send(t))
 	}
 
-	// A restart of node-b keeps them, and says so in its Lease again.
+	// A restart of node-b keeps them, and says so in its Lease again.	// A restart of node-b keeps them, and says so in its Lease again.
 	tc.nodes["node-b"].Cmd.Process.Signal(syscall.SIGTERM)
 	<-tc.nodes["node-b"].Exited
 	tc.start(t, "node-b")
@@ -1088,6 +1064,15 @@ func TestClusterDrain(t *testing.T) {
 		return err
 	})
 	mustRun(t, a, running, "print(x)", "42\n")
+	// A move node-b took before its restart is refused after it: it remembers the nonce.
+	for _, f := range forged {
+		if f.replay {
+			if res := f.send(t); res.status != http.StatusUnauthorized {
+				t.Errorf("%s, replayed after node-b restarted: %d %s; want 401", f.name, res.status, res.body)
+			}
+			f.left(t)
+		}
+	}
 
 	// Ended where it went, it is not found through either node (nor retried forever).
 	if err := a.DeleteSession(ctx, paused); err != nil {
@@ -1118,6 +1103,143 @@ func TestClusterDrain(t *testing.T) {
 }
 
 // scrape GETs a node's /metrics.
+// forgedMove is a move to node-b that a test sends with the cluster's secret.
+type forgedMove struct {
+	name   string
+	id     string
+	tc     *testCluster
+	header http.Header
+	signed http.Header // the trailer
+	query  string
+	body   []byte // as sent
+	status int    // the answer it must get
+	why    string // in the answer, or else in node-b's log
+	replay bool   // node-b took its signature: sent again after a restart, it is refused
+}
+
+type moveAnswer struct {
+	status int
+	body   string
+}
+
+// forgeMoves are moves of made-up sessions to node-b, each refused for its own reason;
+// like is a session whose record's settings (its image) they copy.
+func forgeMoves(t *testing.T, tc *testCluster, like string) []*forgedMove {
+	t.Helper()
+	ctx := t.Context()
+	secret := os.Getenv("CELLBOX_CLUSTER_SECRET")
+	sum := sha256.Sum256([]byte(tc.key))
+	tenant := "key-" + hex.EncodeToString(sum[:4]) // the key's name, as a keys list without names gives it
+	v, err := tc.clients["node-a"].GetSession(ctx, like)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream := func(id, tenant, meta string) []byte {
+		var b bytes.Buffer
+		tw := tar.NewWriter(&b)
+		rec, _ := json.Marshal(map[string]any{"id": id, "tenant": tenant, "image": v.Image, "language": "python",
+			"paused_at": time.Now().UTC(), "moves": 1, "checkpoint_bytes": 100})
+		for _, f := range []struct{ name, body string }{
+			{"record.json", string(rec)},
+			{"checkpoint/cellbox.json", meta},
+			{"checkpoint/images/inventory.img", "x"},
+			{"workspace/planted.txt", "x"},
+		} {
+			tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: f.name, Mode: 0o600, Size: int64(len(f.body))})
+			tw.Write([]byte(f.body))
+		}
+		tw.Close()
+		return b.Bytes()
+	}
+	nonces := 0
+	sign := func(id, query string, body []byte) (header, trailer http.Header, _ []byte) {
+		nonces++
+		u, _ := url.Parse(tc.nodes["node-b"].URL + move.Path + id)
+		u.RawQuery = query
+		req, err := move.NewRequest(ctx, secret, "node-b", u, bytes.NewReader(body), time.Now(), fmt.Sprintf("%032x", nonces))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, req.Body) // the trailer signs what was read
+		return req.Header, req.Trailer, body
+	}
+	idOf := func(c byte) string { return config.NodeTag("node-a") + strings.Repeat(string(c), 24) }
+	hostRoot := `{"kind":"criu","rootfs":"/","token":"x"}`
+	var out []*forgedMove
+	add := func(f *forgedMove) { f.tc = tc; out = append(out, f) }
+
+	id := idOf('a')
+	h, tr, _ := sign(id, "", stream(id, tenant, `{"kind":"criu","token":"x"}`))
+	add(&forgedMove{name: "a body other than the one signed", id: id, header: h, signed: tr, body: stream(id, tenant, hostRoot),
+		status: http.StatusUnauthorized, why: "not the one its sender signed"})
+	id = idOf('b')
+	h, tr, body := sign(id, "", stream(id, tenant, hostRoot))
+	add(&forgedMove{name: "a query other than the one signed", id: id, header: h, signed: tr, query: "paused=true", body: body,
+		status: http.StatusUnauthorized, why: "signature"})
+	id = idOf('c')
+	h, tr, body = sign(id, "", stream(id, tenant, hostRoot))
+	add(&forgedMove{name: "a checkpoint on the host's root", id: id, header: h, signed: tr, body: body,
+		status: http.StatusConflict, why: "names a root filesystem that is none of this server's", replay: true})
+	id = idOf('d')
+	h, tr, body = sign(id, "", stream(id, tenant, `{"kind":"criu","token":"x","guest_sha256":"`+strings.Repeat("0", 64)+`"}`))
+	add(&forgedMove{name: "a checkpoint of a guest node-b has not", id: id, header: h, signed: tr, body: body,
+		status: http.StatusConflict, why: "no guest binary of sum"})
+	id = idOf('e')
+	h, tr, body = sign(id, "", stream(id, "another-tenant", `{"kind":"criu","token":"x"}`))
+	add(&forgedMove{name: "a session of a tenant node-b has not", id: id, header: h, signed: tr, body: body,
+		status: http.StatusForbidden, why: "has no API key on this node"})
+	return out
+}
+
+// send sends the move as forged, and checks node-b keeps nothing of it.
+func (f *forgedMove) send(t *testing.T) moveAnswer {
+	t.Helper()
+	u := f.tc.nodes["node-b"].URL + move.Path + f.id
+	if f.query != "" {
+		u += "?" + f.query
+	}
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPut, u, io.NopCloser(bytes.NewReader(f.body)))
+	req.ContentLength = -1 // chunked, for the trailer
+	req.Header, req.Trailer = f.header.Clone(), f.signed.Clone()
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	f.left(t)
+	return moveAnswer{res.StatusCode, string(bytes.TrimSpace(b))}
+}
+
+// check checks the first answer: the status and reason of the forgery, and no host path.
+func (f *forgedMove) check(t *testing.T, res moveAnswer) {
+	t.Helper()
+	why := res.body
+	if res.status == http.StatusConflict { // the resume failed: its reason is in the log only
+		log, _ := os.ReadFile(f.tc.nodes["node-b"].Log)
+		why = string(log)
+	}
+	if res.status != f.status || !strings.Contains(why, f.why) {
+		t.Errorf("%s: %d %s; want %d, saying %q", f.name, res.status, res.body, f.status, f.why)
+	}
+	if strings.Contains(res.body, f.tc.states["node-b"]) {
+		t.Errorf("%s: the answer names a host path: %s", f.name, res.body)
+	}
+}
+
+// left checks that node-b keeps nothing of the move.
+func (f *forgedMove) left(t *testing.T) {
+	t.Helper()
+	for _, p := range []string{"sessions/" + f.id + ".json", "checkpoints/" + f.id, "workspaces/" + f.id, "workspaces/" + f.id + ".img"} {
+		if _, err := os.Lstat(filepath.Join(f.tc.states["node-b"], p)); err == nil {
+			t.Errorf("%s: a refused move left %s", f.name, p)
+		}
+	}
+	if _, err := f.tc.clients["node-b"].GetSession(t.Context(), f.id); !client.IsNotFound(err) {
+		t.Errorf("%s: the session of a refused move: %v; want not found", f.name, err)
+	}
+}
+
 func scrape(ctx context.Context, url, key string) (string, error) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url+"/metrics", nil)
 	req.Header.Set("Authorization", "Bearer "+key)

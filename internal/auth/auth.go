@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 )
 
@@ -181,6 +182,11 @@ func (k *Keys) Len() int {
 		return 0
 	}
 	return len(k.digests)
+}
+
+// Has reports whether a key names tenant.
+func (k *Keys) Has(tenant string) bool {
+	return k != nil && slices.Contains(k.names, tenant)
 }
 
 // compare is subtle.ConstantTimeCompare; a test counts its calls.

@@ -370,7 +370,8 @@ func (s *server) deleteFile(w http.ResponseWriter, r *http.Request) {
 // moveIn takes a session another node of the cluster moves here (package move): the
 // request carries the cluster's secret, not an API key.
 func (s *server) moveIn(w http.ResponseWriter, r *http.Request) {
-	if !s.moves.Check(r.Header.Get("Authorization"), r.URL.Path, time.Now()) {
+	body, ok := s.opts.Moves.Check(r, time.Now())
+	if !ok {
 		s.writeError(w, r, fmt.Errorf("moving a session here needs a signature with the cluster's secret, for this node, fresh and not used before: %w", errdefs.ErrUnauthenticated))
 		return
 	}
@@ -378,7 +379,7 @@ func (s *server) moveIn(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, fmt.Errorf("this node holds as many moved sessions as its Lease can list: %w", errdefs.ErrResourceExhausted))
 		return
 	}
-	sess, err := move.Receive(r.Context(), s.m, r.PathValue("id"), r.Body, r.URL.Query().Get("paused") == "true")
+	sess, err := move.Receive(r.Context(), s.m, r.PathValue("id"), body, r.URL.Query().Get("paused") == "true", s.opts.Tenants)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

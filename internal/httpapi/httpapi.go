@@ -76,9 +76,13 @@ type Options struct {
 	// session's node, new sessions to the node with the most room, and gathers the session
 	// list from every node (forward.go); nil: a single server.
 	Cluster Cluster
-	// ClusterSecret, in a cluster, is the secret the nodes share to move sessions between
-	// them (PUT /v1/cluster/sessions/{id}, package move); "": no session moves here.
-	ClusterSecret string
+	// Moves, in a cluster whose nodes share a secret, checks the signatures of the sessions
+	// other nodes move here (PUT /v1/cluster/sessions/{id}, package move); nil: none moves
+	// here.
+	Moves *move.Verifier
+	// Tenants reports whether a tenant exists on this server (a session moved here of any
+	// other is refused).
+	Tenants func(name string) bool
 	// LinkKeys is the folder of the tenants' keys that sign links (links.go); "": keys in
 	// memory, whose links end with the process.
 	LinkKeys string
@@ -113,7 +117,6 @@ type server struct {
 	opts  Options
 	log   *slog.Logger
 	fwd   *http.Transport // to the other nodes of the cluster
-	moves *move.Verifier  // with a cluster's secret: checks the moves sent here
 	links *links.Signer
 }
 
@@ -158,8 +161,7 @@ func New(m *session.Manager, opts Options) http.Handler {
 	mux.HandleFunc("POST /v1/agent", s.agent)
 	mux.HandleFunc("GET /v1/providers", s.providers)
 	mux.HandleFunc("GET /v1/cluster", s.clusterView)
-	if opts.Cluster != nil && opts.ClusterSecret != "" {
-		s.moves = move.NewVerifier(opts.ClusterSecret, opts.Cluster.Name())
+	if opts.Cluster != nil && opts.Moves != nil {
 		mux.HandleFunc("PUT "+move.Path+"{id}", s.moveIn)
 	}
 	mux.HandleFunc("POST /v1/conversations", s.conversations(s.createConversation))

@@ -202,13 +202,11 @@ func (d *Drainer) send(ctx context.Context, m cluster.Member, o *session.Outgoin
 	if o.WasPaused {
 		u.RawQuery = url.Values{"paused": {"true"}}.Encode()
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, u.String(), pr)
+	req, err := NewRequest(ctx, d.Secret, m.Name, &u, pr, time.Now(), nonce())
 	if err != nil {
 		pr.Close()
 		return err
 	}
-	req.Header.Set("Authorization", Sign(d.Secret, m.Name, u.Path, time.Now(), nonce()))
-	req.Header.Set("Content-Type", "application/x-tar")
 	req.Header.Set("Cellbox-Forwarded-By", d.C.Name())
 	res, err := d.Client.Do(req)
 	pr.Close()

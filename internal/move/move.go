@@ -16,9 +16,6 @@ package move
 import (
 	"archive/tar"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -26,9 +23,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -52,84 +47,6 @@ const (
 
 // Path is where a node takes a moved session: PUT Path + id.
 const Path = "/v1/cluster/sessions/"
-
-// A move is authorized by a signature, not by the secret itself: the secret would go to
-// whatever address a Lease gives, and a Lease is no proof of a node. The signature covers
-// the method, the path (the session's id), the node it is for (a node signs for the
-// Lease's name, and a node checks with its own), a time and a nonce; a node takes each
-// signature once, within skew of its clock.
-const (
-	authScheme = "Cellbox-Move"
-	skew       = 5 * time.Minute
-	maxNonces  = 100_000
-)
-
-// MinSecret is the shortest cluster secret taken: 32 bytes of base64 are 44 characters.
-const MinSecret = 32
-
-// Sign is the Authorization header of a move: a PUT of path to node, at t, with a nonce
-// of 32 hex digits, signed with the cluster's secret.
-func Sign(secret, node, path string, t time.Time, nonce string) string {
-	ts := strconv.FormatInt(t.Unix(), 10)
-	return authScheme + " " + ts + "." + nonce + "." + mac(secret, node, path, ts, nonce)
-}
-
-func mac(secret, node, path, ts, nonce string) string {
-	h := hmac.New(sha256.New, []byte(secret))
-	io.WriteString(h, "PUT\n"+path+"\n"+node+"\n"+ts+"\n"+nonce)
-	return hex.EncodeToString(h.Sum(nil))
-}
-
-// Verifier checks the signatures of moves sent to this node.
-type Verifier struct {
-	secret, node string
-	mu           sync.Mutex
-	seen         map[string]time.Time // nonce → its signature's time
-}
-
-// NewVerifier checks moves to node with the cluster's secret.
-func NewVerifier(secret, node string) *Verifier {
-	return &Verifier{secret: secret, node: node, seen: map[string]time.Time{}}
-}
-
-// Check reports whether the header (Authorization) signs a PUT of path to this node, now,
-// for the first time.
-func (v *Verifier) Check(header, path string, now time.Time) bool {
-	rest, ok := strings.CutPrefix(header, authScheme+" ")
-	parts := strings.Split(rest, ".")
-	if !ok || len(parts) != 3 || len(parts[1]) != 32 || v.secret == "" {
-		return false
-	}
-	unix, err := strconv.ParseInt(parts[0], 10, 64)
-	if err != nil {
-		return false
-	}
-	at := time.Unix(unix, 0)
-	if at.Before(now.Add(-skew)) || at.After(now.Add(skew)) {
-		return false
-	}
-	want := mac(v.secret, v.node, path, parts[0], parts[1])
-	if !hmac.Equal([]byte(want), []byte(parts[2])) {
-		return false
-	}
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if _, replayed := v.seen[parts[1]]; replayed {
-		return false
-	}
-	if len(v.seen) >= maxNonces {
-		for n, t := range v.seen {
-			if t.Before(now.Add(-skew)) {
-				delete(v.seen, n)
-			}
-		}
-		if len(v.seen) >= maxNonces {
-			return false
-		}
-	}
-	v.seen[parts[1]] = at
-	return true
-}
 
 // write writes o as the stream: its record, then its checkpoint (files the host wrote),
 // then its workspace (what the session's code wrote: see the package comment).
@@ -236,9 +153,11 @@ func writeFile(tw *tar.Writer, p string, h *tar.Header) error {
 	return err
 }
 
-// Receive takes the session of a stream (write) into m. stayPaused: it was paused before
-// it moved, and is paused again here once it has been seen to resume.
-func Receive(ctx context.Context, m *session.Manager, id string, body io.Reader, stayPaused bool) (*api.Session, error) {
+// Receive takes the session of a stream (write) into m: body is the request's, as
+// Verifier.Check returns it (its end fails unless it is the body signed). stayPaused: it
+// was paused before it moved, and is paused again here once it has been seen to resume.
+// tenant reports whether a tenant exists on this node.
+func Receive(ctx context.Context, m *session.Manager, id string, body io.Reader, stayPaused bool, tenant func(string) bool) (*api.Session, error) {
 	tr := tar.NewReader(body)
 	h, err := tr.Next()
 	if err != nil || h.Name != recordName || h.Typeflag != tar.TypeReg || h.Size > maxRecord {
@@ -248,9 +167,32 @@ func Receive(ctx context.Context, m *session.Manager, id string, body io.Reader,
 	if err != nil {
 		return nil, fmt.Errorf("read the session's record: %w", errdefs.ErrInvalidArgument)
 	}
-	return m.MoveIn(ctx, id, rec, stayPaused, func(checkpoint, workspace string, maxCheckpoint, maxWorkspace int64) error {
-		return readTrees(tr, checkpoint, workspace, maxCheckpoint, maxWorkspace)
-	})
+	return m.MoveIn(ctx, session.Incoming{ID: id, Record: rec, StayPaused: stayPaused, Tenant: tenant,
+		Fill: func(checkpoint, workspace string, maxCheckpoint, maxWorkspace int64) error {
+			if err := readTrees(tr, checkpoint, workspace, maxCheckpoint, maxWorkspace); err != nil {
+				return err
+			}
+			return end(body)
+		}})
+}
+
+// maxTail is what may follow a stream's last entry: a tar's end (two zero blocks, which
+// the tar reader has read) and padding to a record of 10 KiB at most.
+const maxTail = 10 << 10
+
+// end reads the body to its end, past the tar's: only there does it say whether the
+// stream was the one signed.
+func end(body io.Reader) error {
+	n, err := io.Copy(io.Discard, io.LimitReader(body, maxTail+1))
+	switch {
+	case errors.Is(err, errBody):
+		return fmt.Errorf("%w: %w", err, errdefs.ErrUnauthenticated)
+	case err != nil:
+		return fmt.Errorf("read the stream: %v: %w", err, errdefs.ErrInvalidArgument)
+	case n > maxTail:
+		return fmt.Errorf("the stream goes on after its last entry: %w", errdefs.ErrInvalidArgument)
+	}
+	return nil
 }
 
 // readTrees writes the stream's remaining entries into the two folders (see the package

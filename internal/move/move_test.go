@@ -3,7 +3,14 @@ package move
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -144,9 +151,13 @@ func TestReadRefuses(t *testing.T) {
 		{"dot-dot inside", []entry{reg("workspace/a/../../escaped", "x")}, errdefs.ErrInvalidArgument},
 		{"absolute", []entry{reg("/escaped", "x")}, errdefs.ErrInvalidArgument},
 		{"no part", []entry{reg("escaped", "x")}, errdefs.ErrInvalidArgument},
+		// OUTSIDE (at the start of a target) is the absolute path of a folder beside the two.
 		{"through a link", []entry{link("workspace/out", "OUTSIDE"), reg("workspace/out/escaped", "x")}, nil},
 		{"through a relative link", []entry{link("workspace/out", "../../OUTSIDE"), reg("workspace/out/escaped", "x")}, nil},
+		{"through a link, a folder down", []entry{link("workspace/out", "OUTSIDE"), {h: tar.Header{Typeflag: tar.TypeDir, Name: "workspace/out/d/", Mode: 0o755}}}, nil},
 		{"over a link", []entry{link("workspace/f", "OUTSIDE/escaped"), reg("workspace/f", "x")}, nil},
+		{"over a relative link", []entry{link("workspace/f", "../../OUTSIDE/escaped"), reg("workspace/f", "x")}, nil},
+		{"a hard link over a link", []entry{reg("workspace/w", "x"), link("workspace/f", "OUTSIDE/escaped"), {h: tar.Header{Typeflag: tar.TypeLink, Name: "workspace/f", Linkname: "workspace/w"}}}, nil},
 		{"a link in the checkpoint", []entry{link("checkpoint/x", "/etc")}, errdefs.ErrInvalidArgument},
 		{"a hard link out", []entry{{h: tar.Header{Typeflag: tar.TypeLink, Name: "workspace/h", Linkname: "/etc/shadow"}}}, errdefs.ErrInvalidArgument},
 		{"a hard link up", []entry{{h: tar.Header{Typeflag: tar.TypeLink, Name: "workspace/h", Linkname: "workspace/../OUTSIDE/x"}}}, errdefs.ErrInvalidArgument},
@@ -170,6 +181,9 @@ func TestReadRefuses(t *testing.T) {
 			tw := tar.NewWriter(&buf)
 			for _, e := range tc.entries {
 				h := e.h
+				if rest, ok := strings.CutPrefix(h.Linkname, "OUTSIDE"); ok && h.Typeflag == tar.TypeSymlink {
+					h.Linkname = outside + rest
+				}
 				if err := tw.WriteHeader(&h); err != nil {
 					t.Fatal(err)
 				}
@@ -183,47 +197,163 @@ func TestReadRefuses(t *testing.T) {
 			if tc.want != nil && !errors.Is(err, tc.want) {
 				t.Errorf("%v; want %v", err, tc.want)
 			}
-			for _, p := range []string{filepath.Join(dir, "escaped"), filepath.Join(dir, "a", "escaped"), filepath.Join(outside, "escaped")} {
+			for _, p := range []string{filepath.Join(dir, "escaped"), filepath.Join(dir, "a", "escaped")} {
 				if _, err := os.Lstat(p); err == nil {
 					t.Errorf("%s was written", p)
 				}
+			}
+			if entries, _ := os.ReadDir(outside); len(entries) > 0 {
+				t.Errorf("written outside the two folders: %v", entries)
 			}
 		})
 	}
 }
 
-// A move's signature is taken for its path, on the node it was made for, within the
-// clock's skew, once; nothing else is.
+// A move's signature is taken for its method, path and query, on the node it was made
+// for, within the clock's skew, once (a restart remembers); and its body only as signed:
+// a body changed, cut short or sent without its trailer ends in an error, not EOF.
 func TestVerifier(t *testing.T) {
-	now := time.Now()
-	path := Path + "0123456789abcdef0123456789abcdef"
-	n := strings.Repeat("a", 32)
-	v := NewVerifier("s3cret-of-the-cluster", "node-b")
-	good := Sign("s3cret-of-the-cluster", "node-b", path, now, n)
+	const secret = "s3cret-of-the-cluster"
+	nonces := filepath.Join(t.TempDir(), "cluster", "move-nonces")
+	v, err := NewVerifier(secret, "node-b", nonces)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type seen struct {
+		ok   bool
+		body string
+		err  error
+	}
+	got := make(chan seen, 1)
+	var now time.Time
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, ok := v.Check(r, now)
+		if !ok {
+			got <- seen{}
+			return
+		}
+		b, err := io.ReadAll(body)
+		got <- seen{true, string(b), err}
+	}))
+	defer srv.Close()
+	id := "0123456789abcdef0123456789abcdef"
+	at := func(query string) *url.URL {
+		u, _ := url.Parse(srv.URL + Path + id)
+		u.RawQuery = query
+		return u
+	}
+	send := func(req *http.Request) seen {
+		t.Helper()
+		res, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return <-got
+	}
+	sign := func(secret, node string, u *url.URL, body string, t0 time.Time, nonce string) *http.Request {
+		t.Helper()
+		req, err := NewRequest(context.Background(), secret, node, u, strings.NewReader(body), t0, nonce)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return req
+	}
+	now = time.Now()
+	n := func(c string) string { return strings.Repeat(c, 32) }
 	for _, tc := range []struct {
-		name, header, path string
+		name string
+		req  func() *http.Request
 	}{
-		{"another secret", Sign("another", "node-b", path, now, n), path},
-		{"another node", Sign("s3cret-of-the-cluster", "node-c", path, now, n), path},
-		{"another path", good, Path + "ffffffffffffffffffffffffffffffff"},
-		{"too old", Sign("s3cret-of-the-cluster", "node-b", path, now.Add(-10*time.Minute), n), path},
-		{"ahead", Sign("s3cret-of-the-cluster", "node-b", path, now.Add(10*time.Minute), n), path},
-		{"the secret as a bearer", "Bearer s3cret-of-the-cluster", path},
-		{"mangled", strings.Replace(good, ".", "", 1), path},
-		{"short nonce", Sign("s3cret-of-the-cluster", "node-b", path, now, "ab"), path},
-		{"none", "", path},
+		{"another secret", func() *http.Request { return sign("another", "node-b", at(""), "x", now, n("1")) }},
+		{"another node", func() *http.Request { return sign(secret, "node-c", at(""), "x", now, n("2")) }},
+		{"another path", func() *http.Request {
+			req := sign(secret, "node-b", at(""), "x", now, n("3"))
+			req.URL.Path = Path + "ffffffffffffffffffffffffffffffff"
+			return req
+		}},
+		{"another query", func() *http.Request {
+			req := sign(secret, "node-b", at(""), "x", now, n("4"))
+			req.URL.RawQuery = "paused=true"
+			return req
+		}},
+		{"another method", func() *http.Request {
+			req := sign(secret, "node-b", at(""), "x", now, n("5"))
+			req.Method = http.MethodPost
+			return req
+		}},
+		{"too old", func() *http.Request { return sign(secret, "node-b", at(""), "x", now.Add(-10*time.Minute), n("6")) }},
+		{"ahead", func() *http.Request { return sign(secret, "node-b", at(""), "x", now.Add(10*time.Minute), n("7")) }},
+		{"the secret as a bearer", func() *http.Request {
+			req := sign(secret, "node-b", at(""), "x", now, n("8"))
+			req.Header.Set("Authorization", "Bearer "+secret)
+			return req
+		}},
+		{"mangled", func() *http.Request {
+			req := sign(secret, "node-b", at(""), "x", now, n("9"))
+			req.Header.Set("Authorization", strings.Replace(req.Header.Get("Authorization"), ".", "", 1))
+			return req
+		}},
+		{"short nonce", func() *http.Request { return sign(secret, "node-b", at(""), "x", now, "ab") }},
+		{"none", func() *http.Request {
+			req := sign(secret, "node-b", at(""), "x", now, n("a"))
+			req.Header.Del("Authorization")
+			return req
+		}},
 	} {
-		if v.Check(tc.header, tc.path, now) {
+		if s := send(tc.req()); s.ok {
 			t.Errorf("%s: taken", tc.name)
 		}
 	}
-	if !v.Check(good, path, now) {
-		t.Fatal("a good signature refused")
+
+	good := sign(secret, "node-b", at("paused=true"), "the stream", now, n("b"))
+	if s := send(good); !s.ok || s.err != nil || s.body != "the stream" {
+		t.Fatalf("a good move: %+v", s)
 	}
-	if v.Check(good, path, now) {
-		t.Error("a signature taken twice")
+	again := sign(secret, "node-b", at("paused=true"), "the stream", now, n("b"))
+	if s := send(again); s.ok {
+		t.Error("a nonce taken twice")
 	}
-	if NewVerifier("", "node-b").Check(Sign("", "node-b", path, now, n), path, now) {
+
+	// The body: signed as it was read; another one, or none signed, ends in errBody.
+	changed := sign(secret, "node-b", at(""), "the stream as signed", now, n("c"))
+	io.Copy(io.Discard, changed.Body) // the trailer of what was signed...
+	changed.Body = io.NopCloser(strings.NewReader("the stream with a root of /"))
+	if s := send(changed); !s.ok || !errors.Is(s.err, errBody) {
+		t.Errorf("a changed body: %+v; want errBody at its end", s)
+	}
+	noTrailer := sign(secret, "node-b", at(""), "the stream", now, n("d"))
+	noTrailer.Body, noTrailer.Trailer, noTrailer.ContentLength = io.NopCloser(strings.NewReader("the stream")), nil, int64(len("the stream"))
+	if s := send(noTrailer); !s.ok || !errors.Is(s.err, errBody) {
+		t.Errorf("a body without its trailer: %+v; want errBody at its end", s)
+	}
+
+	// After a restart: the nonces taken are still taken; those expired are forgotten.
+	old := now.Add(-time.Hour)
+	f, err := os.OpenFile(nonces, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(f, "%d %s\nnot a line\n", old.Unix(), n("e"))
+	f.Close()
+	if v, err = NewVerifier(secret, "node-b", nonces); err != nil {
+		t.Fatal(err)
+	}
+	if s := send(sign(secret, "node-b", at("paused=true"), "the stream", now, n("b"))); s.ok {
+		t.Error("a nonce taken before a restart was taken again after it")
+	}
+	if data, _ := os.ReadFile(nonces); strings.Contains(string(data), n("e")) || strings.Contains(string(data), "not a line") || !strings.Contains(string(data), n("b")) {
+		t.Errorf("the nonces' file after a restart: %q; want the live nonces only", data)
+	}
+	if fi, err := os.Stat(nonces); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("the nonces' file: %v, %v; want 0600", fi, err)
+	}
+	if s := send(sign(secret, "node-b", at(""), "x", now, n("f"))); !s.ok {
+		t.Error("a new nonce refused after a restart")
+	}
+	if v, err := NewVerifier("", "node-b", ""); err != nil {
+		t.Fatal(err)
+	} else if _, ok := v.Check(sign("", "node-b", at(""), "x", now, n("0")), now); ok {
 		t.Error("taken without a secret")
 	}
 }
@@ -239,8 +369,14 @@ func mustWrite(t *testing.T, p, s string, mode os.FileMode) {
 }
 
 // FuzzReadTrees: whatever the stream, nothing is written outside the two folders, and
-// nothing panics.
+// nothing panics. The seeds link to a folder outside them by its absolute path, and
+// relatively; that folder, and the tree around the two, must stay as they were.
 func FuzzReadTrees(f *testing.F) {
+	outside, err := os.MkdirTemp("", "cellbox-fuzz-outside-")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { os.RemoveAll(outside) })
 	var seed bytes.Buffer
 	tw := tar.NewWriter(&seed)
 	tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: "workspace/d/", Mode: 0o755})
@@ -252,16 +388,45 @@ func FuzzReadTrees(f *testing.F) {
 	tw.Write([]byte("x"))
 	tw.Close()
 	f.Add(seed.Bytes())
+	for _, target := range []string{outside, "../../OUTSIDE"} {
+		var b bytes.Buffer
+		tw := tar.NewWriter(&b)
+		tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: "workspace/out", Linkname: target})
+		tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "workspace/out/escaped", Mode: 0o644, Size: 1})
+		tw.Write([]byte("x"))
+		tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: "workspace/f", Linkname: target + "/over"})
+		tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "workspace/f", Mode: 0o644, Size: 1})
+		tw.Write([]byte("x"))
+		tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: "workspace/out/d/", Mode: 0o755})
+		tw.Close()
+		f.Add(b.Bytes())
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		dir := t.TempDir()
 		cp, ws := filepath.Join(dir, "in", "cp"), filepath.Join(dir, "in", "ws")
 		os.MkdirAll(cp, 0o700)
 		os.MkdirAll(ws, 0o755)
+		os.Mkdir(filepath.Join(dir, "OUTSIDE"), 0o755)
 		readTrees(tar.NewReader(bytes.NewReader(data)), cp, ws, 1<<16, 1<<16)
-		entries, _ := os.ReadDir(dir)
-		inner, _ := os.ReadDir(filepath.Join(dir, "in"))
-		if len(entries) != 1 || len(inner) != 2 {
-			t.Fatalf("written outside the folders: %v %v", entries, inner)
+		var stray []string
+		filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+			switch p {
+			case cp, ws:
+				return filepath.SkipDir
+			case dir, filepath.Join(dir, "in"), filepath.Join(dir, "OUTSIDE"):
+				return nil
+			}
+			stray = append(stray, p)
+			return nil
+		})
+		if entries, _ := os.ReadDir(outside); len(entries) > 0 {
+			for _, e := range entries {
+				os.RemoveAll(filepath.Join(outside, e.Name()))
+				stray = append(stray, filepath.Join(outside, e.Name()))
+			}
+		}
+		if len(stray) > 0 {
+			t.Fatalf("written outside the two folders: %v", stray)
 		}
 	})
 }

@@ -355,8 +355,19 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (_ *Server, err
 		}
 	}
 	var routes httpapi.Cluster
+	var moves *move.Verifier
 	if s.cluster != nil {
 		routes = s.cluster
+		if opts.ClusterSecret != "" {
+			// The nonces of the moves taken, kept until they expire: a replay is refused after
+			// a restart too.
+			if moves, err = move.NewVerifier(opts.ClusterSecret, s.cluster.Name(), filepath.Join(cfg.StateDir, "cluster", "move-nonces")); err != nil {
+				s.cluster.Close()
+				ln.Close()
+				m.Shutdown(ctx)
+				return nil, err
+			}
+		}
 	}
 	h := httpapi.New(m, httpapi.Options{
 		MaxBodyBytes:   cfg.MaxBodyBytes,
@@ -377,7 +388,8 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (_ *Server, err
 		Conversations:  convs,
 		Web:            webPage(cfg),
 		Cluster:        routes,
-		ClusterSecret:  opts.ClusterSecret,
+		Moves:          moves,
+		Tenants:        knownTenant(cfg, opts.Keys),
 		LinkKeys:       filepath.Join(cfg.StateDir, "links"),
 		PublicURL:      cfg.PublicURL,
 	})
@@ -407,6 +419,20 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (_ *Server, err
 		}
 	}()
 	return s, nil
+}
+
+// knownTenant reports whether a tenant exists on this server: an API key's name, the
+// python tool server's tenant, or, on a server without keys, the keyless tenant.
+func knownTenant(cfg config.Config, keys *auth.Keys) func(string) bool {
+	return func(name string) bool {
+		switch {
+		case cfg.PythonToolAddr != "" && name == cfg.PythonToolTenant:
+			return true
+		case keys.Len() == 0:
+			return name == ""
+		}
+		return keys.Has(name)
+	}
 }
 
 // joinCluster registers this server as a node of the cluster on Kubernetes (package

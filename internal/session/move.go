@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cellbox/cellbox/api"
+	"github.com/cellbox/cellbox/internal/egress"
 	"github.com/cellbox/cellbox/internal/errdefs"
 	"github.com/cellbox/cellbox/internal/workspace"
 )
@@ -157,16 +158,32 @@ func errMoving(id string) error {
 		id, errdefs.ErrUnavailable)
 }
 
-// MoveIn takes a session another node gives up (Outgoing): rec is its record; fill writes
-// its checkpoint and workspace into the two folders it is given (the workspace made here,
-// with the session's disk quota). The session is resumed here before MoveIn returns, so
-// that a checkpoint this node cannot run is refused while the other node still has it;
+// Incoming is a session another node gives up (Outgoing), as MoveIn takes it.
+type Incoming struct {
+	ID string
+	// Record is its record as the other node sent it: checked as a request to create the
+	// session here would be, against this node's settings.
+	Record []byte
+	// StayPaused: it was paused before it moved, and is paused again here once it has been
+	// seen to resume.
+	StayPaused bool
+	// Tenant reports whether a tenant exists on this node (an API key's): a session of any
+	// other is refused.
+	Tenant func(name string) bool
+	// Fill writes its checkpoint and workspace into the two folders it is given (the
+	// workspace made here, with the session's disk quota), at most the sizes given; it
+	// fails unless what it wrote is what the other node signed. Nothing of them is used
+	// before it returns.
+	Fill func(checkpoint, workspace string, maxCheckpoint, maxWorkspace int64) error
+}
+
+// MoveIn takes a session another node gives up. It is resumed here before MoveIn returns,
+// so that a checkpoint this node cannot run is refused while the other node still has it;
 // paused again when it came paused. On any failure nothing of it is left here.
-func (m *Manager) MoveIn(ctx context.Context, id string, rec []byte, stayPaused bool,
-	fill func(checkpoint, workspace string, maxCheckpoint, maxWorkspace int64) error) (*api.Session, error) {
-	var r record
-	if err := json.Unmarshal(rec, &r); err != nil || r.ID != id || !validID(r.ID) || r.PausedAt == nil || r.Moves < 1 {
-		return nil, fmt.Errorf("the moved session's record is not valid: %w", errdefs.ErrInvalidArgument)
+func (m *Manager) MoveIn(ctx context.Context, in Incoming) (*api.Session, error) {
+	r, spec, err := m.checkMoved(in)
+	if err != nil {
+		return nil, err
 	}
 	if kind, _ := m.checkpointKind(); kind == "" {
 		return nil, errCannotPause
@@ -185,14 +202,11 @@ func (m *Manager) MoveIn(ctx context.Context, id string, rec []byte, stayPaused 
 		}
 		return nil, fmt.Errorf("session %s is here already: %w", r.ID, errdefs.ErrFailedPrecondition)
 	}
-	if _, err := m.limits(&r.Limits); err != nil {
-		return nil, fmt.Errorf("the moved session's limits: %w", err)
-	}
 	// The checkpoint's disk counts against this node's paused quota, as a pause here would.
 	if m.pausedBytes()+r.CheckpointBytes > m.cfg.PausedQuotaMB<<20 {
 		return nil, fmt.Errorf("the disk this node keeps for paused sessions is full: %w", errdefs.ErrResourceExhausted)
 	}
-	ws, err := m.store.Create(ctx, r.ID, r.Limits.DiskMB)
+	ws, err := m.store.Create(ctx, r.ID, spec.limits.DiskMB)
 	if err != nil {
 		return nil, fmt.Errorf("a workspace for the moved session: %w", err)
 	}
@@ -213,15 +227,15 @@ func (m *Manager) MoveIn(ctx context.Context, id string, rec []byte, stayPaused 
 	if err == nil {
 		// A checkpoint as large as the other node measured it (and its guest log's last
 		// growth); the workspace's files as large as its quota lets them be.
-		disk := int64(cmp.Or(r.Limits.DiskMB, workspace.DefaultDiskMB)) << 20
-		err = fill(dir, ws, r.CheckpointBytes+1<<20, disk)
+		disk := int64(cmp.Or(spec.limits.DiskMB, workspace.DefaultDiskMB)) << 20
+		err = in.Fill(dir, ws, r.CheckpointBytes+1<<20, disk)
 	}
 	if err != nil {
 		discard()
 		return nil, err
 	}
 	s := sessionOf(r)
-	s.box = &box{boxSpec: r.spec(), id: r.ID, ws: ws}
+	s.box = &box{boxSpec: spec, id: r.ID, ws: ws}
 	s.pausedAt, s.checkpointBytes = *r.PausedAt, dirSize(dir)
 	s.slot = func() {}
 	m.restoreTools(s, r)
@@ -247,7 +261,7 @@ func (m *Manager) MoveIn(ctx context.Context, id string, rec []byte, stayPaused 
 	if err := ctx.Err(); err != nil { // the other node gave up: it keeps the session
 		return failed(err)
 	}
-	if stayPaused {
+	if in.StayPaused {
 		tctx := WithTenant(ctx, r.Tenant)
 		if _, err := m.Pause(tctx, r.ID); err != nil {
 			return failed(err)
@@ -255,9 +269,62 @@ func (m *Manager) MoveIn(ctx context.Context, id string, rec []byte, stayPaused 
 	}
 	m.save(s)
 	m.metrics.moves.WithLabelValues("in").Inc()
-	m.log.Info("session moved here from another node", "session_id", r.ID, "tenant", r.Tenant, "moves", r.Moves, "paused", stayPaused)
+	m.log.Info("session moved here from another node", "session_id", r.ID, "tenant", r.Tenant, "moves", r.Moves, "paused", in.StayPaused)
 	v := s.view()
 	return &v, nil
+}
+
+// checkMoved checks the record of a moved session as this node would check a request to
+// create it (language, image, limits, env, idle timeout and action, lifetime, metadata,
+// artifacts, network policy within its tenant's and this server's), and that its tenant
+// exists here: whoever holds the cluster's secret (or replays a move) writes it. It
+// returns the record and the sandbox's spec, with this node's defaults filled in.
+func (m *Manager) checkMoved(in Incoming) (record, boxSpec, error) {
+	var r record
+	if err := json.Unmarshal(in.Record, &r); err != nil || r.ID != in.ID || !validID(r.ID) || r.PausedAt == nil || r.Moves < 1 {
+		return r, boxSpec{}, fmt.Errorf("the moved session's record is not valid: %w", errdefs.ErrInvalidArgument)
+	}
+	bad := func(err error) (record, boxSpec, error) {
+		return r, boxSpec{}, fmt.Errorf("the moved session's record: %w", err)
+	}
+	if in.Tenant == nil || !in.Tenant(r.Tenant) {
+		return bad(fmt.Errorf("its tenant %.64q has no API key on this node: %w", r.Tenant, errdefs.ErrPermissionDenied))
+	}
+	lang, spec, err := m.checkSandbox(r.Language, r.Image, &r.Limits, r.Env)
+	if err != nil {
+		return bad(err)
+	}
+	if spec.image != r.Image {
+		return bad(fmt.Errorf("it ran on image %.64q, and this node's sessions run on %.64q: %w", r.Image, spec.image, errdefs.ErrInvalidArgument))
+	}
+	r.Language, spec.checkpointable = lang, r.Checkpointable
+	switch {
+	case r.IdleTimeoutS < 0 || r.IdleTimeoutS > m.cfg.MaxIdleTimeout.Seconds():
+		return bad(fmt.Errorf("idle_timeout_s %v is outside this server's 0 to %v: %w", r.IdleTimeoutS, m.cfg.MaxIdleTimeout.Seconds(), errdefs.ErrInvalidArgument))
+	case r.IdleAction != "" && r.IdleAction != api.IdleActionEnd && r.IdleAction != api.IdleActionPause:
+		return bad(fmt.Errorf("idle_action %.32q: %w", r.IdleAction, errdefs.ErrInvalidArgument))
+	case r.ExpiresAt != nil && r.ExpiresAt.Sub(time.Now()) > m.cfg.MaxLifetime:
+		return bad(m.tooLong(r.ExpiresAt.Sub(time.Now()).Seconds()))
+	case r.CheckpointBytes < 0 || r.ExecutionCount < 0:
+		return bad(fmt.Errorf("negative sizes or counts: %w", errdefs.ErrInvalidArgument))
+	case len(r.Artifacts) > 0 && m.uploads == nil:
+		return bad(fmt.Errorf("it keeps artifacts, and this node keeps no artifacts store: %w", errdefs.ErrFailedPrecondition))
+	}
+	if err := checkMetadata(r.Metadata); err != nil {
+		return bad(err)
+	}
+	if err := checkArtifacts(r.Artifacts); err != nil {
+		return bad(err)
+	}
+	if _, err := m.net.policy(r.Tenant, r.Network); err != nil {
+		return bad(err)
+	}
+	if r.CA != "" {
+		if _, err := egress.ParseCA(r.CA); err != nil {
+			return bad(fmt.Errorf("its certificate authority does not parse: %w", errdefs.ErrInvalidArgument))
+		}
+	}
+	return r, spec, nil
 }
 
 // sessionOf is the session of record r, without its box, slot and network.
