@@ -14,8 +14,12 @@ package cluster
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/url"
 	"os"
@@ -57,10 +61,10 @@ const (
 	leasePrefix   = "cellbox-"
 )
 
-// MaxMovedIn caps the sessions moved from other nodes that a node's Lease lists (about 40
-// bytes each, against the 256 KiB a Kubernetes object's annotations may take); a node
-// holding as many takes no more.
-const MaxMovedIn = 4000
+// MaxMovedIn caps the sessions moved from other nodes that a node's Lease lists (about 60
+// bytes each with its proof, against the 256 KiB a Kubernetes object's annotations may
+// take); a node holding as many takes no more.
+const MaxMovedIn = 3000
 
 // Config says how a node registers and what it publishes.
 type Config struct {
@@ -78,6 +82,11 @@ type Config struct {
 	// with how many times it has moved; nil: none. Published in the Lease: a session id
 	// names the node that made it, and these say where it went (Route).
 	MovedIn func() map[string]int
+	// Secret is the cluster's shared secret, which signs each session a Lease lists as
+	// moved in (a claim): whoever may write Leases can make a Lease of a node of any name,
+	// and a claim without the proof would send that session's requests to their address.
+	// "": no session moves, and claims are neither published nor taken.
+	Secret string
 	// Cordoned, when set, is told when this node's Kubernetes Node (of the node's name) is
 	// cordoned (kubectl cordon or drain: true) or uncordoned (false), as read once a
 	// renewal; the first reading is told only when cordoned. Reading Nodes needs the
@@ -485,7 +494,7 @@ func (c *Cluster) record(l *coordv1.Lease, state string) *coordv1.Lease {
 	l.Annotations[annWarm] = strconv.Itoa(load.Warm)
 	l.Annotations[annState] = state
 	delete(l.Annotations, annMovedIn)
-	if c.cfg.MovedIn != nil {
+	if c.cfg.MovedIn != nil && c.cfg.Secret != "" {
 		if in := c.cfg.MovedIn(); len(in) > 0 {
 			if len(in) > MaxMovedIn {
 				c.log.Warn("more sessions moved in than a Lease lists; the rest are not found through other nodes", "sessions", len(in), "listed", MaxMovedIn)
@@ -496,7 +505,11 @@ func (c *Cluster) record(l *coordv1.Lease, state string) *coordv1.Lease {
 					delete(in, id)
 				}
 			}
-			data, _ := json.Marshal(in)
+			signed := make(map[string]string, len(in))
+			for id, n := range in {
+				signed[id] = strconv.Itoa(n) + "." + claimMAC(c.cfg.Secret, c.cfg.Node, id, n)
+			}
+			data, _ := json.Marshal(signed)
 			l.Annotations[annMovedIn] = string(data)
 		}
 	}
@@ -539,19 +552,42 @@ func (c *Cluster) hear(old, o any) {
 	c.heardMu.Unlock()
 }
 
-// noteClaims keeps the sessions moved in that a node's Lease lists. A Lease that is not a
-// node's (member) claims nothing, and ids that are not session ids are dropped.
+// claimMAC is the proof of a claim: that node has session id after its moves-th move,
+// signed with the cluster's secret (128 bits of HMAC-SHA256, base64).
+func claimMAC(secret, node, id string, moves int) string {
+	h := hmac.New(sha256.New, []byte(secret))
+	io.WriteString(h, "moved-in\n"+node+"\n"+id+"\n"+strconv.Itoa(moves))
+	return base64.RawURLEncoding.EncodeToString(h.Sum(nil)[:16])
+}
+
+// noteClaims keeps the sessions moved in that a node's Lease lists, each with its proof
+// (claimMAC) for that node. A Lease that is not a node's (member) claims nothing, and ids
+// that are not session ids, or whose proof fails, are dropped.
 func (c *Cluster) noteClaims(l *coordv1.Lease) {
 	var in map[string]int
-	if _, ok := c.member(l, time.Now()); ok && l.Annotations[annMovedIn] != "" {
-		if err := json.Unmarshal([]byte(l.Annotations[annMovedIn]), &in); err != nil {
+	if m, ok := c.member(l, time.Now()); ok && l.Annotations[annMovedIn] != "" && c.cfg.Secret != "" {
+		var signed map[string]string
+		if err := json.Unmarshal([]byte(l.Annotations[annMovedIn]), &signed); err != nil {
 			c.log.Warn("a node's Lease lists moved sessions that do not parse; ignored", "lease", l.Name, "err", err)
-			in = nil
 		}
-		for id := range in {
-			if _, ok := tagOf(id); !ok {
-				delete(in, id)
+		in = make(map[string]int, len(signed))
+		forged := 0
+		for id, v := range signed {
+			ns, mac, _ := strings.Cut(v, ".")
+			n, err := strconv.Atoi(ns)
+			switch {
+			case err != nil || n < 1:
+				forged++
+			case !hmac.Equal([]byte(mac), []byte(claimMAC(c.cfg.Secret, m.Name, id, n))):
+				forged++
+			default:
+				if _, ok := tagOf(id); ok {
+					in[id] = n
+				}
 			}
+		}
+		if forged > 0 {
+			c.log.Warn("a node's Lease lists moved sessions without the cluster's proof; ignored", "lease", l.Name, "claims", forged)
 		}
 	}
 	c.movedMu.Lock()

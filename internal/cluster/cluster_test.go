@@ -268,8 +268,10 @@ func route(c *Cluster, id, node, want string) func() error {
 // Sessions moved between nodes (a drain): the node that has one lists it in its Lease with
 // how many times it moved, and every node routes its id there, the highest count winning;
 // the node it left routes it at once (MovedTo). A Lease that is not a node's claims
-// nothing. A draining node is not placed on but still routed to; a cordon of its
-// Kubernetes Node is told to Cordoned, and so is the uncordon.
+// nothing, and neither does a Lease of a node of any name that anyone who may write Leases
+// can make: a claim needs its proof, signed with the cluster's secret for that node. A
+// draining node is not placed on but still routed to; a cordon of its Kubernetes Node is
+// told to Cordoned, and so is the uncordon.
 func TestMovedSessions(t *testing.T) {
 	cp := clustertest.Start(t)
 	kube, err := KubeConfig(cp.Kubeconfig)
@@ -287,7 +289,7 @@ func TestMovedSessions(t *testing.T) {
 		u, _ := url.Parse("http://127.0.0.1:1")
 		mi := &movedIn{ids: map[string]int{}}
 		in[name] = mi
-		cfg := Config{Kube: kube, Namespace: "default", Node: name, URL: u, LeaseDuration: 3 * time.Second,
+		cfg := Config{Kube: kube, Namespace: "default", Node: name, URL: u, LeaseDuration: 3 * time.Second, Secret: "the cluster's secret",
 			Load: func() Load { return Load{Room: 10, Warm: 1} },
 			MovedIn: func() map[string]int {
 				mi.Lock()
@@ -353,6 +355,30 @@ spec: {holderIdentity: x, leaseDurationSeconds: 30, renewTime: %q}
 	if err := route(a, id, "c", "")(); err != nil {
 		t.Errorf("after a Lease not of a node claimed it: %v", err)
 	}
+	// A Lease of a node of another name (its tag its name's), claiming the session with no
+	// proof, a proof of another node's, or one made without the secret: none counts.
+	forged := fmt.Sprintf(`{"%s": "99", "%s": "99.%s", "%s": "99.%s"}`, id,
+		config.NodeTag("a")+strings.Repeat("2", 24), claimMAC("the cluster's secret", "c", config.NodeTag("a")+strings.Repeat("2", 24), 99),
+		config.NodeTag("a")+strings.Repeat("3", 24), claimMAC("a guess", "evil", config.NodeTag("a")+strings.Repeat("3", 24), 99))
+	cp.Apply(t, fmt.Sprintf(`apiVersion: coordination.k8s.io/v1
+kind: Lease
+metadata:
+  name: cellbox-evil
+  namespace: default
+  labels: {app.kubernetes.io/name: cellbox}
+  annotations: {cellbox.dev/url: "http://127.0.0.1:9", cellbox.dev/node-tag: %q, cellbox.dev/state: serving, cellbox.dev/moved-in: '%s'}
+spec: {holderIdentity: x, leaseDurationSeconds: 30, renewTime: %q}
+`, config.NodeTag("evil"), forged, microTime(time.Now().Add(time.Second))))
+	testbin.WaitFor(t, 30*time.Second, "a sees the Lease of a node named evil", route(a, config.NodeTag("evil")+strings.Repeat("0", 24), "evil", ""))
+	if err := route(a, id, "c", "")(); err != nil {
+		t.Errorf("after a Lease of another node claimed it without a proof: %v", err)
+	}
+	for _, other := range []string{config.NodeTag("a") + strings.Repeat("2", 24), config.NodeTag("a") + strings.Repeat("3", 24)} {
+		if err := route(b, other, "a", "")(); err != nil {
+			t.Errorf("after a Lease of another node claimed it with a forged proof: %v", err)
+		}
+	}
+	cp.Kubectl(t, "-n", "default", "delete", "lease", "cellbox-evil")
 
 	// c is cordoned: told so; it drains, so no new session goes there, but its sessions
 	// are still routed to it.

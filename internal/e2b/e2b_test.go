@@ -7,6 +7,7 @@ package e2b_test
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -688,6 +689,10 @@ func TestAttackSandboxTraffic(t *testing.T) {
 		{"rpc: list too deep", "POST", "/filesystem.Filesystem/ListDir", `{"path":"/home/user","depth":1000}`, append(sandboxHeaders(a.SandboxID, envd, a.EnvdAccessToken), "Content-Type: application/json"), 400, "depth"},
 		{"rpc: bad JSON", "POST", "/filesystem.Filesystem/Stat", `{"path":`, append(sandboxHeaders(a.SandboxID, envd, a.EnvdAccessToken), "Content-Type: application/json"), 400, "invalid_argument"},
 		{"rpc: unknown method", "POST", "/process.Process/Update", `{}`, append(sandboxHeaders(a.SandboxID, envd, a.EnvdAccessToken), "Content-Type: application/json"), 404, ""},
+		// A message past the body cap, plain or gzipped (a bomb: 16 MiB from ~16 KiB), is
+		// refused before it is decoded.
+		{"rpc: big message", "POST", "/filesystem.Filesystem/Stat", `{"path":"` + strings.Repeat("a", 9<<20) + `"}`, append(sandboxHeaders(a.SandboxID, envd, a.EnvdAccessToken), "Content-Type: application/json"), 429, "resource_exhausted"},
+		{"rpc: gzip bomb", "POST", "/filesystem.Filesystem/Stat", gzipped(`{"path":"` + strings.Repeat("a", 16<<20) + `"}`), append(sandboxHeaders(a.SandboxID, envd, a.EnvdAccessToken), "Content-Type: application/json", "Content-Encoding: gzip"), 429, "resource_exhausted"},
 		{"rpc: signal unknown pid", "POST", "/process.Process/SendSignal", `{"process":{"pid":4242},"signal":"SIGNAL_SIGKILL"}`, append(sandboxHeaders(a.SandboxID, envd, a.EnvdAccessToken), "Content-Type: application/json"), 404, "not_found"},
 	}
 	for _, c := range cases {
@@ -698,6 +703,14 @@ func TestAttackSandboxTraffic(t *testing.T) {
 			}
 		})
 	}
+}
+
+func gzipped(s string) string {
+	var b bytes.Buffer
+	zw := gzip.NewWriter(&b)
+	zw.Write([]byte(s))
+	zw.Close()
+	return b.String()
 }
 
 // upload sends files as the SDK does: multipart parts named "file" whose file name is

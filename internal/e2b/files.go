@@ -80,7 +80,9 @@ func (h *Handler) envdRoutes() http.Handler {
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	mux.HandleFunc("GET /files", h.readFile)
 	mux.HandleFunc("POST /files", h.writeFiles)
-	opts := connect.WithInterceptors(errorInterceptor{h})
+	// A message is decoded whole, after its gzip (which connect takes by default) is
+	// undone: capped like a JSON body, or a few hundred KiB of gzip would be gigabytes.
+	opts := connect.WithHandlerOptions(connect.WithInterceptors(errorInterceptor{h}), connect.WithReadMaxBytes(int(h.opts.MaxBodyBytes)))
 	mux.Handle(filesystempbconnect.NewFilesystemHandler(filesystemService{h}, opts))
 	mux.Handle(processpbconnect.NewProcessHandler(processService{h}, opts))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

@@ -255,6 +255,12 @@ func (s *server) toNodeOf(w http.ResponseWriter, r *http.Request, id string, fai
 	}
 	m, err := s.opts.Cluster.Route(id)
 	if err != nil {
+		if isAnonymous(r) {
+			// Whoever sent it has shown no key yet (its token or link is checked on the
+			// session's node): told as much as of a session that never was, not which node
+			// has it or how that node is.
+			err = fmt.Errorf("no session %.64s: %w", id, errdefs.ErrNotFound)
+		}
 		fail(w, r, err)
 		return true
 	}
@@ -263,6 +269,15 @@ func (s *server) toNodeOf(w http.ResponseWriter, r *http.Request, id string, fai
 	}
 	s.forward(w, r, *m, false, fail)
 	return true
+}
+
+// anonymous marks a request that carries no API key: its credential (an E2B sandbox's
+// token) only the node of its session can check.
+type anonymous struct{}
+
+// isAnonymous: r is a request of no key whose credential is checked on its session's node.
+func isAnonymous(r *http.Request) bool {
+	return r.Context().Value(anonymous{}) != nil || r.Context().Value(linkPending{}) != nil
 }
 
 // routeE2B is routeInCluster for the E2B API: sandbox traffic and calls on a sandbox go to

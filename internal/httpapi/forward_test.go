@@ -3,6 +3,8 @@ package httpapi_test
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -12,8 +14,11 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/cellbox/cellbox/internal/auth"
 	"github.com/cellbox/cellbox/internal/cluster"
 	"github.com/cellbox/cellbox/internal/config"
+	"github.com/cellbox/cellbox/internal/errdefs"
+	"github.com/cellbox/cellbox/internal/errdefs/errhttp"
 	"github.com/cellbox/cellbox/internal/httpapi"
 	"github.com/cellbox/cellbox/internal/session/sessiontest"
 )
@@ -140,5 +145,72 @@ func TestForwardedStreamsComeWhole(t *testing.T) {
 	wg.Wait()
 	if cut.Load() != 0 {
 		t.Errorf("%d of %d SSE executions through the forwarding node were cut short", cut.Load(), cut.Load()+whole.Load())
+	}
+}
+
+// down is a cluster whose every session is on a node that cannot be reached, as Route says.
+type down struct{ nodes }
+
+func (down) Route(id string) (*cluster.Member, error) {
+	return nil, fmt.Errorf("session %s is on cluster node secret-node-7, which has not been heard from for 3m0s: %w", id, errdefs.ErrUnavailable)
+}
+
+// sandboxTraffic is a front door whose requests carry no API key (E2B's sandbox traffic):
+// their token is checked on the session's node.
+type sandboxTraffic struct{}
+
+func (sandboxTraffic) Claims(r *http.Request) (bool, bool) {
+	return r.Header.Get("E2b-Sandbox-Id") != "", false
+}
+func (sandboxTraffic) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.WriteHeader(http.StatusTeapot)
+}
+func (sandboxTraffic) WriteError(w http.ResponseWriter, r *http.Request, err error) {
+	w.WriteHeader(errhttp.ToHTTP(err))
+	io.WriteString(w, err.Error())
+}
+
+// A request that carries no key (a link, sandbox traffic), for a session on a node that is
+// down, is told no more than of a session that never was: not the node's name or state.
+// A caller with a key is told why.
+func TestAnonymousRoutingSaysNothingOfNodes(t *testing.T) {
+	keys, err := auth.Load("cbk_0123456789abcdef0123", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := httpapi.Options{MaxBodyBytes: 1 << 20, MaxUploadBytes: 1 << 20, Logger: slog.New(slog.DiscardHandler),
+		Keys: keys, Cluster: down{}, E2B: sandboxTraffic{}}
+	srv := httptest.NewServer(httpapi.New(sessiontest.New(t, nil), opts))
+	defer srv.Close()
+	id := config.NodeTag("other") + strings.Repeat("a", 24)
+	send := func(path string, hdr ...string) (int, string) {
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+path, nil)
+		for i := 0; i+1 < len(hdr); i += 2 {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	for _, tc := range []struct {
+		name string
+		path string
+		hdr  []string
+	}{
+		{"a link", "/v1/sessions/" + id + "/files/x.csv?expires=1999999999&signature=" + strings.Repeat("A", 43), nil},
+		{"sandbox traffic", "/files?path=x", []string{"E2b-Sandbox-Id", id}},
+	} {
+		st, body := send(tc.path, tc.hdr...)
+		if st != http.StatusNotFound || strings.Contains(body, "secret-node-7") || strings.Contains(body, "heard") {
+			t.Errorf("%s, no key: %d %s; want 404, naming no node", tc.name, st, body)
+		}
+	}
+	st, body := send("/v1/sessions/"+id, "Authorization", "Bearer cbk_0123456789abcdef0123")
+	if st != http.StatusServiceUnavailable || !strings.Contains(body, "secret-node-7") {
+		t.Errorf("with the key: %d %s; want 503 naming the node", st, body)
 	}
 }

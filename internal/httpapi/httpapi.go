@@ -8,6 +8,7 @@
 package httpapi
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -215,6 +216,9 @@ func (s *server) wrap(mux *http.ServeMux) http.Handler {
 					if r, err = s.authenticateFor(r, fd); err != nil {
 						rw.Header().Set("WWW-Authenticate", `Bearer realm="cellbox"`)
 					}
+				} else if err == nil {
+					// Checked (a token, a link) on the node of its session: until then, no one.
+					r = r.WithContext(context.WithValue(r.Context(), anonymous{}, true))
 				}
 				if err != nil {
 					fd.WriteError(rw, r, err)

@@ -459,7 +459,7 @@ func joinCluster(ctx context.Context, cfg config.Config, addr net.Addr, m *sessi
 		d.Cordoned(on)
 	}
 	c, err := cluster.Start(sctx, cluster.Config{Kube: kube, Namespace: ns, Node: cfg.ClusterNode, URL: u,
-		LeaseDuration: cfg.ClusterLeaseDuration, Logger: log, MovedIn: m.MovedIn, Cordoned: cordoned,
+		LeaseDuration: cfg.ClusterLeaseDuration, Logger: log, MovedIn: m.MovedIn, Cordoned: cordoned, Secret: d.Secret,
 		Load: func() cluster.Load {
 			n, warm := m.Stats()
 			return cluster.Load{Sessions: n, Room: max(cfg.MaxSessions-n, 0), Warm: warm}
