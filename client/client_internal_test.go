@@ -124,3 +124,35 @@ func TestStreamErrorStatus(t *testing.T) {
 		}
 	}
 }
+
+// A download's name is a base name whatever the server's Content-Disposition says: a
+// client that saves it under File.Name writes into its own folder only.
+func TestDownloadNameIsBase(t *testing.T) {
+	var disposition string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Disposition", disposition)
+		io.WriteString(w, "x")
+	}))
+	defer srv.Close()
+	c := New(srv.URL)
+	for _, tc := range []struct{ disposition, path, want string }{
+		{`attachment; filename="report.csv"`, "sub/data.csv", "report.csv"},
+		{`attachment; filename="../../.bashrc"`, "sub/data.csv", ".bashrc"},
+		{`attachment; filename="/etc/cron.d/x"`, "sub/data.csv", "x"},
+		{`attachment; filename="..\\..\\evil.bat"`, "sub/data.csv", "evil.bat"},
+		{`attachment; filename=".."`, "sub/data.csv", "data.csv"},
+		{`attachment; filename="sub/"`, "sub/data.csv", "data.csv"},
+		{``, "sub/data.csv", "data.csv"},
+		{``, "sub/..", ""},
+	} {
+		disposition = tc.disposition
+		f, err := c.DownloadFile(t.Context(), "s1", tc.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		if f.Name != tc.want {
+			t.Errorf("Content-Disposition %q, path %q: Name %q; want %q", tc.disposition, tc.path, f.Name, tc.want)
+		}
+	}
+}

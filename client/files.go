@@ -71,13 +71,24 @@ func (c *Client) DownloadFile(ctx context.Context, id, path string) (*File, erro
 	}
 	f := &File{ReadCloser: resp.Body, Size: resp.ContentLength, ContentType: resp.Header.Get("Content-Type")}
 	if _, params, err := mime.ParseMediaType(resp.Header.Get("Content-Disposition")); err == nil {
-		f.Name = params["filename"]
+		f.Name = baseName(params["filename"])
 	}
 	if f.Name == "" {
-		f.Name = path[strings.LastIndex(path, "/")+1:]
+		f.Name = baseName(path)
 	}
 	f.ModTime, _ = http.ParseTime(resp.Header.Get("Last-Modified"))
 	return f, nil
+}
+
+// baseName is the last element of a name a server or caller gave, "" when that is none a
+// program could write as a file of its own folder ("", ".", ".."): a client that saves a
+// download under File.Name writes nowhere else, whatever the server said.
+func baseName(name string) string {
+	name = name[strings.LastIndexAny(name, "/\\")+1:]
+	if name == "." || name == ".." || strings.ContainsRune(name, 0) {
+		return ""
+	}
+	return name
 }
 
 // DownloadFileTo copies a workspace file to w as it arrives and returns its size.

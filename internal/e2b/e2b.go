@@ -172,7 +172,12 @@ func (h *Handler) Claims(r *http.Request) (claimed, needsKey bool) {
 // API key's tenant in the context (session.WithTenant).
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Header.Get("E2b-Sandbox-Id") == "" && isFileLink(r) {
-		if id := h.sandboxOfLink(r); id != "" {
+		id, err := h.sandboxOfLink(r)
+		if err != nil {
+			writeProxyError(w, http.StatusServiceUnavailable, "", err.Error())
+			return
+		}
+		if id != "" {
 			r.Header.Set("E2b-Sandbox-Id", id)
 			r.Header.Set("E2b-Sandbox-Port", portEnvd)
 		}

@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"encoding"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -133,23 +134,37 @@ func checkFileLink(r *http.Request, token string, now time.Time) error {
 }
 
 // scans bounds the signature scans that run at once: each costs O(sessions), and anyone
-// may ask for one.
-var scans = make(chan struct{}, 2)
+// may ask for one. scanners bounds those running or waiting: past them a link is refused
+// at once, rather than queued behind whoever sends them without end.
+var (
+	scans    = make(chan struct{}, 2)
+	scanners = make(chan struct{}, 16)
+)
+
+// errScansBusy refuses a file link that names no sandbox while the scans are full.
+var errScansBusy = errors.New("too many file links that name no sandbox are being checked at once: retry in a moment (links carry their sandbox in their host when E2B_DOMAIN is set, and need no scan)")
 
 // sandboxOfLink finds the live sandbox a file link that names none was signed for ("": none
 // here), for either operation and expired or not, so that its sandbox says what is wrong
 // with it: each session's token is tried, two hashes of a few bytes each past the shared
-// prefix. At most two scans run at once; the others wait their turn.
-func (h *Handler) sandboxOfLink(r *http.Request) string {
+// prefix. At most two scans run at once, and a few more wait their turn; past that,
+// errScansBusy.
+func (h *Handler) sandboxOfLink(r *http.Request) (string, error) {
 	l, err := parseFileLink(r)
 	if err != nil {
-		return ""
+		return "", nil
+	}
+	select {
+	case scanners <- struct{}{}:
+		defer func() { <-scanners }()
+	default:
+		return "", errScansBusy
 	}
 	select {
 	case scans <- struct{}{}:
 		defer func() { <-scans }()
 	case <-r.Context().Done():
-		return ""
+		return "", nil
 	}
 	s := newSigner(l)
 	found := ""
@@ -161,5 +176,5 @@ func (h *Handler) sandboxOfLink(r *http.Request) string {
 		}
 		return true
 	})
-	return found
+	return found, nil
 }

@@ -79,3 +79,22 @@ func TestLinkFieldsDoNotShift(t *testing.T) {
 		t.Error("a 64 KiB path was taken")
 	}
 }
+
+// A file link that names no sandbox costs a scan of every session's token: with the scans
+// and their waiting room full, the next one is refused at once (503), not queued.
+func TestLinkScansBounded(t *testing.T) {
+	for range cap(scanners) {
+		scanners <- struct{}{}
+	}
+	defer func() {
+		for range cap(scanners) {
+			<-scanners
+		}
+	}()
+	r := httptest.NewRequest("GET", "/files?path=%2Fhome%2Fuser%2Fa.txt&username=user&signature=v1_"+strings.Repeat("A", 43), nil)
+	w := httptest.NewRecorder()
+	(&Handler{}).ServeHTTP(w, r)
+	if w.Code != 503 || !strings.Contains(w.Body.String(), "retry") {
+		t.Errorf("a link past the scans' room: %d %s; want 503, retry", w.Code, w.Body)
+	}
+}

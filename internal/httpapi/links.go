@@ -154,11 +154,14 @@ func (s *server) link(r *http.Request, id, rel, method string, ttl time.Duration
 	return &api.Link{URL: u, Method: method, Path: api.WorkspaceDir + "/" + rel, ExpiresAt: exp.UTC()}, nil
 }
 
-// baseURL is where the links of r point: Options.PublicURL, or the scheme and host r came
-// to (a request another node forwarded: the first node's, as it says).
-func (s *server) baseURL(r *http.Request) string {
-	if s.opts.PublicURL != "" {
-		return strings.TrimRight(s.opts.PublicURL, "/")
+// baseURL is where the links of r point (BaseURL).
+func (s *server) baseURL(r *http.Request) string { return BaseURL(s.opts.PublicURL, r) }
+
+// BaseURL is where URLs in the answer to r point: publicURL (--public-url), or the scheme
+// and host r came to (a request another node forwarded: the first node's, as it says).
+func BaseURL(publicURL string, r *http.Request) string {
+	if publicURL != "" {
+		return strings.TrimRight(publicURL, "/")
 	}
 	scheme := "http"
 	if r.TLS != nil {

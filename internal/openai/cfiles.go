@@ -269,16 +269,17 @@ func (h *Handler) containerFileContent(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) deleteContainerFile(w http.ResponseWriter, r *http.Request) {
-	sid, info, rc, err := h.containerFile(r)
+	sid, _, rc, err := h.containerFile(r)
+	// The file the id names, not the path the guest reported for it.
+	rel, _ := cfilePath(r.PathValue("file"))
 	if err == nil {
 		rc.Close()
-		err = h.m.DeleteFile(r.Context(), sid, info.Path)
+		err = h.m.DeleteFile(r.Context(), sid, rel)
 	}
 	if err != nil {
 		h.writeError(w, r, err)
 		return
 	}
-	rel := strings.TrimPrefix(info.Path, api.WorkspaceDir+"/")
 	h.srcs.remove(sid, rel)
 	writeJSON(w, http.StatusOK, map[string]any{"id": r.PathValue("file"), "object": "container.file.deleted", "deleted": true})
 }

@@ -72,7 +72,10 @@ type Options struct {
 	// ElsewhereFiles their files for the files list (httpapi.ElsewhereItems); OpenOnNode
 	// GETs a path on the node that keeps an id, with the request's key, or returns nil, nil
 	// when that is this node (httpapi.OpenOnNode). Zero for a single server.
-	IDPrefix       string
+	IDPrefix string
+	// BaseURL is where the URLs of an answer (a response's images) point, for the request
+	// answered (httpapi.BaseURL, with --public-url); nil: http:// and the request's Host.
+	BaseURL        func(*http.Request) string
 	Elsewhere      func(context.Context) []api.Session
 	ElsewhereFiles func(context.Context) []json.RawMessage
 	OpenOnNode     func(r *http.Request, id, path string) (*http.Response, error)

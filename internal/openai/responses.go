@@ -753,13 +753,16 @@ func (t *turn) ciOutputs(res *api.ExecuteResult, callID string) []ciOutput {
 	return outs
 }
 
-// baseURL is where the client reached this server.
+// baseURL is where the URLs of the answer point (Options.BaseURL): the server's public
+// URL behind a proxy that ends TLS, else where the client reached it.
 func (t *turn) baseURL() string {
-	scheme := "http"
-	if t.r.TLS != nil {
-		scheme = "https"
+	if t.h.opts.BaseURL != nil {
+		return t.h.opts.BaseURL(t.r)
 	}
-	return scheme + "://" + t.r.Host
+	if t.r.TLS != nil {
+		return "https://" + t.r.Host
+	}
+	return "http://" + t.r.Host
 }
 
 // container finds or makes the code interpreter's container: the one the tool names, else

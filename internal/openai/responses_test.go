@@ -48,17 +48,26 @@ var wires = []wire{
 // responsesServerOn is responsesServer with the model on the wire w, the server's default
 // provider.
 func responsesServerOn(t *testing.T, w wire, script llmtest.Script) (*httptest.Server, *llmtest.Server) {
+	return responsesServerWith(t, w, script, nil)
+}
+
+// responsesServerWith is responsesServerOn with options changed by mod (if not nil).
+func responsesServerWith(t *testing.T, w wire, script llmtest.Script, mod func(*Options)) (*httptest.Server, *llmtest.Server) {
 	t.Helper()
 	m := sessiontest.New(t, nil)
 	model := w.server(t, script)
-	h, err := New(m, Options{StateDir: t.TempDir(), MaxBodyBytes: 1 << 20, MaxUploadBytes: 1 << 20, MaxMemoryMB: 4096,
+	opts := Options{StateDir: t.TempDir(), MaxBodyBytes: 1 << 20, MaxUploadBytes: 1 << 20, MaxMemoryMB: 4096,
 		Responses: ResponsesOptions{Runner: m, NewProvider: func(name string) (llm.Provider, string, error) {
 			if name != "" && name != w.name {
 				return nil, "", fmt.Errorf("no provider %s here", name)
 			}
 			p, err := w.client(model.URL, model.Key)
 			return p, "stand-in-model", err
-		}}})
+		}}}
+	if mod != nil {
+		mod(&opts)
+	}
+	h, err := New(m, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,6 +89,32 @@ func post(t *testing.T, url, body string) (int, map[string]any) {
 	var out map[string]any
 	json.NewDecoder(resp.Body).Decode(&out)
 	return resp.StatusCode, out
+}
+
+// A plot's image URL points where the server's public URL says (behind a proxy that ends
+// TLS, the client's key must not go to http://), not at the Host the request came with.
+func TestResponsesImageURLs(t *testing.T) {
+	script := llmtest.Replies(
+		llmtest.CallTool("python", `{"code": "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()"}`),
+		llmtest.Text("Plotted."),
+	)
+	srv, _ := responsesServerWith(t, wires[0], script, func(o *Options) {
+		o.BaseURL = func(*http.Request) string { return "https://cellbox.example.com" }
+	})
+	st, r := post(t, srv.URL+"/v1/responses", `{"model": "m", "input": "Plot it.",
+		"tools": [{"type": "code_interpreter", "container": {"type": "auto"}}], "include": ["code_interpreter_call.outputs"]}`)
+	if st != 200 {
+		t.Fatalf("%d %v", st, r)
+	}
+	var urls []string
+	for _, o := range r["output"].([]any)[0].(map[string]any)["outputs"].([]any) {
+		if o := o.(map[string]any); o["type"] == "image" {
+			urls = append(urls, o["url"].(string))
+		}
+	}
+	if len(urls) != 1 || !strings.HasPrefix(urls[0], "https://cellbox.example.com/v1/containers/cntr_") {
+		t.Errorf("image URLs %q; want one under https://cellbox.example.com", urls)
+	}
 }
 
 // TestResponsesCodeInterpreter, with the model behind each wire the server can use.

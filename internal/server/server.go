@@ -319,7 +319,8 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (_ *Server, err
 		o, err := openai.New(m, openai.Options{StateDir: cfg.StateDir, MaxBodyBytes: cfg.MaxBodyBytes, MaxUploadBytes: cfg.MaxUploadBytes,
 			MaxMemoryMB: cfg.MaxMemoryMB, MaxIdleTimeout: cfg.MaxIdleTimeout, Logger: log,
 			Responses: openai.ResponsesOptions{NewProvider: providers(cfg), Runner: m},
-			IDPrefix:  cfg.SessionIDPrefix(), Elsewhere: httpapi.Elsewhere, ElsewhereFiles: httpapi.ElsewhereItems, OpenOnNode: httpapi.OpenOnNode})
+			IDPrefix:  cfg.SessionIDPrefix(), Elsewhere: httpapi.Elsewhere,
+			BaseURL: func(r *http.Request) string { return httpapi.BaseURL(cfg.PublicURL, r) }, ElsewhereFiles: httpapi.ElsewhereItems, OpenOnNode: httpapi.OpenOnNode})
 		if err != nil {
 			ln.Close()
 			m.Shutdown(ctx)
