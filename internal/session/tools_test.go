@@ -44,6 +44,16 @@ func TestAttackToolReport(t *testing.T) {
 		{"name with spaces", []guestproto.Tool{tool("rm -rf", addSchema)}, 0, "its name"},
 		{"long name", []guestproto.Tool{tool(strings.Repeat("a", 65), addSchema)}, 0, "its name"},
 		{"built-in name", []guestproto.Tool{tool("python", addSchema)}, 0, "built-in"},
+		// Every language's tool is a built-in's name, whether or not the server offers it
+		// (the check takes no configuration), in any case.
+		{"bash", []guestproto.Tool{tool("bash", addSchema)}, 0, "built-in"},
+		{"Bash", []guestproto.Tool{tool("Bash", addSchema)}, 0, "built-in"},
+		{"PYTHON", []guestproto.Tool{tool("PYTHON", addSchema)}, 0, "built-in"},
+		{"r", []guestproto.Tool{tool("r", addSchema)}, 0, "built-in"},
+		{"JavaScript", []guestproto.Tool{tool("JavaScript", addSchema)}, 0, "built-in"},
+		{"typescript", []guestproto.Tool{tool("typescript", addSchema)}, 0, "built-in"},
+		{"Shell", []guestproto.Tool{tool("Shell", addSchema)}, 0, "built-in"},
+		{"a name that only starts like one", []guestproto.Tool{tool("bash_history", addSchema)}, 1, ""},
 		{"twice", []guestproto.Tool{tool("add", addSchema), tool("add", addSchema)}, 1, "twice"},
 		{"not an object schema", []guestproto.Tool{tool("s", `{"type":"string"}`)}, 0, `"type": "object"`},
 		{"not JSON", []guestproto.Tool{tool("s", `{"type":`)}, 0, "not JSON"},

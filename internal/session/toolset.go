@@ -36,9 +36,6 @@ const (
 // toolName is OpenAI's and Anthropic's pattern of a function's name.
 var toolName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
-// reservedTools are the names of the built-in tools a model sees beside a session's.
-var reservedTools = map[string]bool{"python": true, "shell": true}
-
 // sessionTool is a tool as checked: its schema decoded, and compiled when first needed
 // (a tool restored with its session, or read from the library, is compiled only when it
 // is called: it compiled when it was reported).
@@ -73,8 +70,8 @@ func checkTool(t guestproto.Tool, prev *sessionTool, compile bool) (*sessionTool
 	switch {
 	case !toolName.MatchString(t.Name):
 		return nil, errors.New("its name is not 1 to 64 of A-Z a-z 0-9 _ -")
-	case reservedTools[strings.ToLower(t.Name)]:
-		return nil, fmt.Errorf("%s is a built-in tool's name", t.Name)
+	case guestproto.Builtin(t.Name): // whatever languages the server offers, in any case
+		return nil, fmt.Errorf("%s is a built-in tool's name (%s)", t.Name, strings.Join(guestproto.BuiltinTools, ", "))
 	case utf8.RuneCountInString(t.Description) > maxToolDescription || !utf8.ValidString(t.Description):
 		return nil, fmt.Errorf("its description is not valid text of at most %d characters", maxToolDescription)
 	case len(t.Source) > maxToolSource || !utf8.ValidString(t.Source):
