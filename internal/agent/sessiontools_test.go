@@ -209,7 +209,7 @@ func (p pythonOnly) Command(ctx context.Context, id string, req api.CommandReque
 // The system prompt says how to make a tool.
 func TestSystemPromptSaysHowToMakeATool(t *testing.T) {
 	for _, want := range []string{"from cellbox import tool", "@tool\n", "def area(w: float, h: float) -> float:", `"""`,
-		"next step", "by name", "@tool(save=True)", "next sessions", "Restarting the kernel drops"} {
+		"next step", "by name", "@tool(save=True) proposes", "next sessions", "the user decides", "Restarting the kernel drops"} {
 		if !strings.Contains(DefaultSystem, want) {
 			t.Errorf("the system prompt lacks %q", want)
 		}

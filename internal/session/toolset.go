@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"regexp"
 	"regexp/syntax"
 	"sort"
@@ -40,9 +41,13 @@ var toolName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 // (a tool restored with its session, or read from the library, is compiled only when it
 // is called: it compiled when it was reported).
 type sessionTool struct {
-	guestproto.Tool // Save: kept in the tenant's library (once stored), not the report's wish
-	doc             map[string]any
-	schema          *lazySchema
+	guestproto.Tool // as the kernel reported it; Save: its code proposes it for the library
+	// saved: the API's caller saved it to the tenant's library, or loaded it from there, as
+	// it is: a kernel restart defines it again from this Source, the session's own copy.
+	// Never set by a report (see toolsReported).
+	saved  bool
+	doc    map[string]any
+	schema *lazySchema
 }
 
 // lazySchema is a tool's schema, compiled once on first use.
@@ -59,7 +64,14 @@ func (l *lazySchema) compiled() (*jsonschema.Schema, error) {
 }
 
 func (t *sessionTool) view() api.SessionTool {
-	return api.SessionTool{Name: t.Name, Description: t.Description, InputSchema: t.doc, Source: t.Source, Saved: t.Save}
+	return api.SessionTool{Name: t.Name, Description: t.Description, InputSchema: t.doc, Source: t.Source, Saved: t.saved, SaveProposed: t.Save}
+}
+
+// same reports whether t and o are one definition: name, description, source and schema
+// (the schema as decoded: a copy from another node was encoded again).
+func (t *sessionTool) same(o *sessionTool) bool {
+	return t.Name == o.Name && t.Description == o.Description && t.Source == o.Source &&
+		(bytes.Equal(t.InputSchema, o.InputSchema) || reflect.DeepEqual(t.doc, o.doc))
 }
 
 // checkTool checks one tool; the error says why it is refused. A tool of prev (may be nil)
