@@ -286,7 +286,9 @@ try {
   await editors.last().fill("print('df' in globals())");
   await notebook.getByRole('button', { name: 'Run cell' }).last().click();
   await notebook.locator('pre.out.stdout', { hasText: /^\s*False\s*$/ }).waitFor();
-  await tools.getByText(/^No tools yet/).waitFor(); // the restart dropped the unsaved tool
+  // The restart dropped the unsaved tool, and defined the saved one again.
+  await tools.getByRole('listitem', { name: 'Tool accidents_at' }).waitFor({ state: 'detached' });
+  await tools.getByRole('listitem', { name: 'Tool hours_in_day' }).getByText('saved', { exact: true }).waitFor();
 
   step('Tab completes a name from the kernel (one is put in, several are a list) and indents; Shift+Tab shows a docstring');
   await notebook.getByRole('button', { name: 'Add cell' }).click();
