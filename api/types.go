@@ -785,8 +785,13 @@ type SessionTool struct {
 	Description string         `json:"description"`
 	InputSchema map[string]any `json:"input_schema"` // JSON Schema (draft 2020-12) of the arguments, an object
 	Source      string         `json:"source"`       // the function's source, as defined
-	// Saved: kept in the API key's library (see SavedTool), so a kernel restart reloads it.
+	// Saved: the API's caller saved it to the API key's library (POST
+	// /v1/sessions/{id}/tools/{name}/save) or loaded it from there, as it is now: a kernel
+	// restart defines it again from the session's own copy (not the library's version).
 	Saved bool `json:"saved"`
+	// SaveProposed: its code asked to save it (@tool(save=True), whose source stands
+	// alone). Only the API's caller saves it: code in a session never writes the library.
+	SaveProposed bool `json:"save_proposed"`
 }
 
 // SessionToolList is the body of GET /v1/sessions/{id}/tools (without format) and of
@@ -824,7 +829,8 @@ type ToolCallResult struct {
 	Message    string       `json:"message,omitempty"`
 }
 
-// SavedTool is a tool kept in an API key's library (@tool(save=True)): its source stands
+// SavedTool is a tool kept in an API key's library: one defined with @tool(save=True) that
+// the API's caller saved (POST /v1/sessions/{id}/tools/{name}/save). Its source stands
 // alone (the function and the imports it uses), so any of the key's sessions can load it
 // (in a cluster, on any node). It may depend on the image's packages and the session's workspace
 // files, not on anything else a session defined.
@@ -842,6 +848,16 @@ type SavedToolList struct {
 	// UnavailableNodes, in a cluster, names the nodes that are down or did not answer:
 	// tools saved only there are missing from the list.
 	UnavailableNodes []string `json:"unavailable_nodes,omitempty"`
+}
+
+// SaveToolRequest is the body of POST /v1/sessions/{id}/tools/{name}/save, which saves the
+// session's tool, as it is, to the API key's library (none: the tool as the session has it
+// now).
+type SaveToolRequest struct {
+	// Source, when given, is the source the caller read and means to save: a tool whose
+	// source is no longer this (the session's code defined it again meanwhile) is not
+	// saved (409 failed_precondition).
+	Source string `json:"source,omitempty"`
 }
 
 // LoadToolsRequest is the body of POST /v1/sessions/{id}/tools/load: the saved tools to

@@ -9,8 +9,9 @@ import (
 )
 
 // A session's tools are functions its code made tools (from cellbox import tool; @tool on
-// a typed function with a docstring); the API key's library keeps those saved with
-// @tool(save=True), for its next sessions to load.
+// a typed function with a docstring); the API key's library keeps those the caller saved
+// (SaveTool: a session's code only proposes one, with @tool(save=True)), for its next
+// sessions to load.
 
 // SessionTools lists the session's tools, with their input schemas and sources.
 func (c *Client) SessionTools(ctx context.Context, id string) ([]api.SessionTool, error) {
@@ -35,8 +36,17 @@ func (c *Client) CallTool(ctx context.Context, id, name string, req api.ToolCall
 	return stream(ctx, c, path, req, "output", onOutput, func(r *api.ToolCallResult) []api.Output { return r.Outputs })
 }
 
+// SaveTool saves one of the session's tools to the API key's library, as the session has it,
+// and returns it as saved. Only a tool the session's code proposed (@tool(save=True), so
+// its source stands alone) can be saved; with req.Source, only if its source is still that
+// (the one you read with SessionTools): otherwise a failed_precondition error (409).
+func (c *Client) SaveTool(ctx context.Context, id, name string, req api.SaveToolRequest) (*api.SavedTool, error) {
+	return call[api.SavedTool](ctx, c, http.MethodPost, sessionPath(id, "/tools/"+url.PathEscape(name)+"/save"), req)
+}
+
 // LoadTools defines saved tools of the API key's library in the session (those named, or
-// all of them when names is empty) and returns the session's tools after.
+// all of them when names is empty) and returns the session's tools after; each is then the
+// session's own copy, which a kernel restart defines again.
 func (c *Client) LoadTools(ctx context.Context, id string, names ...string) ([]api.SessionTool, error) {
 	l, err := call[api.SessionToolList](ctx, c, http.MethodPost, sessionPath(id, "/tools/load"), api.LoadToolsRequest{Names: names})
 	if err != nil {

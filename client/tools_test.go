@@ -9,8 +9,8 @@ import (
 )
 
 // TestSessionTools: a tool defined in a session is listed and called, whole and streamed;
-// bad arguments are invalid_argument; a saved one is in the library, loads into another
-// session, and is deleted.
+// bad arguments are invalid_argument; one the code proposed is saved by the caller, is in
+// the library, loads into another session, and is deleted.
 func TestSessionTools(t *testing.T) {
 	c := newClient(t)
 	ctx := t.Context()
@@ -26,8 +26,14 @@ func TestSessionTools(t *testing.T) {
 	}
 	t.Cleanup(func() { c.DeleteSavedTool(ctx, "client_area") })
 	tools, err := c.SessionTools(ctx, id)
-	if err != nil || len(tools) != 1 || tools[0].Name != "client_area" || !tools[0].Saved || tools[0].InputSchema["type"] != "object" {
+	if err != nil || len(tools) != 1 || tools[0].Name != "client_area" || tools[0].Saved || !tools[0].SaveProposed || tools[0].InputSchema["type"] != "object" {
 		t.Fatalf("tools %+v, %v", tools, err)
+	}
+	if _, err := c.SaveTool(ctx, id, "client_area", api.SaveToolRequest{Source: "def client_area(): pass"}); client.Code(err) != api.CodeFailedPrecondition {
+		t.Errorf("save with another source: %v", err)
+	}
+	if st, err := c.SaveTool(ctx, id, "client_area", api.SaveToolRequest{Source: tools[0].Source}); err != nil || st.Name != "client_area" || st.Source != tools[0].Source {
+		t.Fatalf("save: %+v, %v", st, err)
 	}
 	args := api.ToolCallRequest{Arguments: []byte(`{"w": 3, "h": 4.5}`)}
 	res, err := c.CallTool(ctx, id, "client_area", args, nil)

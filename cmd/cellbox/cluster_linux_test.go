@@ -411,9 +411,23 @@ func clusterLinks(t *testing.T, tc *testCluster, call func(node, method, path st
 // other (and again after that kernel restarts), the version saved last is the one seen,
 // and a delete through either node deletes it on both.
 func clusterSavedTools(t *testing.T, tc *testCluster, call func(node, method, path string, body, out any) int, sid, own, other string) {
+	// Defined in a session, proposed by its code, saved by the caller through any node.
+	save := func(id, name string) {
+		t.Helper()
+		var st api.SavedTool
+		for _, n := range tc.names {
+			if n != tc.nodeOf(t, id) {
+				if code := call(n, "POST", "/v1/sessions/"+id+"/tools/"+name+"/save", api.SaveToolRequest{}, &st); code != http.StatusOK || st.Name != name {
+					t.Fatalf("save %s through %s: HTTP %d, %+v", name, n, code, st)
+				}
+				return
+			}
+		}
+	}
 	define := func(id, node, body string) {
 		t.Helper()
 		mustRun(t, tc.clients[node], id, "from cellbox import tool\n\n@tool(save=True)\ndef triple(x: int) -> int:\n    return "+body+"\n", "")
+		save(id, "triple")
 	}
 	define(sid, own, "3 * x")
 	for _, n := range tc.names {
@@ -454,6 +468,7 @@ func clusterSavedTools(t *testing.T, tc *testCluster, call func(node, method, pa
 	triple(15)
 	// Loading all of them brings the ones of every node; the index has no sources.
 	mustRun(t, tc.clients[own], sid, "from cellbox import tool\n\n@tool(save=True)\ndef half(x: float) -> float:\n    return x / 2\n", "")
+	save(sid, "half")
 	var index api.SavedToolList
 	if st := call(other, "GET", "/v1/saved-tools?source=false", nil, &index); st != http.StatusOK || len(index.Tools) != 2 || index.Tools[0].Source != "" {
 		t.Errorf("the index through %s: HTTP %d, %+v", other, st, index)

@@ -322,7 +322,7 @@ func (a *Agent) Send(ctx context.Context, input string) (*Turn, error) {
 			case len(turn.Steps) >= a.cfg.MaxSteps:
 				res = llm.ToolResult{Text: fmt.Sprintf("Not run: the limit of %d tool calls for this request was reached.", a.cfg.MaxSteps), IsError: true}
 			default:
-				step, r, stop, err := a.step(ctx, call, sessionTools)
+				step, r, stop, err := a.step(ctx, call, tools, sessionTools)
 				if err != nil {
 					// The call is part of the turn, though it did not finish.
 					step.Error = "not run, or stopped while running: the turn was canceled"
@@ -387,9 +387,8 @@ func (a *Agent) tools(ctx context.Context) (all, session []tool.Definition) {
 		return a.cfg.Tools, nil
 	}
 	all = slices.Clone(a.cfg.Tools)
-	for _, d := range tool.SessionDefinitions(list) {
-		// The server refuses a session tool named like python or shell; a Tools of the
-		// caller's own might still have the name.
+	for _, d := range tool.SessionDefinitions(list) { // none named like a built-in tool
+		// A Tools of the caller's own might still have the name.
 		if !slices.ContainsFunc(all, func(b tool.Definition) bool { return b.Name == d.Name }) {
 			all = append(all, d)
 			session = append(session, d)
@@ -401,8 +400,8 @@ func (a *Agent) tools(ctx context.Context) (all, session []tool.Definition) {
 // step carries out one call of the tools offered (the session's among them): decode, ask,
 // run. stop is the person's Stop. The error ends the turn (ctx is done); a failure the
 // model can act on is a result instead.
-func (a *Agent) step(ctx context.Context, call llm.ToolCall, sessionTools []tool.Definition) (Step, llm.ToolResult, bool, error) {
-	c, err := tool.Decode(call.Name, call.Input, sessionTools...)
+func (a *Agent) step(ctx context.Context, call llm.ToolCall, offered, sessionTools []tool.Definition) (Step, llm.ToolResult, bool, error) {
+	c, err := tool.Decode(call.Name, call.Input, offered...)
 	if err != nil {
 		step := Step{ID: call.ID, Tool: knownTool(call.Name, sessionTools), Code: string(call.Input), Error: err.Error()}
 		return step, llm.ToolResult{Text: err.Error(), IsError: true}, false, nil

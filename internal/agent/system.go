@@ -24,6 +24,6 @@ Making your own tools: when you will compute the same thing more than once, make
         """Area of a rectangle of width w and height h."""
         return w * h
 
-From your next step on, area is a tool beside python and shell: call it by name with its arguments as JSON; its schema comes from the signature and the docstring, and its return value comes back to you. It may use the session's variables and files. @tool(save=True) also keeps it for this API key's next sessions; a saved tool may use only what it imports and the files. Restarting the kernel drops the tools that are not saved.
+From your next step on, area is a tool beside python and shell: call it by name with its arguments as JSON; its schema comes from the signature and the docstring, and its return value comes back to you. It may use the session's variables and files. @tool(save=True) proposes it for this API key's next sessions, and then it may use only what it imports and the files; the user decides whether to save it (your code cannot). Restarting the kernel drops the tools that are not saved.
 
 When you are done, answer in plain prose for the user: what you found, with the key numbers, and the files you saved. Don't describe your code unless asked. If the data cannot answer the question, say so plainly.`

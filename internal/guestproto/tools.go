@@ -4,7 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
+
+	"github.com/cellbox/cellbox/api"
 )
 
 // ToolSet is the kernel's tools after a run that changed them: all of them, not a change.
@@ -45,14 +48,25 @@ const (
 
 var toolName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
+// BuiltinTools are the names of the tools the front doors offer beside a session's own
+// (REST's /v1/tools, MCP, the agent): python, shell, and a tool per language, whether or
+// not the server offers it (--tool-languages). A kernel's tool may take none of them, in
+// any letter case (module cellbox refuses them too).
+var BuiltinTools = []string{"python", "shell", api.LanguageJavaScript, api.LanguageTypeScript, api.LanguageR, api.LanguageBash}
+
+// Builtin reports whether name is one of BuiltinTools, in any letter case.
+func Builtin(name string) bool {
+	return slices.ContainsFunc(BuiltinTools, func(b string) bool { return strings.EqualFold(b, name) })
+}
+
 // CheckToolName says why name can't be a tool's: the providers' pattern
-// (^[A-Za-z0-9_-]{1,64}$), and not the agent's own python or shell.
+// (^[A-Za-z0-9_-]{1,64}$), and not a built-in tool's (BuiltinTools).
 func CheckToolName(name string) error {
 	if !toolName.MatchString(name) {
 		return fmt.Errorf("%q can't be a tool's name: a name is 1 to 64 letters, digits, _ or -", name)
 	}
-	if l := strings.ToLower(name); l == "python" || l == "shell" {
-		return fmt.Errorf("%q can't be a tool's name: python and shell are the agent's own tools", name)
+	if Builtin(name) {
+		return fmt.Errorf("%q can't be a tool's name: %s are built-in tools", name, strings.Join(BuiltinTools, ", "))
 	}
 	return nil
 }

@@ -94,6 +94,9 @@ func TestCheckToolName(t *testing.T) {
 	for name, ok := range map[string]bool{
 		"a": true, "add_2-x": true, strings.Repeat("x", 64): true,
 		"": false, "a b": false, strings.Repeat("x", 65): false, "python": false, "Shell": false, "é": false, "a.b": false,
+		// Every language's tool, in any case, whether or not a server offers it.
+		"bash": false, "Bash": false, "PYTHON": false, "r": false, "R": false, "JavaScript": false, "typescript": false,
+		"bash_2": true, "rr": true, "pythons": true,
 	} {
 		if err := CheckToolName(name); (err == nil) != ok {
 			t.Errorf("CheckToolName(%q) = %v", name, err)

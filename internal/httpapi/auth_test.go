@@ -122,7 +122,7 @@ func TestAttackAPIKeys(t *testing.T) {
 		"POST /v1/sessions/x/commands", "DELETE /v1/sessions/x/contexts/c", "GET /v1/sessions/x/files", "PUT /v1/sessions/x/files/a.txt",
 		"GET /v1/sessions/x/files/a.txt", "DELETE /v1/sessions/x/files/a.txt", "POST /v1/execute", "POST /v1/notebooks/execute",
 		"GET /v1/tools", "POST /v1/agent", "GET /v1/openapi.json", "POST /mcp", "GET /mcp", "DELETE /mcp", "GET /mcp/sse", "POST /mcp/sse",
-		"GET /v1/sessions/x/egress", "GET /v1/sessions/x/tools", "POST /v1/sessions/x/tools/t/call", "POST /v1/sessions/x/tools/load",
+		"GET /v1/sessions/x/egress", "GET /v1/sessions/x/tools", "POST /v1/sessions/x/tools/t/call", "POST /v1/sessions/x/tools/t/save", "POST /v1/sessions/x/tools/load",
 		"GET /v1/saved-tools", "GET /v1/saved-tools/t", "DELETE /v1/saved-tools/t",
 		"GET /v1/providers", "POST /v1/conversations", "GET /v1/conversations", "GET /v1/conversations/x",
 		"PATCH /v1/conversations/x", "DELETE /v1/conversations/x", "POST /v1/conversations/x/messages",

@@ -513,7 +513,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 	for _, p := range []string{"/v1/sessions", "/v1/sessions/{id}/execute", "/v1/sessions/{id}/contexts/{name}", "/v1/sessions/{id}/files/{path}", "/v1/execute", "/v1/tools", "/v1/agent", "/healthz", "/metrics",
 		"/v1/providers", "/v1/cluster", "/v1/conversations", "/v1/conversations/{id}", "/v1/conversations/{id}/messages",
 		"/v1/conversations/{id}/approvals", "/v1/conversations/{id}/stop",
-		"/v1/sessions/{id}/tools", "/v1/sessions/{id}/tools/{name}/call", "/v1/sessions/{id}/tools/load", "/v1/saved-tools", "/v1/saved-tools/{name}", "/v1/sessions/{id}/links", "/v1/links/rotate", "/v1/sessions/{id}/pause", "/v1/sessions/{id}/resume", "/v1/sessions/{id}/fork", "/v1/sessions/{id}/complete", "/v1/sessions/{id}/inspect", "/v1/notebooks/execute"} {
+		"/v1/sessions/{id}/tools", "/v1/sessions/{id}/tools/{name}/call", "/v1/sessions/{id}/tools/{name}/save", "/v1/sessions/{id}/tools/load", "/v1/saved-tools", "/v1/saved-tools/{name}", "/v1/sessions/{id}/links", "/v1/links/rotate", "/v1/sessions/{id}/pause", "/v1/sessions/{id}/resume", "/v1/sessions/{id}/fork", "/v1/sessions/{id}/complete", "/v1/sessions/{id}/inspect", "/v1/notebooks/execute"} {
 		if _, ok := doc.Paths[p]; !ok {
 			t.Errorf("%s is routed but not documented", p)
 		}

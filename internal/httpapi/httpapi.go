@@ -146,6 +146,7 @@ func New(m *session.Manager, opts Options) http.Handler {
 	mux.HandleFunc("DELETE /v1/sessions/{id}/contexts/{name}", s.deleteContext)
 	mux.HandleFunc("GET /v1/sessions/{id}/tools", s.sessionTools)
 	mux.HandleFunc("POST /v1/sessions/{id}/tools/{name}/call", s.callTool)
+	mux.HandleFunc("POST /v1/sessions/{id}/tools/{name}/save", s.saveTool)
 	mux.HandleFunc("POST /v1/sessions/{id}/tools/load", s.loadTools)
 	mux.HandleFunc("GET /v1/saved-tools", s.listSavedTools)
 	mux.HandleFunc("GET /v1/saved-tools/{name}", s.getSavedTool)

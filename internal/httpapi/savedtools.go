@@ -20,7 +20,8 @@ import (
 	"github.com/cellbox/cellbox/internal/session"
 )
 
-// The library of saved tools. Each node keeps the tools saved by sessions on it (package
+// The library of saved tools. Only the API's caller writes it (saveTool; a session's code
+// only proposes a tool). Each node keeps the tools saved from sessions on it (package
 // session's library); in a cluster the routes make them one library: a list or a get sees
 // every node's (a name on several nodes: the one saved last), a delete removes it from
 // every node, and a load on the session's node first copies there the newest version of
@@ -186,6 +187,23 @@ func (s *server) deleteSavedTool(w http.ResponseWriter, r *http.Request) {
 	default:
 		w.WriteHeader(http.StatusNoContent)
 	}
+}
+
+// saveTool answers POST /v1/sessions/{id}/tools/{name}/save {"source": ...} (optional) with
+// the saved tool: the caller saves a tool the session's code proposed (@tool(save=True)),
+// as the session has it, in this node's library (the session's).
+func (s *server) saveTool(w http.ResponseWriter, r *http.Request) {
+	var req api.SaveToolRequest
+	if err := s.decodeOptional(w, r, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	t, err := s.m.SaveTool(r.Context(), r.PathValue("id"), r.PathValue("name"), req)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, t)
 }
 
 // loadTools answers POST /v1/sessions/{id}/tools/load {"names": [...]} (none: all of the

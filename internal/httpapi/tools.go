@@ -10,7 +10,7 @@ import (
 )
 
 // A session's tools (functions its kernel offers: from cellbox import tool) and the API
-// key's library of saved tools. Calls on a session go to its node; the library is each
+// key's library of saved tools, which the caller saves to (savedtools.go). Calls on a session go to its node; the library is each
 // node's, and in a cluster the routes below see every node's (savedtools.go).
 
 // sessionTools answers GET /v1/sessions/{id}/tools: {"tools": [...]} as api.SessionTool,

@@ -39,6 +39,9 @@ func TestToolRoutesRefuse(t *testing.T) {
 		{"hostile saved tool name", "GET", "/v1/saved-tools/..%2F..%2Fetc", "", alice, 404, "not_found", ""},
 		{"delete unknown saved tool", "DELETE", "/v1/saved-tools/nope", "", alice, 404, "not_found", "nope"},
 		{"load unknown saved tool", "POST", "/v1/sessions/" + id + "/tools/load", `{"names":["nope"]}`, alice, 404, "not_found", "nope"},
+		{"save unknown tool", "POST", "/v1/sessions/" + id + "/tools/add/save", `{}`, alice, 404, "not_found", "its tools: none"},
+		{"another key's save", "POST", "/v1/sessions/" + id + "/tools/add/save", `{}`, bob, 404, "not_found", ""},
+		{"save body not JSON", "POST", "/v1/sessions/" + id + "/tools/add/save", `{"source":`, alice, 400, "invalid_argument", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -68,9 +71,9 @@ func TestToolRoutesRefuse(t *testing.T) {
 
 // TestToolDefinedThenCalled: a cell defines a tool; it is listed in every format and
 // called with good arguments (its value as JSON, its prints among the outputs), with bad
-// ones (400, the validator's message), returns what JSON can't hold (text), raises; a
-// saved one is in the library, survives a kernel restart that drops the unsaved one, and
-// loads into another session.
+// ones (400, the validator's message), returns what JSON can't hold (text), raises; one
+// proposed for the library (save=True) is in it once the caller saves it, survives a
+// kernel restart that drops the unsaved one, and loads into another session.
 func TestToolDefinedThenCalled(t *testing.T) {
 	k := startKeyed(t, nil)
 	alice := "Authorization: Bearer " + aliceKey
@@ -133,6 +136,31 @@ def double(x: float) -> float:
 	if a, r := call("boom", `{}`); a.status != 200 || r.Status != "error" || len(r.Outputs) == 0 || r.Outputs[len(r.Outputs)-1].EName != "ValueError" {
 		t.Errorf("boom: %d %s", a.status, a.body)
 	}
+	// The kernel proposed double; only the caller's save puts it in the library.
+	double := list.Tools[2] // in name order: add, boom, double, odd
+	if double.Name != "double" || !double.SaveProposed || double.Saved || list.Tools[0].SaveProposed {
+		t.Errorf("listed: %+v", list.Tools)
+	}
+	if a := k.do(t, "GET", "/v1/saved-tools/double", "", alice); a.status != 404 {
+		t.Errorf("saved by the kernel alone: %d %s", a.status, a.body)
+	}
+	save := func(id, name, source string) answer {
+		b, _ := json.Marshal(api.SaveToolRequest{Source: source})
+		return k.do(t, "POST", "/v1/sessions/"+id+"/tools/"+name+"/save", string(b), alice)
+	}
+	if a := save(id, "add", ""); a.status != 409 || !strings.Contains(a.err().Message, "save=True") {
+		t.Errorf("save a tool not proposed: %d %s", a.status, a.body)
+	}
+	if a := save(id, "double", "def double(x): return 3 * x"); a.status != 409 || !strings.Contains(a.err().Message, "defined again") {
+		t.Errorf("save with another source: %d %s", a.status, a.body)
+	}
+	if a := k.do(t, "POST", "/v1/sessions/"+id+"/tools/double/save", "", "X-API-Key: "+bobKey); a.status != 404 {
+		t.Errorf("another key saves: %d %s", a.status, a.body)
+	}
+	var st api.SavedTool
+	if a := save(id, "double", double.Source); a.status != 200 || json.Unmarshal(a.body, &st) != nil || st.Name != "double" || st.Source != double.Source {
+		t.Errorf("save: %d %s", a.status, a.body)
+	}
 	if a := k.do(t, "GET", "/v1/saved-tools/double", "", alice); a.status != 200 {
 		t.Errorf("saved: %d %s", a.status, a.body)
 	}
@@ -189,6 +217,11 @@ def fragile(x: int = (__import__("os")._exit(9) if __import__("os").path.exists(
 `})
 	if a := k.do(t, "POST", "/v1/sessions/"+other+"/execute", string(body), alice); !strings.Contains(string(a.body), `"status":"ok"`) {
 		t.Fatalf("define fragile: %d %s", a.status, a.body)
+	}
+	for _, name := range []string{"alpha", "fragile"} {
+		if a := save(other, name, ""); a.status != 200 {
+			t.Fatalf("save %s: %d %s", name, a.status, a.body)
+		}
 	}
 	body, _ = json.Marshal(api.ExecuteRequest{Code: `open("boom", "w").close(); import os; os._exit(3)`})
 	a = k.do(t, "POST", "/v1/sessions/"+other+"/execute", string(body), alice)

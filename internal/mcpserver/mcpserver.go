@@ -163,10 +163,11 @@ func (s *Server) newMCP(fixed *string) *mcp.Server {
 			GetSessionID: sessionIDs(s.opts.IDPrefix),
 		})
 	c := &conn{srv: srv, listed: map[string]api.SessionTool{}}
-	for _, d := range tool.Definitions(tool.Options{TimeoutS: s.opts.TimeoutS, MemoryMB: s.opts.MemoryMB, SessionID: true, Languages: s.opts.Languages}) {
+	builtins := tool.Definitions(tool.Options{TimeoutS: s.opts.TimeoutS, MemoryMB: s.opts.MemoryMB, SessionID: true, Languages: s.opts.Languages})
+	for _, d := range builtins {
 		srv.AddTool(&mcp.Tool{Name: d.Name, Description: d.Description, InputSchema: d.InputSchema},
 			func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-				return s.callTool(ctx, c, req)
+				return s.callTool(ctx, c, req, builtins)
 			})
 	}
 	srv.AddResourceTemplate(&mcp.ResourceTemplate{

@@ -15,8 +15,9 @@ import (
 	"github.com/cellbox/cellbox/internal/tool"
 )
 
-// A session's tools over MCP. The tools a connection lists are python, shell and the
-// tools of the connection's session: the session its latest tool call ran in (its own, or
+// A session's tools over MCP. The tools a connection lists are the built-in ones (python,
+// shell, the languages') and the tools of the connection's session, never one named like
+// a built-in: the session its latest tool call ran in (its own, or
 // the one that call named with session_id; see conn.session), none before its first call.
 // A client that names a session at every call thus lists the tools of the last one it
 // named. Each connection has its own SDK server, and the session tools on it are kept
@@ -40,7 +41,11 @@ func (s *Server) syncTools(ctx context.Context, c *conn) {
 			return
 		}
 		for _, t := range tools {
-			want[t.Name] = t
+			// The manager refuses a tool named like a built-in one; were one to slip
+			// through, AddTool would replace the built-in (and RemoveTools remove it).
+			if !tool.Builtin(t.Name) {
+				want[t.Name] = t
+			}
 		}
 	}
 	var gone []string

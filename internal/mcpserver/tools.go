@@ -18,11 +18,12 @@ import (
 // MetaSessionID is the key of a tool result's _meta that names the session the call ran in.
 const MetaSessionID = "cellbox/session_id"
 
-// callTool runs a python or shell call. Everything but a canceled request is a result:
-// isError when the code failed, the arguments were bad, the named session does not exist
-// or the service could not run the call.
-func (s *Server) callTool(ctx context.Context, c *conn, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-	call, err := tool.Decode(req.Params.Name, req.Params.Arguments)
+// callTool runs a call of one of the built-in tools (python, shell, a language's: those of
+// builtins). Everything but a canceled request is a result: isError when the code failed,
+// the arguments were bad, the named session does not exist or the service could not run
+// the call.
+func (s *Server) callTool(ctx context.Context, c *conn, req *mcp.CallToolRequest, builtins []tool.Definition) (*mcp.CallToolResult, error) {
+	call, err := tool.Decode(req.Params.Name, req.Params.Arguments, builtins...)
 	if err != nil {
 		return errorResult(err.Error()), nil
 	}

@@ -21,7 +21,9 @@ import (
 	"github.com/cellbox/cellbox/internal/statefile"
 )
 
-// The library keeps each tenant's saved tools (@tool(save=True)) on this server: one JSON
+// The library keeps each tenant's saved tools on this server, written only at the API
+// caller's word (Manager.SaveTool; a kernel's save=True only proposes), never by a
+// session's code, since every session of the tenant may load them: one JSON
 // file per tool, named by the tool, in a folder per tenant named by a hash of the tenant,
 // under the state dir's "tools" folder; written whole (statefile). In a cluster each node
 // has its own library.

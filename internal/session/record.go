@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/cellbox/cellbox/api"
-	"github.com/cellbox/cellbox/internal/guestproto"
 	"github.com/cellbox/cellbox/internal/statefile"
 )
 
@@ -44,9 +43,9 @@ type record struct {
 	Network *api.Network `json:"network,omitempty"`
 	// CA is the session's certificate authority with its key (PEM); "": none.
 	CA string `json:"ca,omitempty"`
-	// Tools are the kernel's tools as last reported (Save: kept in the tenant's library);
-	// checked again when read.
-	Tools []guestproto.Tool `json:"tools,omitempty"`
+	// Tools are the kernel's tools as last reported, each marked when it is the session's
+	// saved copy; checked again when read.
+	Tools []toolRecord `json:"tools,omitempty"`
 	// IdleAction is what the idle timeout does (api.IdleActionEnd or Pause); "" (records
 	// from before pauses): end.
 	IdleAction string `json:"idle_action,omitempty"`

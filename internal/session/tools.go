@@ -19,7 +19,10 @@ import (
 // kernel reports them all after a run that changed them (runKernel); they are checked
 // (toolset.go), kept in the session's record, and told as a ToolsChanged event. A call is
 // one Quiet execute of the cellbox module's _call, admitted as a cell. A kernel restart
-// drops them, but for the saved ones (library.go), which are loaded again.
+// drops them, but for those the API's caller saved or loaded (SaveTool, LoadTools), which
+// are defined again from the session's own copy. A report is written by the session's
+// code: it may propose a tool for the tenant's library (save=True), never write there, nor
+// choose what a kernel restart defines.
 
 // Tools returns the session's tools, by name.
 func (m *Manager) Tools(ctx context.Context, id string) ([]api.SessionTool, error) {
@@ -184,8 +187,10 @@ func (m *Manager) afterRun(ctx context.Context, s *Session, b *box, res *api.Exe
 }
 
 // toolsReported takes the tool set a run of s reported: it is checked (a tool that fails
-// is dropped, with a log line), the tools it asks to save are kept in the tenant's
-// library, and it becomes the session's. The notes are for the run's caller.
+// is dropped, with a log line) and becomes the session's. Nothing of it reaches the
+// tenant's library: save is a proposal, for the API's caller (SaveTool). A tool stays saved
+// (reloaded after a kernel restart) only while it is reported as it was saved. The notes
+// are for the run's caller.
 func (m *Manager) toolsReported(s *Session, set *guestproto.ToolSet) (notes []string) {
 	s.mu.Lock()
 	prev := s.tools
@@ -195,35 +200,34 @@ func (m *Manager) toolsReported(s *Session, set *guestproto.ToolSet) (notes []st
 		m.log.Warn("a tool the kernel reported was dropped", "session_id", s.id, "tool", r)
 		notes = append(notes, "a tool was not offered: "+r)
 	}
-	was := map[string]*sessionTool{}
-	for _, t := range prev {
-		was[t.Name] = t
-	}
-	for _, t := range tools {
-		if !t.Save {
-			continue
+	m.changeTools(s, func(now []*sessionTool) []*sessionTool {
+		was := map[string]*sessionTool{}
+		for _, t := range now {
+			was[t.Name] = t
 		}
-		if p := was[t.Name]; p != nil && p.Save && p.Source == t.Source && p.Description == t.Description && bytes.Equal(p.InputSchema, t.InputSchema) {
-			// Saved when it was defined so; saving it at every report would bring back a
-			// tool deleted from the library since, or overwrite another session's version.
-			continue
+		for _, t := range tools {
+			if p := was[t.Name]; p != nil && p.saved && p.same(t) {
+				t.saved = true
+			}
 		}
-		if err := m.lib.save(s.tenant, t.Tool); err != nil {
-			t.Save = false
-			notes = append(notes, fmt.Sprintf("the tool %s was not saved: %s", t.Name, errdefs.Public(m.log, err, "session_id", s.id, "tool", t.Name)))
-		}
-	}
-	m.setTools(s, tools)
+		return tools
+	})
 	return notes
 }
 
-// setTools makes tools the session's; when they changed, the record is written and
-// ToolsChanged told.
+// setTools makes tools the session's; as changeTools.
 func (m *Manager) setTools(s *Session, tools []*sessionTool) {
+	m.changeTools(s, func([]*sessionTool) []*sessionTool { return tools })
+}
+
+// changeTools makes change(the session's tools) the session's tools, in one step under
+// s.mu (change must not block, nor change what it is given); when they changed, the record
+// is written and ToolsChanged told.
+func (m *Manager) changeTools(s *Session, change func(now []*sessionTool) []*sessionTool) {
 	s.mu.Lock()
+	tools := change(s.tools)
 	same := slices.EqualFunc(s.tools, tools, func(a, b *sessionTool) bool {
-		return a.Name == b.Name && a.Description == b.Description && a.Source == b.Source && a.Save == b.Save &&
-			string(a.InputSchema) == string(b.InputSchema)
+		return a.same(b) && a.Save == b.Save && a.saved == b.saved && bytes.Equal(a.InputSchema, b.InputSchema)
 	})
 	s.tools = tools
 	if same || s.closed {
@@ -235,10 +239,63 @@ func (m *Manager) setTools(s *Session, tools []*sessionTool) {
 	m.events.publish(Event{Kind: ToolsChanged, SessionID: s.id, Tenant: s.tenant})
 }
 
+// markSaved marks the session's tool of want's name saved, if it is want as it is (its
+// name, description, source and schema); false if the session has no such tool.
+func (m *Manager) markSaved(s *Session, want *sessionTool) bool {
+	found := false
+	m.changeTools(s, func(now []*sessionTool) []*sessionTool {
+		tools := slices.Clone(now)
+		for i, t := range tools {
+			if t.Name == want.Name && t.same(want) {
+				c := *t // a fork shares the pointers: never change one
+				c.saved = true
+				tools[i], found = &c, true
+			}
+		}
+		return tools
+	})
+	return found
+}
+
+// SaveTool saves one of the session's tools, as the session has it now, to the tenant's
+// library, and marks it saved: a kernel restart defines it again from this copy. It is
+// the API's caller's act: the session's code only proposes a tool (@tool(save=True),
+// which makes its source stand alone); one it did not propose is refused, as is one whose
+// source is no longer req.Source (when given).
+func (m *Manager) SaveTool(ctx context.Context, id, name string, req api.SaveToolRequest) (*api.SavedTool, error) {
+	s, err := m.lookup(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	t, err := s.tool(name)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case !t.Save:
+		return nil, fmt.Errorf("the tool %s was not defined with @tool(save=True), so its source may use the session's other variables: "+
+			"define it with save=True (which checks that its source stands alone), then save it: %w", t.Name, errdefs.ErrFailedPrecondition)
+	case req.Source != "" && req.Source != t.Source:
+		return nil, fmt.Errorf("the tool %s was defined again since you read it: read its source again (GET /v1/sessions/{id}/tools) and save that: %w",
+			t.Name, errdefs.ErrFailedPrecondition)
+	}
+	if err := m.lib.save(s.tenant, t.Tool); err != nil {
+		return nil, err
+	}
+	m.markSaved(s, t) // unless the session's code defined it again meanwhile
+	saved, at, err := m.lib.get(s.tenant, name)
+	if err != nil {
+		return nil, err
+	}
+	v := savedView(saved, at)
+	return &v, nil
+}
+
 // kernelRestarted tells what a kernel restart did to the tools the session had before
 // (b's kernel, while the caller holds the turn): those the new kernel lacks are dropped,
-// but for those saved in the library, which are loaded again. It says what happened, for
-// the restart's caller ("" when nothing was lost).
+// but for the saved ones, which are loaded again from the session's own copy (never from
+// the library, whose version another session may have saved since). It says what happened,
+// for the restart's caller ("" when nothing was lost).
 func (m *Manager) kernelRestarted(ctx context.Context, s *Session, b *box, before []*sessionTool) string {
 	has := func() map[string]bool {
 		s.mu.Lock()
@@ -258,7 +315,7 @@ func (m *Manager) kernelRestarted(ctx context.Context, s *Session, b *box, befor
 		switch {
 		case now[t.Name]:
 			continue // defined again in the new kernel by the run itself
-		case !t.Save:
+		case !t.saved:
 			dropped = append(dropped, t.Name)
 			continue
 		}
@@ -266,11 +323,7 @@ func (m *Manager) kernelRestarted(ctx context.Context, s *Session, b *box, befor
 		if lost {
 			continue
 		}
-		lt, _, err := m.lib.get(s.tenant, t.Name)
-		if err == nil {
-			err = m.loadTool(ctx, s, b, lt)
-		}
-		if err != nil {
+		if err := m.loadTool(ctx, s, b, t); err != nil {
 			failed = append(failed, fmt.Sprintf("%s (%s)", t.Name, errdefs.Public(m.log, err, "session_id", s.id, "tool", t.Name)))
 			lost = errors.Is(err, errKernelLost)
 		}
@@ -319,8 +372,10 @@ func (m *Manager) newKernel(ctx context.Context, s *Session, b *box) string {
 // errKernelLost: loading a saved tool cost the kernel (it restarted, with no tools).
 var errKernelLost = errors.New("loading it cost the kernel, which restarted with no tools")
 
-// loadTool defines a saved tool in b's kernel (the caller holds the session's turn): a
-// Quiet execute of the cellbox module's _load, whose report makes it the session's.
+// loadTool defines a saved tool (the session's own copy, or the library's version the
+// caller asked for) in b's kernel (the caller holds the session's turn): a Quiet execute
+// of the cellbox module's _load, whose report makes it the session's; the tool is then the
+// session's saved copy, if the kernel reported it as it is.
 func (m *Manager) loadTool(ctx context.Context, s *Session, b *box, t *sessionTool) error {
 	code := fmt.Sprintf(`__import__("cellbox")._load("%s")`, base64.StdEncoding.EncodeToString([]byte(t.Source)))
 	res, set, err := runKernel(ctx, b.guest, api.ExecuteRequest{Code: code, TimeoutS: m.cfg.ExecTimeout.Seconds()}, true, ExecuteHooks{})
@@ -347,13 +402,17 @@ func (m *Manager) loadTool(ctx context.Context, s *Session, b *box, t *sessionTo
 		}
 		return fmt.Errorf("loading it failed: %s: %w", why, errdefs.ErrFailedPrecondition)
 	}
+	if !m.markSaved(s, t) {
+		return fmt.Errorf("loading it did not define it as it was saved (the session's cellbox module was changed?): %w", errdefs.ErrFailedPrecondition)
+	}
 	return nil
 }
 
 // LoadTools defines saved tools of ctx's tenant in the session's kernel, after any
-// execution already running there: those named, or all of them when names is empty. It
-// returns the session's tools after; a tool that fails to load is an error naming it (the
-// ones before it are loaded).
+// execution already running there: those named, or all of them when names is empty, as the
+// library has them now. Each becomes the session's saved copy, which a kernel restart
+// defines again. It returns the session's tools after; a tool that fails to load is an
+// error naming it (the ones before it are loaded).
 func (m *Manager) LoadTools(ctx context.Context, id string, names []string) ([]api.SessionTool, error) {
 	s, err := m.lookup(ctx, id)
 	if err != nil {
@@ -397,11 +456,19 @@ func (m *Manager) LoadTools(ctx context.Context, id string, names []string) ([]a
 	return m.Tools(ctx, id)
 }
 
+// toolRecord is a tool in a session's record: as its kernel reported it, and whether it is
+// the session's saved copy (sessionTool.saved). A record from before saved copies has
+// none: its tools' save was the kernel's, which now only proposes.
+type toolRecord struct {
+	guestproto.Tool
+	Saved bool `json:"saved,omitempty"`
+}
+
 // toolRecords is the record's copy of tools.
-func toolRecords(tools []*sessionTool) []guestproto.Tool {
-	out := make([]guestproto.Tool, len(tools))
+func toolRecords(tools []*sessionTool) []toolRecord {
+	out := make([]toolRecord, len(tools))
 	for i, t := range tools {
-		out[i] = t.Tool
+		out[i] = toolRecord{Tool: t.Tool, Saved: t.saved}
 	}
 	return out
 }
@@ -412,9 +479,20 @@ func (m *Manager) restoreTools(s *Session, r record) {
 	if len(r.Tools) == 0 {
 		return
 	}
-	tools, refused := checkToolSet(&guestproto.ToolSet{Tools: r.Tools}, nil, false)
+	set := &guestproto.ToolSet{}
+	saved := map[string]bool{}
+	for _, t := range r.Tools {
+		set.Tools = append(set.Tools, t.Tool)
+		if _, ok := saved[t.Name]; !ok { // checkToolSet keeps the first of a name
+			saved[t.Name] = t.Saved
+		}
+	}
+	tools, refused := checkToolSet(set, nil, false)
 	for _, why := range refused {
 		m.log.Warn("a tool in a session's record was dropped", "session_id", s.id, "tool", why)
+	}
+	for _, t := range tools {
+		t.saved = saved[t.Name]
 	}
 	s.tools = tools
 }

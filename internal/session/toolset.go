@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"regexp"
 	"regexp/syntax"
 	"sort"
@@ -36,16 +37,17 @@ const (
 // toolName is OpenAI's and Anthropic's pattern of a function's name.
 var toolName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
-// reservedTools are the names of the built-in tools a model sees beside a session's.
-var reservedTools = map[string]bool{"python": true, "shell": true}
-
 // sessionTool is a tool as checked: its schema decoded, and compiled when first needed
 // (a tool restored with its session, or read from the library, is compiled only when it
 // is called: it compiled when it was reported).
 type sessionTool struct {
-	guestproto.Tool // Save: kept in the tenant's library (once stored), not the report's wish
-	doc             map[string]any
-	schema          *lazySchema
+	guestproto.Tool // as the kernel reported it; Save: its code proposes it for the library
+	// saved: the API's caller saved it to the tenant's library, or loaded it from there, as
+	// it is: a kernel restart defines it again from this Source, the session's own copy.
+	// Never set by a report (see toolsReported).
+	saved  bool
+	doc    map[string]any
+	schema *lazySchema
 }
 
 // lazySchema is a tool's schema, compiled once on first use.
@@ -62,7 +64,14 @@ func (l *lazySchema) compiled() (*jsonschema.Schema, error) {
 }
 
 func (t *sessionTool) view() api.SessionTool {
-	return api.SessionTool{Name: t.Name, Description: t.Description, InputSchema: t.doc, Source: t.Source, Saved: t.Save}
+	return api.SessionTool{Name: t.Name, Description: t.Description, InputSchema: t.doc, Source: t.Source, Saved: t.saved, SaveProposed: t.Save}
+}
+
+// same reports whether t and o are one definition: name, description, source and schema
+// (the schema as decoded: a copy from another node was encoded again).
+func (t *sessionTool) same(o *sessionTool) bool {
+	return t.Name == o.Name && t.Description == o.Description && t.Source == o.Source &&
+		(bytes.Equal(t.InputSchema, o.InputSchema) || reflect.DeepEqual(t.doc, o.doc))
 }
 
 // checkTool checks one tool; the error says why it is refused. A tool of prev (may be nil)
@@ -73,8 +82,8 @@ func checkTool(t guestproto.Tool, prev *sessionTool, compile bool) (*sessionTool
 	switch {
 	case !toolName.MatchString(t.Name):
 		return nil, errors.New("its name is not 1 to 64 of A-Z a-z 0-9 _ -")
-	case reservedTools[strings.ToLower(t.Name)]:
-		return nil, fmt.Errorf("%s is a built-in tool's name", t.Name)
+	case guestproto.Builtin(t.Name): // whatever languages the server offers, in any case
+		return nil, fmt.Errorf("%s is a built-in tool's name (%s)", t.Name, strings.Join(guestproto.BuiltinTools, ", "))
 	case utf8.RuneCountInString(t.Description) > maxToolDescription || !utf8.ValidString(t.Description):
 		return nil, fmt.Errorf("its description is not valid text of at most %d characters", maxToolDescription)
 	case len(t.Source) > maxToolSource || !utf8.ValidString(t.Source):

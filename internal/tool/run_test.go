@@ -83,12 +83,16 @@ func TestLanguageTools(t *testing.T) {
 	if err := CheckLanguages([]string{"r", "cobol"}); err == nil || !strings.Contains(err.Error(), "cobol") {
 		t.Errorf("CheckLanguages: %v", err)
 	}
-	c, err := Decode("javascript", json.RawMessage(`{"code":"1 + 1"}`))
+	c, err := Decode("javascript", json.RawMessage(`{"code":"1 + 1"}`), defs...)
 	if err != nil || c.Code != "1 + 1" || c.IsSessionTool() {
 		t.Fatalf("decode: %+v %v", c, err)
 	}
-	if _, err := Decode("r", json.RawMessage(`{"code":""}`)); err == nil || !strings.Contains(err.Error(), "the r tool") {
+	if _, err := Decode("bash", json.RawMessage(`{"code":""}`), defs...); err == nil || !strings.Contains(err.Error(), "the bash tool") {
 		t.Errorf("empty code: %v", err)
+	}
+	// A language not offered is no tool.
+	if c, err := Decode("r", json.RawMessage(`{"code":"1"}`), defs...); err == nil || !strings.Contains(err.Error(), `no tool "r"; the tools are "python", "shell", "javascript", "bash"`) {
+		t.Errorf("r, not offered: %+v, %v", c, err)
 	}
 	res, err := Run(context.Background(), runner{}, "s1", c, RenderLimits{}, nil)
 	if err != nil || !strings.Contains(res.Text, "ran javascript 1 + 1") || res.Execute == nil {

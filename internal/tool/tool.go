@@ -17,6 +17,7 @@ import (
 	"strings"
 
 	"github.com/cellbox/cellbox/api"
+	"github.com/cellbox/cellbox/internal/guestproto"
 )
 
 // Tool names.
@@ -201,25 +202,37 @@ func (c Call) IsSessionTool() bool {
 	return c.Name != Python && c.Name != Shell && !lang
 }
 
+// Builtin reports whether name is a built-in tool's (python, shell or a language's,
+// offered or not), in any letter case. A session's tool never has such a name (the session
+// layer refuses it), and no door lets one stand for the other.
+func Builtin(name string) bool { return guestproto.Builtin(name) }
+
 // SessionDefinitions are a session's tools (from cellbox import tool) as definitions, to
-// offer beside python and shell.
+// offer beside python and shell; one named like a built-in tool (Builtin) is left out.
 func SessionDefinitions(tools []api.SessionTool) []Definition {
-	defs := make([]Definition, len(tools))
-	for i, t := range tools {
-		defs[i] = Definition{Name: t.Name, Description: t.Description, InputSchema: t.InputSchema}
+	defs := make([]Definition, 0, len(tools))
+	for _, t := range tools {
+		if !Builtin(t.Name) {
+			defs = append(defs, Definition{Name: t.Name, Description: t.Description, InputSchema: t.InputSchema})
+		}
 	}
 	return defs
 }
 
-// Decode checks a call of python, shell or one of sessionTools (a session's tools, offered
-// beside them). A session tool's arguments must be a JSON object; they are passed on as
-// they are, for the session to check against the tool's schema. The error is written for
-// the model that made the call.
-func Decode(name string, args json.RawMessage, sessionTools ...Definition) (Call, error) {
+// Decode checks a call of python, shell or one of offered: the other tools the model was
+// offered (a language's, a session's; python and shell among them change nothing). A
+// language's tool is taken only when offered, and an offered tool named like a built-in
+// (Builtin) is never taken as a session's tool. A session tool's arguments must be a JSON
+// object; they are passed on as they are, for the session to check against the tool's
+// schema. The error is written for the model that made the call.
+func Decode(name string, args json.RawMessage, offered ...Definition) (Call, error) {
 	if len(strings.TrimSpace(string(args))) == 0 {
 		args = json.RawMessage("{}")
 	}
-	if _, lang := languageTools[name]; lang || name == Python {
+	isOffered := slices.ContainsFunc(offered, func(d Definition) bool { return d.Name == name })
+	_, lang := languageTools[name]
+	switch {
+	case name == Python || lang && isOffered:
 		var a pythonArgs
 		if err := strictUnmarshal(args, &a); err != nil {
 			example := "..."
@@ -232,9 +245,7 @@ func Decode(name string, args json.RawMessage, sessionTools ...Definition) (Call
 			return Call{}, fmt.Errorf("the %s tool needs a non-empty \"code\" argument", name)
 		}
 		return Call{Name: name, Code: a.Code, SessionID: a.SessionID}, nil
-	}
-	switch name {
-	case Shell:
+	case name == Shell:
 		var a shellArgs
 		if err := strictUnmarshal(args, &a); err != nil {
 			return Call{}, fmt.Errorf("the shell tool's arguments must be a JSON object like {\"command\": \"ls -la\"}: %v", err)
@@ -243,13 +254,7 @@ func Decode(name string, args json.RawMessage, sessionTools ...Definition) (Call
 			return Call{}, fmt.Errorf("the shell tool needs a non-empty \"command\" argument")
 		}
 		return Call{Name: name, Code: a.Command, SessionID: a.SessionID}, nil
-	}
-	names := []string{strconv.Quote(Python), strconv.Quote(Shell)}
-	for _, d := range sessionTools {
-		if d.Name != name {
-			names = append(names, strconv.Quote(d.Name))
-			continue
-		}
+	case isOffered && !Builtin(name):
 		var obj map[string]json.RawMessage
 		if err := strictUnmarshal(args, &obj); err != nil || obj == nil {
 			return Call{}, fmt.Errorf("the %s tool's arguments must be a JSON object of its parameters (see its input schema)", name)
@@ -259,6 +264,12 @@ func Decode(name string, args json.RawMessage, sessionTools ...Definition) (Call
 			return Call{}, fmt.Errorf("the %s tool's arguments must be a JSON object of its parameters (see its input schema)", name)
 		}
 		return Call{Name: name, Code: b.String()}, nil
+	}
+	names := []string{strconv.Quote(Python), strconv.Quote(Shell)}
+	for _, d := range offered {
+		if _, lang := languageTools[d.Name]; d.Name != Python && d.Name != Shell && (lang || !Builtin(d.Name)) {
+			names = append(names, strconv.Quote(d.Name))
+		}
 	}
 	if len(name) > 64 {
 		name = Prefix(name, 64) + "..."

@@ -3,10 +3,13 @@ package tool
 import (
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/cellbox/cellbox/api"
+	"github.com/cellbox/cellbox/internal/guestproto"
 )
 
 func TestDefinitions(t *testing.T) {
@@ -178,11 +181,57 @@ func TestDecodeSessionTool(t *testing.T) {
 	}
 }
 
+// TestAttackSessionToolNamedLikeBuiltin: a session's tool named like a built-in one (in
+// any case; the session layer refuses such a tool, this is the doors' own defence) is
+// never offered, and a call of that name is the built-in when that is offered, else no
+// tool; never the session's.
+func TestAttackSessionToolNamedLikeBuiltin(t *testing.T) {
+	session := []api.SessionTool{{Name: "bash"}, {Name: "Bash"}, {Name: "PYTHON"}, {Name: "r"}, {Name: "Shell"}, {Name: "area"}}
+	for _, d := range SessionDefinitions(session) {
+		if d.Name != "area" {
+			t.Errorf("a session tool named %q is offered", d.Name)
+		}
+	}
+	for _, langs := range [][]string{nil, {api.LanguageBash, api.LanguageR}} {
+		offered := append(Definitions(Options{Languages: langs}), SessionDefinitions(session)...)
+		for _, name := range []string{"bash", "Bash", "PYTHON", "r", "Shell"} {
+			t.Run(fmt.Sprintf("%s with languages %v", name, langs), func(t *testing.T) {
+				c, err := Decode(name, json.RawMessage(`{"code":"echo hi"}`), offered...)
+				builtinOffered := slices.Contains(langs, name)
+				switch {
+				case builtinOffered && (err != nil || c.IsSessionTool() || c.Code != "echo hi"):
+					t.Errorf("the built-in %s: %+v, %v", name, c, err)
+				case !builtinOffered && err == nil:
+					t.Errorf("decoded as %+v (session tool: %v)", c, c.IsSessionTool())
+				}
+			})
+		}
+	}
+}
+
+// Every built-in tool, whatever languages are on, is a name the session layer refuses.
+func TestBuiltinsReserved(t *testing.T) {
+	for _, d := range Definitions(Options{Languages: []string{api.LanguageJavaScript, api.LanguageTypeScript, api.LanguageR, api.LanguageBash}}) {
+		for _, name := range []string{d.Name, strings.ToUpper(d.Name), strings.ToUpper(d.Name[:1]) + d.Name[1:]} {
+			if !Builtin(name) {
+				t.Errorf("%s is not reserved", name)
+			}
+		}
+	}
+	if len(languageTools)+2 != len(guestproto.BuiltinTools) {
+		t.Errorf("%d built-in tools reserved, %d made", len(guestproto.BuiltinTools), len(languageTools)+2)
+	}
+	if Builtin("area") || Builtin("bash2") {
+		t.Error("a name of no built-in is reserved")
+	}
+}
+
 func FuzzDecode(f *testing.F) {
 	f.Add("python", `{"code":"1"}`)
 	f.Add("shell", `{"command":"ls","session_id":"x"}`)
 	f.Add("area", `{"w": 1, "h": [2, {"x": null}]}`)
 	f.Add("area", ` {"w":"\u00e9"} `)
+	f.Add("bash", `{"code":"ls"}`)
 	offered := []Definition{{Name: "area"}}
 	f.Fuzz(func(t *testing.T, name, args string) {
 		c, err := Decode(name, json.RawMessage(args), offered...)

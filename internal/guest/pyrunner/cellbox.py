@@ -11,9 +11,10 @@ A tool's input schema (JSON Schema) comes from the function's signature: its typ
 (int, float, str, bool, None, list, tuple, dict, Optional, Union, Literal, an Enum, a
 dataclass, a TypedDict, a pydantic model) and defaults. Its description is the docstring's
 summary and prose; the parameters' come from a Google ("Args:") or NumPy ("Parameters" and a
-line of dashes) section. @tool(save=True) keeps the tool in the API key's library, for later
-sessions: its source must then stand alone (it may import modules, but use no other
-variable or function of this session).
+line of dashes) section. @tool(save=True) proposes the tool for the API key's library, for
+later sessions: its source must then stand alone (it may import modules, but use no other
+variable or function of this session). Code in the session never saves it: the API's caller
+does (POST /v1/sessions/{id}/tools/{name}/save, or the web page's Tools panel).
 
     tool(fn, name=None, description=None, save=False)   register fn; returns fn
     tools()                                             the tools, as the model sees them
@@ -45,7 +46,7 @@ MAX_VALUE = 1 << 20  # bytes of a result's JSON; past it, its repr
 RESULT_MIME = "application/vnd.cellbox.tool-result+json"
 
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}\Z")
-_RESERVED = ("python", "shell")  # the agent's own tools
+_RESERVED = ("python", "shell", "javascript", "typescript", "r", "bash")  # the built-in tools (guestproto.BuiltinTools)
 _DEPTH = 32  # nesting of types, and of values in a result
 
 _registry = {}  # name -> _Tool, in the order they were first registered
@@ -66,8 +67,8 @@ def tool(fn=None, *, name=None, description=None, save=False):
 
     @tool, @tool(name=..., description=..., save=...) or tool(fn, ...). name is fn's own by
     default (letters, digits, _ and -, at most 64); description is the docstring's prose by
-    default. save=True keeps the tool in the API key's library. A tool of the same name is
-    replaced.
+    default. save=True proposes the tool for the API key's library (its source must stand
+    alone), which the API's caller may then save it to. A tool of the same name is replaced.
     """
     if fn is None:
         return lambda f: tool(f, name=name, description=description, save=save)
@@ -105,7 +106,7 @@ def _register(fn, name, description, save):
         raise ValueError("%r can't be a tool's name: a name is 1 to 64 letters, digits, _ or - "
                          "(pass one with @tool(name=...))" % (name,))
     if name.lower() in _RESERVED:
-        raise ValueError("%r can't be a tool's name: python and shell are the agent's own tools" % name)
+        raise ValueError("%r can't be a tool's name: %s are built-in tools" % (name, ", ".join(_RESERVED)))
     if description is not None and not isinstance(description, str):
         raise TypeError("a tool's description is a str, not %s" % type(description).__name__)
     if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):

@@ -8,12 +8,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
+	"github.com/cellbox/cellbox/internal/guestproto"
 	"github.com/cellbox/cellbox/internal/llm"
 	"github.com/cellbox/cellbox/internal/llm/anthropic"
 	"github.com/cellbox/cellbox/internal/llm/llmtest"
@@ -461,8 +464,14 @@ func TestRefusals(t *testing.T) {
 		{"not a function", imp + "tool('name')\n", []string{"TypeError", "name=..."}},
 		{"name with a space", imp + "def f():\n    pass\ntool(f, name='a b')\n", []string{"ValueError", "'a b'"}},
 		{"name of 65", imp + "def f():\n    pass\ntool(f, name='x' * 65)\n", []string{"ValueError", "1 to 64"}},
-		{"name python", imp + "def python():\n    pass\ntool(python)\n", []string{"ValueError", "'python'", "agent's own"}},
+		{"name python", imp + "def python():\n    pass\ntool(python)\n", []string{"ValueError", "'python'", "built-in tools"}},
 		{"name shell", imp + "def f():\n    pass\ntool(f, name='shell')\n", []string{"ValueError", "'shell'"}},
+		{"name bash", imp + "def bash():\n    pass\ntool(bash)\n", []string{"ValueError", "'bash'", "built-in tools"}},
+		{"name Bash", imp + "def f():\n    pass\ntool(f, name='Bash')\n", []string{"ValueError", "'Bash'"}},
+		{"name PYTHON", imp + "def f():\n    pass\ntool(f, name='PYTHON')\n", []string{"ValueError", "'PYTHON'"}},
+		{"name r", imp + "def r():\n    pass\ntool(r)\n", []string{"ValueError", "'r'"}},
+		{"name JavaScript", imp + "def f():\n    pass\ntool(f, name='JavaScript')\n", []string{"ValueError", "'JavaScript'"}},
+		{"name typescript", imp + "def f():\n    pass\ntool(f, name='typescript')\n", []string{"ValueError", "'typescript'"}},
 		{"lambda", imp + "tool(lambda x: x)\n", []string{"ValueError", "<lambda>", "name=..."}},
 		{"a 1 MB schema", imp + "from typing import Literal\nbig = Literal[tuple('value-%06d' % i for i in range(100000))]\n@tool\ndef f(v: big):\n    pass\n",
 			[]string{"ValueError", "input schema of f", "64 KiB"}},
@@ -744,5 +753,20 @@ print("ok")
 	out, err := cmd.CombinedOutput()
 	if err != nil || string(out) != "ok\n" {
 		t.Errorf("%v: %s", err, out)
+	}
+}
+
+// The module refuses the names the server refuses: every built-in tool's.
+func TestReservedAsTheServer(t *testing.T) {
+	m := regexp.MustCompile(`(?m)^_RESERVED = \(([^)]*)\)`).FindStringSubmatch(Cellbox)
+	if m == nil {
+		t.Fatal("no _RESERVED in cellbox.py")
+	}
+	var names []string
+	for _, n := range strings.Split(m[1], ",") {
+		names = append(names, strings.Trim(strings.TrimSpace(n), `"`))
+	}
+	if !slices.Equal(names, guestproto.BuiltinTools) {
+		t.Errorf("cellbox.py reserves %v; the server %v", names, guestproto.BuiltinTools)
 	}
 }

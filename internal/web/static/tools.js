@@ -2,10 +2,13 @@
 // tool), which models call beside python and shell, from GET /v1/sessions/{id}/tools: each
 // one's name, description, input schema (pretty-printed) and source. Loaded again when
 // refresh changes (a cell finished). Everything here was written by code in the session:
-// it is put on the page as text, never as HTML.
+// it is put on the page as text, never as HTML. A tool the code proposed for the API key's
+// library (@tool(save=True)) is saved only when the person presses its Save button, which
+// saves the source shown (POST /v1/sessions/{id}/tools/{name}/save): every session of the
+// key may load it, so code never saves one by itself.
 
 import { html, useEffect, useRef, useState } from './vendor/preact-htm.js';
-import { ApiError, get, message, sessionPath } from './api.js';
+import { ApiError, get, message, post, sessionPath } from './api.js';
 
 export function Tools({ sessionId, refresh }) {
   const [tools, setTools] = useState(null);
@@ -32,6 +35,15 @@ export function Tools({ sessionId, refresh }) {
     load();
   }, [sessionId, refresh]);
 
+  async function save(t) {
+    try {
+      await post(sessionPath(sessionId) + '/tools/' + encodeURIComponent(t.name) + '/save', { source: t.source });
+      await load();
+    } catch (e) {
+      setError('Could not save ' + t.name + ': ' + message(e));
+    }
+  }
+
   if (!sessionId || (!tools && !error)) return null;
   return html`<section class="tools" aria-labelledby="tools-title">
     <h2 id="tools-title">Tools</h2>
@@ -45,6 +57,17 @@ export function Tools({ sessionId, refresh }) {
           <div class="row">
             <code class="name grow">${t.name}</code>
             ${t.saved && html`<span class="muted small">saved</span>`}
+            ${!t.saved &&
+            t.save_proposed &&
+            html`<button
+              type="button"
+              class="small"
+              aria-label=${'Save ' + t.name + ' to the library'}
+              title="Save it, with the source below, to this API key's library: its other sessions may load it"
+              onClick=${() => save(t)}
+            >
+              Save
+            </button>`}
           </div>
           ${t.description && html`<p class="description small">${t.description}</p>`}
           <details>

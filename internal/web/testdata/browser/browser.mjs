@@ -244,6 +244,19 @@ try {
   await item.getByText('Source', { exact: true }).click();
   check((await item.getByLabel('Source of accidents_at').innerText()).includes('def accidents_at(hour: int) -> int:'), 'the source');
   check(await page.evaluate(() => window.pwned === undefined), 'no handler of the docstring ran');
+  check((await item.getByRole('button', { name: /^Save / }).count()) === 0, 'a tool not proposed for the library has no Save button');
+
+  step('a tool the code proposes for the library is saved only when the person saves it');
+  const library = async (name) => (await fetch(`${url}/v1/saved-tools/${name}`, { headers: { Authorization: `Bearer ${key}` } })).status;
+  await notebook.getByRole('button', { name: 'Add cell' }).click();
+  await editors.last().fill(['from cellbox import tool', '', '@tool(save=True)', 'def hours_in_day() -> int:', '    """Hours in a day."""', '    return 24'].join('\n'));
+  await notebook.getByRole('button', { name: 'Run cell' }).last().click();
+  const proposed = tools.getByRole('listitem', { name: 'Tool hours_in_day' });
+  await proposed.waitFor();
+  check((await library('hours_in_day')) === 404, 'the code saved the tool by itself');
+  await proposed.getByRole('button', { name: 'Save hours_in_day to the library' }).click();
+  await proposed.getByText('saved', { exact: true }).waitFor();
+  check((await library('hours_in_day')) === 200, 'the saved tool is in the library');
   if (shots) {
     await shoot(page, 'notebook-1440.png', 1440);
     await shoot(page, 'notebook-390.png', 390);
@@ -273,7 +286,9 @@ try {
   await editors.last().fill("print('df' in globals())");
   await notebook.getByRole('button', { name: 'Run cell' }).last().click();
   await notebook.locator('pre.out.stdout', { hasText: /^\s*False\s*$/ }).waitFor();
-  await tools.getByText(/^No tools yet/).waitFor(); // the restart dropped the unsaved tool
+  // The restart dropped the unsaved tool, and defined the saved one again.
+  await tools.getByRole('listitem', { name: 'Tool accidents_at' }).waitFor({ state: 'detached' });
+  await tools.getByRole('listitem', { name: 'Tool hours_in_day' }).getByText('saved', { exact: true }).waitFor();
 
   step('Tab completes a name from the kernel (one is put in, several are a list) and indents; Shift+Tab shows a docstring');
   await notebook.getByRole('button', { name: 'Add cell' }).click();
