@@ -19,9 +19,11 @@
 package mcpserver
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -61,7 +63,14 @@ type Options struct {
 	// random hex digits: in a cluster, the node's tag (config.Config.SessionIDPrefix), so that
 	// any node can tell an MCP session's node from its Mcp-Session-Id.
 	IDPrefix string
+	// MaxConnections caps the MCP connections (sessions of the protocol, over HTTP or SSE)
+	// one tenant has open at once: each keeps a server of its tools until it closes or is
+	// idle for SessionTimeout, whether or not it ever runs code. 0: DefaultMaxConnections.
+	MaxConnections int
 }
+
+// DefaultMaxConnections is Options.MaxConnections when it is 0.
+const DefaultMaxConnections = 256
 
 // Sessions is what the MCP server needs of the session manager (*session.Manager).
 type Sessions interface {
@@ -185,6 +194,12 @@ func (s *Server) newMCP(fixed *string) *mcp.Server {
 				t = *fixed
 			}
 			ctx = session.WithTenant(ctx, t)
+			if method == "initialize" && req.GetSession() != nil {
+				// Counted from its start, whether it ever calls a tool or not (Handler's cap).
+				if ss, ok := req.GetSession().(*mcp.ServerSession); ok && s.attach(ctx, c, ss) == nil {
+					return nil, errClosed
+				}
+			}
 			if r, ok := req.(*mcp.ListResourcesRequest); ok && method == "resources/list" {
 				return s.listResources(ctx, c, r)
 			}
@@ -207,8 +222,34 @@ func (s *Server) SSE() http.Handler {
 			defer context.AfterFunc(s.stop, cancel)()
 			r = r.WithContext(ctx)
 		}
+		if r.Method == http.MethodGet && s.connectionsFull(w, r) {
+			return
+		}
 		s.sseFor(session.Tenant(r.Context())).ServeHTTP(w, r)
 	})
+}
+
+// connectionsFull answers r, a request that opens a connection, with 429 when its tenant
+// has as many open as it may (Options.MaxConnections).
+func (s *Server) connectionsFull(w http.ResponseWriter, r *http.Request) bool {
+	max := cmp.Or(s.opts.MaxConnections, DefaultMaxConnections)
+	t := session.Tenant(r.Context())
+	s.mu.Lock()
+	n := 0
+	for _, c := range s.conns {
+		if c.tenant == t {
+			n++
+		}
+	}
+	s.mu.Unlock()
+	if n < max {
+		return false
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusTooManyRequests)
+	json.NewEncoder(w).Encode(map[string]any{"jsonrpc": "2.0", "id": nil, "error": map[string]any{"code": -32000,
+		"message": fmt.Sprintf("this API key has %d MCP connections open, as many as it may: close one (DELETE with its Mcp-Session-Id) or let one go idle, then retry", n)}})
+	return true
 }
 
 // sseFor is tenant's SSE handler, made at its first request.
@@ -259,6 +300,9 @@ func (s *Server) Handler() http.Handler {
 			defer cancel()
 			defer context.AfterFunc(s.stop, cancel)()
 			r = r.WithContext(ctx)
+		}
+		if r.Header.Get("Mcp-Session-Id") == "" && r.Method == http.MethodPost && s.connectionsFull(w, r) {
+			return
 		}
 		if session.Tenant(r.Context()) == "" {
 			s.http.ServeHTTP(w, r)

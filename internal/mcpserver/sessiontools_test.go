@@ -21,6 +21,7 @@ import (
 	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/internal/session"
 	"github.com/cellbox/cellbox/internal/session/sessiontest"
+	"github.com/cellbox/cellbox/internal/testbin"
 	"github.com/cellbox/cellbox/internal/tool"
 )
 
@@ -425,4 +426,52 @@ func TestAttackSessionToolNamedLikeBuiltin(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A tenant's MCP connections are capped (each keeps a server until it closes or idles
+// out, tool call or not): past the cap a new one is refused with 429, another tenant's is
+// not, and one closed makes room.
+func TestConnectionsCapped(t *testing.T) {
+	m := sessiontest.New(t, nil)
+	s := New(m, Options{MaxConnections: 2})
+	h := s.Handler()
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(w, r.WithContext(session.WithTenant(r.Context(), r.Header.Get("X-API-Key"))))
+	}))
+	defer hs.Close()
+	defer s.Close()
+	open := func(key string) (*mcp.ClientSession, error) {
+		mc := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
+		return mc.Connect(context.Background(), tenantTransport(hs.URL, key), nil)
+	}
+	var alice []*mcp.ClientSession
+	for range 2 {
+		cs, err := open("alice")
+		if err != nil {
+			t.Fatal(err)
+		}
+		alice = append(alice, cs)
+	}
+	if cs, err := open("alice"); err == nil {
+		cs.Close()
+		t.Fatal("a third connection of alice's opened past the cap of 2")
+	} else if !strings.Contains(err.Error(), "Too Many Requests") {
+		t.Errorf("the third connection: %v; want 429", err)
+	}
+	bob, err := open("bob")
+	if err != nil {
+		t.Fatalf("bob's connection, alice at her cap: %v", err)
+	}
+	bob.Close()
+	alice[0].Close()
+	if !testbin.Eventually(10*time.Second, func() bool {
+		cs, err := open("alice")
+		if err == nil {
+			cs.Close()
+		}
+		return err == nil
+	}) {
+		t.Error("alice cannot connect after closing one of her connections")
+	}
+	alice[1].Close()
 }
