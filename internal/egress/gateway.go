@@ -60,6 +60,9 @@ type Gateway struct {
 	cfg     Config
 	log     *slog.Logger
 	metrics *metrics
+	// dial connects to an address the policy allowed: a net.Dialer whose Control checks
+	// the address once more. Tests replace it to see that nothing is dialed.
+	dial func(ctx context.Context, network, address string) (net.Conn, error)
 
 	mu       sync.Mutex
 	sessions map[string]*sess
@@ -83,7 +86,9 @@ func New(cfg Config) *Gateway {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Gateway{cfg: cfg, log: log, metrics: newMetrics(cfg.Registerer), sessions: map[string]*sess{}}
+	g := &Gateway{cfg: cfg, log: log, metrics: newMetrics(cfg.Registerer), sessions: map[string]*sess{}}
+	g.dial = (&net.Dialer{Timeout: cfg.DialTimeout, Control: g.control}).DialContext
+	return g
 }
 
 // sess is one session's egress: its policy, what it used, its open and recent flows.

@@ -2,10 +2,12 @@ package egress
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/http"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -204,5 +206,106 @@ func TestGatewayResolvesOnlyWhatMayPass(t *testing.T) {
 				t.Errorf("resolved: %v; want %v", asked, tt.resolve)
 			}
 		})
+	}
+}
+
+// noDial makes g fail t if it dials anything: a test of addresses that must be refused
+// sends no packet to them, even when the refusal is broken.
+func noDial(t *testing.T, g *Gateway) {
+	g.dial = func(_ context.Context, _, address string) (net.Conn, error) {
+		t.Errorf("the gateway dialed %s", address)
+		return nil, errors.New("this test dials nothing")
+	}
+}
+
+// TestGatewayHostAgents: a public session's requests to Azure's WireServer, by address and
+// by names that resolve to it, over CONNECT, plain HTTP and SOCKS5, are refused with its
+// name before anything is dialed; under an allowlist that names them, and with an operator's
+// allowance that covers them (168.0.0.0/8, all of link-local), too. Nothing is dialed: the
+// gateway's dialer fails the test if it is called.
+func TestGatewayHostAgents(t *testing.T) {
+	e := newEnv(t, nil)
+	e.h.DNS.Set("wire.example", netip.MustParseAddr("168.63.129.16"))
+	e.h.DNS.Set("wire6.example", netip.MustParseAddr("64:ff9b::a83f:8110"))
+	const (
+		wire = "Azure's WireServer (host agent)"
+		imds = "the cloud metadata address"
+	)
+	gateways := []struct {
+		name string
+		env  *env
+	}{
+		{"no allowance", e.withGateway(func(*Config) {})},
+		{"private allow", e.withGateway(func(c *Config) {
+			c.Ranges.PrivateAllow = []netip.Prefix{netip.MustParsePrefix("168.0.0.0/8"), netip.MustParsePrefix("169.254.0.0/16")}
+		})},
+	}
+	modes := []struct {
+		name string
+		net  api.Network
+	}{
+		{"public", api.Network{Egress: "public"}},
+		{"allowlist naming them", api.Network{Egress: "allowlist", Allow: []string{
+			"168.63.129.16", "169.254.0.0/16", "64:ff9b::/96", "wire.example", "wire6.example", "meta.example"}}},
+	}
+	targets := []struct {
+		target string // as CONNECT names it
+		dest   string // as the reason names it
+		why    string
+	}{
+		{"168.63.129.16:80", "168.63.129.16:80", wire},
+		{"168.63.129.16:32526", "168.63.129.16:32526", wire},
+		{"[::ffff:168.63.129.16]:80", "168.63.129.16:80", wire},
+		{"[64:ff9b::a83f:8110]:80", "[64:ff9b::a83f:8110]:80", wire},
+		{"wire.example:80", "wire.example:80 (168.63.129.16)", wire},
+		{"wire6.example:80", "wire6.example:80 (64:ff9b::a83f:8110)", wire},
+		{"169.254.169.254:80", "169.254.169.254:80", imds},
+		{"meta.example:80", "meta.example:80 (169.254.169.254)", imds},
+	}
+	for _, ge := range gateways {
+		noDial(t, ge.env.g)
+		for _, m := range modes {
+			for _, tt := range targets {
+				t.Run(ge.name+"/"+m.name+"/"+tt.target, func(t *testing.T) {
+					sentence := tt.dest + " is refused: the address is " + tt.why
+					sb := ge.env.session(t, m.net, Limits{})
+					code, body, _, _ := sb.connect(tt.target)
+					wantRefusal(t, code, body, http.StatusForbidden, sentence)
+					r := sb.last()
+					wantRecord(t, r, "refused", "", sentence)
+					if r.Address != "" || r.Protocol != "connect" {
+						t.Errorf("record %+v: want nothing dialed", r)
+					}
+				})
+			}
+		}
+	}
+	// The same decision whatever the client speaks: plain HTTP and SOCKS5.
+	for _, ge := range gateways {
+		for _, u := range []struct{ url, sentence string }{
+			{"http://168.63.129.16/machine?comp=goalstate", "168.63.129.16:80 is refused: the address is " + wire},
+			{"http://wire.example:32526/vmAgentLog", "wire.example:32526 is refused: the address is " + wire},
+		} {
+			t.Run(ge.name+"/url/"+u.url, func(t *testing.T) {
+				sb := ge.env.session(t, api.Network{Egress: "public"}, Limits{})
+				code, body := get(t, sb.client(nil), u.url)
+				wantRefusal(t, code, body, http.StatusForbidden, u.sentence)
+				if r := sb.last(); r.Decision != "refused" || r.Address != "" || r.Protocol != "http" || !strings.Contains(r.Reason, wire) {
+					t.Errorf("record %+v", r)
+				}
+			})
+		}
+		for _, host := range []string{"168.63.129.16", "wire.example"} {
+			t.Run(ge.name+"/socks5/"+host, func(t *testing.T) {
+				sb := ge.env.session(t, api.Network{Egress: "public"}, Limits{})
+				_, reply := sb.socksRaw([]byte{socksNoAuth}, socksReq(1, host, 80))
+				if len(reply) < 2 || reply[1] != 2 {
+					t.Errorf("reply %v; want code 2 (not allowed by ruleset)", reply)
+				}
+				if r := sb.last(); r.Decision != "refused" || r.Address != "" || r.Protocol != "socks5" || !strings.Contains(r.Reason, wire) {
+					t.Errorf("record %+v", r)
+				}
+			})
+		}
 	}
 }
