@@ -309,3 +309,67 @@ func TestGatewayHostAgents(t *testing.T) {
 		}
 	}
 }
+
+// TestGatewayServerListeners: with loopback allowed by the operator and by the session, the
+// server's own listeners stay out of reach (a wildcard one through every local address),
+// another loopback port does not; --egress-allow-server opens the one address and port it
+// names.
+func TestGatewayServerListeners(t *testing.T) {
+	e := newEnv(t, nil)
+	api1 := listenHost(t, "127.0.0.1:0") // the server's API, as far as the gateway knows
+	wild := listenHost(t, "0.0.0.0:0")   // a listener on every address
+	mirror := listenHost(t, "127.0.0.1:0")
+	const name = "this cellbox server's API"
+	listeners := func() []Listener {
+		return []Listener{
+			{netip.MustParseAddrPort(api1), name},
+			{netip.AddrPortFrom(netip.IPv4Unspecified(), uint16(port(wild))), "this cellbox server's python tool server"},
+		}
+	}
+	e.h.DNS.Set("cellbox.example", netip.MustParseAddr("127.0.0.1"))
+	host := e.h.HostAddr().String()
+	allow := []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32"), netip.PrefixFrom(e.h.HostAddr(), 32)}
+	n := api.Network{Egress: "allowlist", Allow: []string{"127.0.0.1", host, "cellbox.example"}}
+	apiPort, wildPort := strconv.Itoa(port(api1)), strconv.Itoa(port(wild))
+
+	t.Run("refused", func(t *testing.T) {
+		le := e.withGateway(func(c *Config) { c.Ranges.PrivateAllow, c.Ranges.Listeners = allow, listeners })
+		sb := le.session(t, n, Limits{})
+		for _, tt := range []struct{ url, sentence string }{
+			{"http://" + api1 + "/v1/sessions", api1 + " is refused: the address is " + name},
+			{"http://cellbox.example:" + apiPort + "/v1/sessions", "cellbox.example:" + apiPort + " is refused: the address is " + name},
+			{"http://127.0.0.1:" + wildPort + "/sse", "127.0.0.1:" + wildPort + " is refused: the address is this cellbox server's python tool server"},
+			{"http://" + net.JoinHostPort(host, wildPort) + "/sse", net.JoinHostPort(host, wildPort) + " is refused: the address is this cellbox server's python tool server"},
+		} {
+			code, body := get(t, sb.client(nil), tt.url)
+			wantRefusal(t, code, body, http.StatusForbidden, tt.sentence)
+			if r := sb.last(); r.Decision != "refused" || r.Address != "" || !strings.Contains(r.Reason, "this cellbox server's") {
+				t.Errorf("%s: record %+v", tt.url, r)
+			}
+		}
+		code, body, _, _ := sb.connect(api1)
+		wantRefusal(t, code, body, http.StatusForbidden, api1+" is refused: the address is "+name)
+		// Another loopback port, the mirror the operator allowed loopback for, is reached.
+		code, body = get(t, sb.client(nil), "http://"+mirror+"/simple/")
+		if code != 200 || echoOf(t, body).Path != "/simple/" {
+			t.Fatalf("the mirror: %d %q", code, body)
+		}
+		wantRecord(t, sb.done(), "allowed", "127.0.0.1", "")
+	})
+
+	t.Run("allow server", func(t *testing.T) {
+		le := e.withGateway(func(c *Config) {
+			c.Ranges.PrivateAllow, c.Ranges.Listeners = allow, listeners
+			c.Ranges.AllowServer = []netip.AddrPort{netip.MustParseAddrPort(api1)}
+		})
+		sb := le.session(t, n, Limits{})
+		code, body := get(t, sb.client(nil), "http://"+api1+"/v1/sessions")
+		if code != 200 || echoOf(t, body).Path != "/v1/sessions" {
+			t.Fatalf("the API named by --egress-allow-server: %d %q", code, body)
+		}
+		wantRecord(t, sb.done(), "allowed", "127.0.0.1", "")
+		// Only the address and port it names.
+		code, body = get(t, sb.client(nil), "http://127.0.0.1:"+wildPort+"/sse")
+		wantRefusal(t, code, body, http.StatusForbidden, "127.0.0.1:"+wildPort+" is refused: the address is this cellbox server's python tool server")
+	})
+}
