@@ -168,6 +168,39 @@ func TestGatewayUpgrade(t *testing.T) {
 	}
 }
 
+// TestGatewayUpgradeAfterBanner: in a tunnel whose upstream spoke before the client (a
+// banner), the gateway does not read the upstream's answers, so an upgrade there is cut:
+// nothing would tell it whether the upstream switched.
+func TestGatewayUpgradeAfterBanner(t *testing.T) {
+	e := newEnv(t, nil)
+	l := e.h.Listen(t, "tcp", netip.AddrPortFrom(e.h.Addr(2), 85).String())
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				io.WriteString(c, "220 ready\r\n")
+				io.Copy(io.Discard, c)
+			}()
+		}
+	}()
+	e.h.DNS.Set("banner.example", e.h.Addr(2))
+	sb := e.session(t, api.Network{Egress: "allowlist", Allow: []string{"banner.example"}}, Limits{})
+	code, _, c, br := sb.connect("banner.example:85")
+	if code != 200 {
+		t.Fatalf("CONNECT: %d", code)
+	}
+	if line, err := br.ReadString('\n'); err != nil || line != "220 ready\r\n" {
+		t.Fatalf("the banner: %q, %v", line, err)
+	}
+	fmt.Fprintf(c, "GET /chat HTTP/1.1\r\nHost: banner.example:85\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+	cut(t, c, br)
+	wantRecord(t, sb.done(), "allowed", "banner.example", "an upgrade is refused where the proxy cannot read the server's answer")
+}
+
 func TestUpgradeOf(t *testing.T) {
 	for in, want := range map[string]string{
 		"websocket":          "websocket",

@@ -174,7 +174,7 @@ func (g *Gateway) requests(f *flow, br *bufio.Reader, lim *limitConn, up net.Con
 		answer, read := d.send(req.Method, upgrade != "")
 		if upgrade != "" {
 			if !read {
-				return errors.New("an upgrade is refused in a tunnel whose server spoke first: the proxy cannot read its answer")
+				return errors.New("an upgrade is refused where the proxy cannot read the server's answer (it spoke first, or not HTTP)")
 			}
 			out.Header.Set("Connection", "Upgrade")
 			out.Header.Set("Upgrade", upgrade)
@@ -476,11 +476,16 @@ func (d *down) stop() {
 
 // run carries up to w until up ends (nil) or a read or a write fails.
 func (d *down) run(w io.Writer, up io.Reader) error {
-	tr := &teeReader{r: up, w: w}
+	// Settled before the client can see a byte: a client that answers the upstream's
+	// first bytes with a request is not read as one that spoke first.
+	tr := &teeReader{r: up, w: w, first: func() {
+		d.mu.Lock()
+		d.decided = true
+		d.mu.Unlock()
+	}}
 	br := bufio.NewReaderSize(tr, 32<<10)
 	if _, err := br.Peek(1); err == nil {
 		d.mu.Lock()
-		d.decided = true
 		read := d.http
 		d.mu.Unlock()
 		if read {
@@ -532,11 +537,12 @@ func (d *down) read(br *bufio.Reader) {
 }
 
 // teeReader writes to w what it reads from r, and keeps the first error of either that is
-// not r's end.
+// not r's end. first, if set, runs before the first write.
 type teeReader struct {
-	r   io.Reader
-	w   io.Writer
-	err error
+	r     io.Reader
+	w     io.Writer
+	err   error
+	first func()
 }
 
 func (t *teeReader) Read(p []byte) (int, error) {
@@ -545,6 +551,10 @@ func (t *teeReader) Read(p []byte) (int, error) {
 	}
 	n, err := t.r.Read(p)
 	if n > 0 {
+		if t.first != nil {
+			t.first()
+			t.first = nil
+		}
 		if _, werr := t.w.Write(p[:n]); werr != nil {
 			t.err = werr
 			return n, werr
