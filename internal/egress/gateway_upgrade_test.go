@@ -10,15 +10,16 @@ import (
 	"net/http"
 	"net/netip"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/internal/testhost"
 )
 
-// upgrader is an upstream that takes a websocket upgrade (101, then echoes what it gets),
-// refuses one with the status in ?code= (the connection stays HTTP), and answers anything
-// else as Echo does.
+// upgrader is an upstream that takes a websocket upgrade (101, then echoes what it gets;
+// with ?big=1, a 101 whose header is 100 KiB), refuses one with the status in ?code= (the
+// connection stays HTTP), and answers anything else as Echo does.
 func upgrader() http.Handler {
 	echo := testhost.Echo()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -37,7 +38,11 @@ func upgrader() http.Handler {
 			return
 		}
 		defer conn.Close()
-		fmt.Fprint(rw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+		big := ""
+		if r.URL.Query().Get("big") != "" {
+			big = "X-Big: " + strings.Repeat("a", 100<<10) + "\r\n"
+		}
+		fmt.Fprint(rw, "HTTP/1.1 101 Switching Protocols\r\n"+big+"Upgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
 		rw.Flush()
 		io.Copy(conn, rw) // echoes until the client closes
 	})
@@ -138,6 +143,15 @@ func TestGatewayUpgrade(t *testing.T) {
 			fmt.Fprintf(c, "GET /fronted HTTP/1.1\r\nHost: other.example\r\n\r\n")
 			cut(t, c, br)
 			wantRecord(t, sb.done(), "allowed", p.tunnel, "a request's Host other.example is not the tunnel's host "+p.tunnel)
+		})
+		// An answer the gateway cannot read (a header past 64 KiB) switches nothing: the
+		// tunnel is cut.
+		t.Run(p.name+"/101 with a 100 KiB header", func(t *testing.T) {
+			sb := e.session(t, n, Limits{})
+			c, br := open(t, sb, p.host, p.intercepted)
+			fmt.Fprintf(c, "GET /chat?big=1 HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n", p.host)
+			io.Copy(io.Discard, br) // what the upstream sent, then the cut
+			wantRecord(t, sb.done(), "allowed", p.tunnel, "the server did not answer the upgrade with a response the proxy could read")
 		})
 		t.Run(p.name+"/switched", func(t *testing.T) {
 			sb := e.session(t, n, Limits{})

@@ -483,13 +483,14 @@ func (d *down) run(w io.Writer, up io.Reader) error {
 		d.decided = true
 		d.mu.Unlock()
 	}}
-	br := bufio.NewReaderSize(tr, 32<<10)
+	lim := &capReader{r: tr, n: -1}
+	br := bufio.NewReaderSize(lim, 32<<10)
 	if _, err := br.Peek(1); err == nil {
 		d.mu.Lock()
 		read := d.http
 		d.mu.Unlock()
 		if read {
-			d.read(br)
+			d.read(br, lim)
 		}
 	}
 	d.stop()
@@ -503,8 +504,8 @@ func (d *down) run(w io.Writer, up io.Reader) error {
 }
 
 // read reads the answers in br, each to its end, until a switch of protocols or what it
-// cannot read.
-func (d *down) read(br *bufio.Reader) {
+// cannot read (a header past 64 KiB among it: lim caps what a header may take).
+func (d *down) read(br *bufio.Reader, lim *capReader) {
 	first := d.status
 	for {
 		s := d.oldest()
@@ -512,7 +513,9 @@ func (d *down) read(br *bufio.Reader) {
 		if s != nil {
 			req.Method = s.method
 		}
+		lim.n = maxHeaderBytes
 		resp, err := http.ReadResponse(br, req)
+		lim.n = -1
 		if err != nil {
 			return
 		}
