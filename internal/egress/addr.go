@@ -183,9 +183,10 @@ const (
 // refused whatever the operator allows: --egress-private-allow 169.254.0.0/16 or a slip like
 // 168.0.0.0/8 opens neither. Each with its source; most are link-local and refused as such
 // too, but they are named here so that no allowance opens them and a refusal says what they
-// are. Not here, for want of a source to cite: Tencent Cloud's metadata.tencentyun.com and
-// Oracle's 192.0.0.192 (named in SSRF lists), refused as link-local and as the IETF's
-// 192.0.0.0/24 unless an allowance covers them.
+// are. Not here, for want of a document that gives the address: Tencent Cloud's
+// metadata.tencentyun.com (reported at 169.254.0.23, link-local) and Oracle's 192.0.0.192
+// (named in SSRF lists; in the IETF's 192.0.0.0/24): refused by their ranges, unless an
+// allowance covers them.
 var hostAgents = func() []blockedRange {
 	rs := []struct{ cidr, why string }{
 		// Azure's WireServer: the VM agent's channel to the host, its DHCP and DNS; a
