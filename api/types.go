@@ -183,7 +183,9 @@ type Network struct {
 	// below it, not itself), an IP address or a CIDR, each with an optional ":port"
 	// ("[2001:db8::1]:443" for an IPv6 address with a port). Deny wins over Allow.
 	// Loopback, private, CGNAT, link-local and multicast addresses and the server's own are
-	// refused whatever they say, unless the operator allows them (--egress-private-allow).
+	// refused whatever they say, unless the operator allows them (--egress-private-allow);
+	// the cloud's host agents (169.254.169.254, 168.63.129.16, ...) and the server's own
+	// listeners are refused even then.
 	Allow []string `json:"allow,omitempty"`
 	Deny  []string `json:"deny,omitempty"`
 	// Secrets are headers the server adds to requests for a domain on their way out; their

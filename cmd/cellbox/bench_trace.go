@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os/exec"
 	"strconv"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/cellbox/cellbox/api"
 	"github.com/cellbox/cellbox/client"
+	"github.com/cellbox/cellbox/internal/listen"
 )
 
 // The rows of --trace: the trivial cell's path, hop by hop (p50 of each hop's own time).
@@ -105,7 +105,7 @@ func traceRows(ctx context.Context, python string, n int) []struct{ key, label, 
 // loopbackExchanges times n POSTs of a trivial cell's request to an in-process HTTP server
 // on loopback that answers with a trivial cell's result: the floor of a REST round trip.
 func loopbackExchanges(ctx context.Context, n int) ([]time.Duration, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := listen.TCP("cellbox bench's reference server", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}

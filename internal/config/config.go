@@ -105,6 +105,7 @@ type Config struct {
 	EgressMax          string // --egress-max: the most a session may ask for
 	EgressDeny         string // --egress-deny: ENTRY,...: refused to every session
 	EgressPrivateAllow string // --egress-private-allow: CIDR,...: private addresses that may be reached after all
+	EgressAllowServer  string // --egress-allow-server: ADDR:PORT,...: the server's listeners sessions may reach after all
 	EgressDNS          string // --egress-dns: host:port of the resolver the gateway uses ("": the system's)
 	EgressRoots        string // --egress-roots: PEM file of roots trusted for intercepted upstreams, beside the system's
 	EgressTenants      string // --egress-tenants: JSON file of per-tenant limits, policies and named secrets
@@ -263,7 +264,8 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Egress, "egress", c.Egress, "network egress of sessions that ask for none: none | public (every public address) | allowlist:ENTRY,... (domains, *.wildcards, IPs, CIDRs, each with an optional :port)")
 	fs.StringVar(&c.EgressMax, "egress-max", c.EgressMax, "the widest egress a session may ask for (same form as --egress)")
 	fs.StringVar(&c.EgressDeny, "egress-deny", c.EgressDeny, "ENTRY,...: destinations refused to every session, whatever it asks")
-	fs.StringVar(&c.EgressPrivateAllow, "egress-private-allow", c.EgressPrivateAllow, "CIDR,...: private or loopback addresses sessions may reach after all (an internal package mirror); never the server's own")
+	fs.StringVar(&c.EgressPrivateAllow, "egress-private-allow", c.EgressPrivateAllow, "CIDR,...: private or loopback addresses sessions may reach after all (an internal package mirror); never the cloud's host agents nor the server's own listeners")
+	fs.StringVar(&c.EgressAllowServer, "egress-allow-server", c.EgressAllowServer, "ADDR:PORT,...: listeners of this server (its API, ...) sessions may reach after all, each by its exact address and port; with --egress-private-allow for a private or loopback address. Code in a sandbox then calls cellbox itself: see docs/egress.md")
 	fs.StringVar(&c.EgressDNS, "egress-dns", c.EgressDNS, "host:port of the DNS server the egress gateway resolves names with (default: the system's)")
 	fs.StringVar(&c.EgressRoots, "egress-roots", c.EgressRoots, "PEM file of certificate authorities the gateway trusts, beside the system's, when it verifies an upstream whose TLS it terminates (a domain with a secret); for an internal CA")
 	fs.StringVar(&c.EgressTenants, "egress-tenants", c.EgressTenants, "JSON file of per-tenant egress: the widest and the default policy, named secrets, connection, byte and bandwidth limits (see docs/egress.md)")

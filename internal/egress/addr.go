@@ -3,6 +3,7 @@ package egress
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/cellbox/cellbox/internal/errdefs"
@@ -138,12 +139,29 @@ func clip(s string) string {
 // Ranges says which addresses are never dialed.
 type Ranges struct {
 	// PrivateAllow are the operator's --egress-private-allow: addresses in them are dialable
-	// after all (an internal package mirror), even loopback and the server's own: the
-	// operator said so by name.
+	// after all (an internal package mirror), even loopback and the server's own addresses.
+	// Never the cloud's host agents (hostAgents) nor the server's listeners (Listeners).
 	PrivateAllow []netip.Prefix
 	// Own returns the server's own addresses (nil: none). It is called on every Blocked, so
 	// addresses that come and go are seen.
 	Own func() []netip.Addr
+	// Listeners returns the server's listening sockets, and those of the other nodes of its
+	// cluster (nil: none): the control plane, never dialed whatever PrivateAllow says. It is
+	// called on every Blocked.
+	Listeners func() []Listener
+	// AllowServer are the operator's --egress-allow-server: listeners sessions may reach
+	// after all, each named by its exact address and port. It lifts only the listener's
+	// refusal: a loopback or private address needs PrivateAllow too.
+	AllowServer []netip.AddrPort
+}
+
+// Listener is a listening socket of the server (or of another node of its cluster).
+type Listener struct {
+	// Addr is the address as bound: an unspecified address (0.0.0.0, ::) listens on every
+	// local address.
+	Addr netip.AddrPort
+	// Name says whose it is, for a refusal: "this cellbox server's API".
+	Name string
 }
 
 // blockedRange is a range that is never dialed, and why.
@@ -157,16 +175,77 @@ const (
 	whyLinkLocal = "link-local (cloud metadata lives there)"
 	whyPrivate   = "a private address"
 	whyOwn       = "one of the server's own addresses"
+	whyMetadata  = "the cloud metadata address"
 )
 
-// blocked are the ranges Blocked refuses, most specific first (the first match gives the
-// reason). The documentation ranges (192.0.2.0/24, 198.51.100.0/24, 203.0.113.0/24,
-// 2001:db8::/32) are deliberately not here: nothing on the internet uses them, and tests use
-// them as "public" test hosts in network namespaces of their own.
+// hostAgents are the services a cloud runs on the host under a VM, at fixed addresses: the
+// instance's metadata (its credentials among them), its disks, its host agent. They are
+// refused whatever the operator allows: --egress-private-allow 169.254.0.0/16 or a slip like
+// 168.0.0.0/8 opens neither. Each with its source; most are link-local and refused as such
+// too, but they are named here so that no allowance opens them and a refusal says what they
+// are. Not here, for want of a document that gives the address: Tencent Cloud's
+// metadata.tencentyun.com (reported at 169.254.0.23, link-local) and Oracle's 192.0.0.192
+// (named in SSRF lists; in the IETF's 192.0.0.0/24): refused by their ranges, unless an
+// allowance covers them.
+var hostAgents = func() []blockedRange {
+	rs := []struct{ cidr, why string }{
+		// Azure's WireServer: the VM agent's channel to the host, its DHCP and DNS; a
+		// public address, so no other range holds it. Published AKS attacks read node
+		// bootstrap credentials from it.
+		// https://learn.microsoft.com/azure/virtual-network/what-is-ip-address-168-63-129-16
+		{"168.63.129.16/32", "Azure's WireServer (host agent)"},
+		// Instance metadata (credentials of the instance's role) of AWS, Azure, GCP
+		// (metadata.google.internal; GKE's metadata server takes its place), Oracle, IBM Cloud
+		// (api.metadata.cloud.ibm.com), DigitalOcean, OpenStack and Huawei Cloud.
+		// https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/instancedata-data-retrieval.html
+		// https://learn.microsoft.com/azure/virtual-machines/instance-metadata-service
+		// https://cloud.google.com/compute/docs/metadata/overview
+		// https://docs.oracle.com/iaas/Content/Compute/Tasks/gettingmetadata.htm
+		// https://cloud.ibm.com/apidocs/vpc-metadata
+		// https://docs.digitalocean.com/products/droplets/how-to/access-metadata/
+		{"169.254.169.254/32", whyMetadata},
+		// AWS's instance services, over IPv4 and (Nitro) IPv6: metadata, the Route 53
+		// resolver, the time server.
+		// https://docs.aws.amazon.com/whitepapers/latest/ipv6-on-aws/supporting-amazon-vpc-services.html
+		// https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/configure-ec2-ntp.html
+		{"fd00:ec2::254/128", whyMetadata + " (AWS's, over IPv6)"},
+		{"169.254.169.253/32", "AWS's DNS resolver (host agent)"},
+		{"fd00:ec2::253/128", "AWS's DNS resolver (host agent)"},
+		{"169.254.169.123/32", "AWS's time server (host agent)"},
+		{"fd00:ec2::123/128", "AWS's time server (host agent)"},
+		// The credentials of ECS tasks' and EKS pods' roles.
+		// https://docs.aws.amazon.com/AmazonECS/latest/developerguide/task-iam-roles.html
+		// https://docs.aws.amazon.com/eks/latest/userguide/pod-id-agent-setup.html
+		{"169.254.170.2/32", "AWS ECS's task credentials endpoint (host agent)"},
+		{"169.254.170.23/32", "AWS EKS Pod Identity's credentials agent (host agent)"},
+		{"fd00:ec2::23/128", "AWS EKS Pod Identity's credentials agent (host agent)"},
+		// Oracle Cloud: 169.254.0.0/16 is its own (metadata, iSCSI to the boot and block
+		// volumes, kernel updates); the boot volume's iSCSI target at 169.254.0.2 and the
+		// block volumes' in 169.254.2.0/24 are the instance's disks.
+		// https://docs.oracle.com/iaas/Content/Compute/References/bestpracticescompute.htm
+		{"169.254.0.2/32", "Oracle Cloud's boot volume (iSCSI, host agent)"},
+		{"169.254.2.0/24", "Oracle Cloud's block volumes (iSCSI, host agent)"},
+		// Alibaba Cloud's metadata, in the CGNAT range.
+		// https://www.alibabacloud.com/help/ecs/user-guide/overview-of-ecs-instance-metadata
+		{"100.100.100.200/32", "Alibaba Cloud's metadata address"},
+		// Volcengine's (ByteDance) metadata, in the CGNAT range.
+		// https://www.volcengine.com/docs/6396/113780
+		{"100.96.0.96/32", "Volcengine's metadata address"},
+	}
+	out := make([]blockedRange, len(rs))
+	for i, r := range rs {
+		out[i] = blockedRange{netip.MustParsePrefix(r.cidr), r.why}
+	}
+	return out
+}()
+
+// blocked are the ranges Blocked refuses unless PrivateAllow holds the address, most
+// specific first (the first match gives the reason). The documentation ranges (192.0.2.0/24,
+// 198.51.100.0/24, 203.0.113.0/24, 2001:db8::/32) are deliberately not here: nothing on the
+// internet uses them, and tests use them as "public" test hosts in network namespaces of
+// their own.
 var blocked = func() []blockedRange {
 	rs := []struct{ cidr, why string }{
-		{"fd00:ec2::254/128", "the cloud metadata address"},
-		{"169.254.169.254/32", "the cloud metadata address"},
 		{"0.0.0.0/32", "the unspecified address"},
 		{"::/128", "the unspecified address"},
 		{"::1/128", "loopback"},
@@ -204,12 +283,14 @@ var (
 	sixToFour = netip.MustParsePrefix("2002::/16")
 )
 
-// Blocked says why a is never dialed ("loopback", "a private address", "link-local (cloud
-// metadata lives there)", ...), or "" when it may be. An IPv4-mapped IPv6 address (::ffff:a.b.c.d) is checked as its IPv4
-// address, and so are NAT64 (64:ff9b::/96) and 6to4 (2002::/16) addresses: by the IPv4 address
-// they embed, which is where they lead. See blocked for the ranges. An address in PrivateAllow
-// is dialable, whatever else it is.
-func (r Ranges) Blocked(a netip.Addr) string {
+// Blocked says why a:port is never dialed ("loopback", "a private address", "Azure's
+// WireServer (host agent)", "this cellbox server's API", ...), or "" when it may be. An
+// IPv4-mapped IPv6 address (::ffff:a.b.c.d) is checked as its IPv4 address, and so are NAT64
+// (64:ff9b::/96) and 6to4 (2002::/16) addresses: by the IPv4 address they embed, which is
+// where they lead. In order: the cloud's host agents are refused, whatever else; then the
+// server's listeners, but for those AllowServer names; then an address in PrivateAllow is
+// dialable; then the server's own addresses and the blocked ranges are refused.
+func (r Ranges) Blocked(a netip.Addr, port int) string {
 	if !a.IsValid() {
 		return "not an IP address"
 	}
@@ -217,6 +298,14 @@ func (r Ranges) Blocked(a netip.Addr) string {
 	as := []netip.Addr{a}
 	if v4, ok := embedded(a); ok {
 		as = append(as, v4)
+	}
+	for _, x := range as {
+		if why := hostAgent(x); why != "" {
+			return why
+		}
+	}
+	if why := r.listener(as, port); why != "" {
+		return why
 	}
 	for _, p := range r.PrivateAllow {
 		p = unmapPrefix(p)
@@ -243,6 +332,60 @@ func (r Ranges) Blocked(a netip.Addr) string {
 		}
 	}
 	return why
+}
+
+// listener is the name of the server's listener that a connection to one of as (one
+// destination's spellings) on port would reach, unless AllowServer names it; or "". A
+// listener on an unspecified address is reached through every local address: loopback, the
+// unspecified address itself (which Linux connects to loopback) and the server's own.
+func (r Ranges) listener(as []netip.Addr, port int) string {
+	if r.Listeners == nil {
+		return ""
+	}
+	ls := r.Listeners()
+	if len(ls) == 0 {
+		return ""
+	}
+	for _, x := range as {
+		if slices.Contains(r.AllowServer, netip.AddrPortFrom(x, uint16(port))) {
+			return ""
+		}
+	}
+	local := func(x netip.Addr) bool {
+		if x.IsLoopback() || x.IsUnspecified() {
+			return true
+		}
+		if r.Own != nil {
+			for _, o := range r.Own() {
+				if o.WithZone("").Unmap() == x {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	for _, l := range ls {
+		la := l.Addr.Addr().WithZone("").Unmap()
+		if int(l.Addr.Port()) != port {
+			continue
+		}
+		for _, x := range as {
+			if x == la || x.IsUnspecified() || la.IsUnspecified() && local(x) {
+				return l.Name
+			}
+		}
+	}
+	return ""
+}
+
+// hostAgent is the reason of the host agent at a, or "".
+func hostAgent(a netip.Addr) string {
+	for _, b := range hostAgents {
+		if b.prefix.Contains(a) {
+			return b.why
+		}
+	}
+	return ""
 }
 
 // rangeOf is the reason of the first blocked range holding a.

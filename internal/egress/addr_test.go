@@ -134,6 +134,15 @@ func TestBlocked(t *testing.T) {
 		{"fc00::1", "private"},
 		{"fd12::1", ""}, // PrivateAllow
 		{"fd00:ec2::254", "metadata"},
+		{"168.63.129.16", "Azure's WireServer (host agent)"},
+		{"::ffff:168.63.129.16", "Azure's WireServer"},
+		{"64:ff9b::a83f:8110", "Azure's WireServer"},
+		{"2002:a83f:8110::1", "Azure's WireServer"},
+		{"168.63.129.15", ""},
+		{"168.63.129.17", ""},
+		{"100.100.100.200", "Alibaba Cloud's metadata address"},
+		{"169.254.170.2", "ECS"},
+		{"169.254.0.2", "Oracle Cloud's boot volume"},
 		{"100.64.0.1", "carrier-grade NAT"},
 		{"100.127.255.255", "carrier-grade NAT"},
 		{"100.128.0.1", ""},
@@ -180,20 +189,20 @@ func TestBlocked(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.addr, func(t *testing.T) {
-			got := r.Blocked(netip.MustParseAddr(tt.addr))
+			got := r.Blocked(netip.MustParseAddr(tt.addr), 80)
 			if tt.want == "" && got != "" || tt.want != "" && !strings.Contains(got, tt.want) {
 				t.Errorf("Blocked(%s) = %q, want %q", tt.addr, got, tt.want)
 			}
 		})
 	}
 	t.Run("no PrivateAllow", func(t *testing.T) {
-		if got := (Ranges{}).Blocked(netip.MustParseAddr("10.1.2.3")); got != whyPrivate {
+		if got := (Ranges{}).Blocked(netip.MustParseAddr("10.1.2.3"), 80); got != whyPrivate {
 			t.Errorf("Blocked = %q, want %q", got, whyPrivate)
 		}
 	})
 	t.Run("PrivateAllow written as IPv4-mapped IPv6", func(t *testing.T) {
 		r := Ranges{PrivateAllow: []netip.Prefix{netip.MustParsePrefix("::ffff:10.2.0.0/112")}}
-		if got := r.Blocked(netip.MustParseAddr("10.2.0.9")); got != "" {
+		if got := r.Blocked(netip.MustParseAddr("10.2.0.9"), 80); got != "" {
 			t.Errorf("Blocked = %q, want dialable", got)
 		}
 	})
@@ -201,17 +210,151 @@ func TestBlocked(t *testing.T) {
 		var own []netip.Addr
 		r := Ranges{Own: func() []netip.Addr { return own }}
 		a := netip.MustParseAddr("192.0.2.9")
-		if got := r.Blocked(a); got != "" {
+		if got := r.Blocked(a, 80); got != "" {
 			t.Fatalf("Blocked = %q before it is an own address", got)
 		}
 		own = []netip.Addr{a}
-		if got := r.Blocked(a); got != whyOwn {
+		if got := r.Blocked(a, 80); got != whyOwn {
 			t.Fatalf("Blocked = %q once it is an own address", got)
 		}
 	})
 	t.Run("invalid", func(t *testing.T) {
-		if got := (Ranges{}).Blocked(netip.Addr{}); got == "" {
+		if got := (Ranges{}).Blocked(netip.Addr{}, 80); got == "" {
 			t.Error("the zero Addr is not blocked")
+		}
+	})
+}
+
+// TestBlockedHostAgents: the cloud's host agents are refused with their own reason, however
+// they are written, whatever the operator allows.
+func TestBlockedHostAgents(t *testing.T) {
+	open := Ranges{
+		// An operator who allowed everything private, and more by mistake.
+		PrivateAllow: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0"),
+			netip.MustParsePrefix("168.0.0.0/8"), netip.MustParsePrefix("169.254.0.0/16")},
+		AllowServer: []netip.AddrPort{netip.MustParseAddrPort("168.63.129.16:80"), netip.MustParseAddrPort("169.254.169.254:80")},
+	}
+	tests := []struct{ addr, why string }{
+		{"168.63.129.16", "Azure's WireServer (host agent)"},
+		{"::ffff:168.63.129.16", "Azure's WireServer (host agent)"},
+		{"64:ff9b::a83f:8110", "Azure's WireServer (host agent)"},
+		{"169.254.169.254", "the cloud metadata address"},
+		{"64:ff9b::a9fe:a9fe", "the cloud metadata address"},
+		{"fd00:ec2::254", "the cloud metadata address (AWS's, over IPv6)"},
+		{"169.254.169.253", "AWS's DNS resolver (host agent)"},
+		{"fd00:ec2::253", "AWS's DNS resolver (host agent)"},
+		{"169.254.169.123", "AWS's time server (host agent)"},
+		{"fd00:ec2::123", "AWS's time server (host agent)"},
+		{"169.254.170.2", "AWS ECS's task credentials endpoint (host agent)"},
+		{"169.254.170.23", "AWS EKS Pod Identity's credentials agent (host agent)"},
+		{"fd00:ec2::23", "AWS EKS Pod Identity's credentials agent (host agent)"},
+		{"169.254.0.2", "Oracle Cloud's boot volume (iSCSI, host agent)"},
+		{"169.254.2.77", "Oracle Cloud's block volumes (iSCSI, host agent)"},
+		{"100.100.100.200", "Alibaba Cloud's metadata address"},
+		{"100.96.0.96", "Volcengine's metadata address"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.addr, func(t *testing.T) {
+			a := netip.MustParseAddr(tt.addr)
+			if got := (Ranges{}).Blocked(a, 80); got != tt.why {
+				t.Errorf("Blocked(%s) = %q, want %q", tt.addr, got, tt.why)
+			}
+			if got := open.Blocked(a, 80); got != tt.why {
+				t.Errorf("with everything allowed, Blocked(%s) = %q, want %q", tt.addr, got, tt.why)
+			}
+		})
+	}
+	// Their neighbours are what they are.
+	for _, addr := range []string{"168.63.129.15", "168.63.129.17", "169.254.169.252", "169.254.0.1", "fd00:ec2::1"} {
+		if got := open.Blocked(netip.MustParseAddr(addr), 80); got != "" {
+			t.Errorf("with everything allowed, Blocked(%s) = %q, want dialable", addr, got)
+		}
+	}
+}
+
+// TestBlockedListeners: the server's listeners are refused by address and port, inside any
+// allowance, a wildcard one through every local address; --egress-allow-server lifts the
+// refusal of the one address and port it names.
+func TestBlockedListeners(t *testing.T) {
+	const api, py = "this cellbox server's API", "this cellbox server's python tool server"
+	r := Ranges{
+		PrivateAllow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128"),
+			netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("203.0.113.0/24"), netip.MustParsePrefix("0.0.0.0/8")},
+		Own: func() []netip.Addr {
+			return []netip.Addr{netip.MustParseAddr("203.0.113.7"), netip.MustParseAddr("fe80::7%eth0")}
+		},
+		Listeners: func() []Listener {
+			return []Listener{
+				{netip.MustParseAddrPort("127.0.0.1:8080"), api},
+				{netip.MustParseAddrPort("[::]:9090"), py},
+			}
+		},
+	}
+	tests := []struct {
+		dest string
+		want string
+	}{
+		{"127.0.0.1:8080", api},
+		{"[::ffff:127.0.0.1]:8080", api},
+		{"[64:ff9b::7f00:1]:8080", api},
+		{"0.0.0.0:8080", api}, // Linux connects 0.0.0.0 to this machine
+		{"127.0.0.1:8081", ""},
+		{"127.0.0.2:8080", ""}, // bound to 127.0.0.1 alone
+		{"10.0.0.1:8080", ""},
+		{"127.0.0.9:9090", py}, // a wildcard listener: every local address
+		{"[::1]:9090", py},
+		{"203.0.113.7:9090", py},
+		{"[fe80::7]:9090", py},
+		{"[::]:9090", py},
+		{"10.1.2.3:9090", ""}, // another machine
+		{"203.0.113.8:9090", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.dest, func(t *testing.T) {
+			ap := netip.MustParseAddrPort(tt.dest)
+			if got := r.Blocked(ap.Addr(), int(ap.Port())); got != tt.want {
+				t.Errorf("Blocked(%s) = %q, want %q", tt.dest, got, tt.want)
+			}
+		})
+	}
+	t.Run("without an allowance", func(t *testing.T) {
+		r := Ranges{Listeners: r.Listeners}
+		if got := r.Blocked(netip.MustParseAddr("127.0.0.1"), 8080); got != api {
+			t.Errorf("Blocked = %q, want %q", got, api)
+		}
+	})
+	t.Run("allow server", func(t *testing.T) {
+		r := r
+		r.AllowServer = []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:8080"), netip.MustParseAddrPort("127.0.0.1:9090")}
+		for dest, want := range map[string]string{
+			"127.0.0.1:8080":          "",
+			"[::ffff:127.0.0.1]:8080": "",
+			"127.0.0.1:9090":          "",
+			"0.0.0.0:8080":            api, // not the address named
+			"[::1]:9090":              py,
+			"203.0.113.7:9090":        py,
+		} {
+			ap := netip.MustParseAddrPort(dest)
+			if got := r.Blocked(ap.Addr(), int(ap.Port())); got != want {
+				t.Errorf("Blocked(%s) = %q, want %q", dest, got, want)
+			}
+		}
+		// It lifts the listener's refusal only: loopback still needs PrivateAllow.
+		r.PrivateAllow = nil
+		if got := r.Blocked(netip.MustParseAddr("127.0.0.1"), 8080); got != "loopback" {
+			t.Errorf("without PrivateAllow, Blocked = %q, want loopback", got)
+		}
+	})
+	t.Run("listeners are asked each time", func(t *testing.T) {
+		var ls []Listener
+		r := Ranges{PrivateAllow: r.PrivateAllow, Listeners: func() []Listener { return ls }}
+		a := netip.MustParseAddr("127.0.0.1")
+		if got := r.Blocked(a, 7000); got != "" {
+			t.Fatalf("Blocked = %q before the listener opened", got)
+		}
+		ls = []Listener{{netip.MustParseAddrPort("127.0.0.1:7000"), api}}
+		if got := r.Blocked(a, 7000); got != api {
+			t.Fatalf("Blocked = %q once it listens", got)
 		}
 	})
 }

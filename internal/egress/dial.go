@@ -98,11 +98,10 @@ func (g *Gateway) open(ctx context.Context, s *sess, h Host, port int, protocol 
 		return nil, nil, &failure{kind: failLimit, msg: why}
 	}
 	g.metrics.conns.WithLabelValues(s.tenant, "allowed").Inc()
-	d := net.Dialer{Timeout: g.cfg.DialTimeout, Control: g.control}
 	var err error
 	for _, a := range allowed {
 		var c net.Conn
-		c, err = d.DialContext(ctx, "tcp", netip.AddrPortFrom(a, uint16(port)).String())
+		c, err = g.dial(ctx, "tcp", netip.AddrPortFrom(a, uint16(port)).String())
 		if err == nil {
 			f.mu.Lock()
 			f.addr = a
@@ -157,7 +156,7 @@ func (g *Gateway) control(network, address string, _ syscall.RawConn) error {
 	if err != nil {
 		return err
 	}
-	if why := g.cfg.Ranges.Blocked(ap.Addr().Unmap()); why != "" {
+	if why := g.cfg.Ranges.Blocked(ap.Addr().Unmap(), int(ap.Port())); why != "" {
 		return fmt.Errorf("refused to dial %s: %s", ap.Addr(), why)
 	}
 	return nil

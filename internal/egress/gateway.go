@@ -60,6 +60,12 @@ type Gateway struct {
 	cfg     Config
 	log     *slog.Logger
 	metrics *metrics
+	// dial connects to an address the policy allowed: a net.Dialer whose Control checks
+	// the address once more. Tests replace it to see that nothing is dialed.
+	dial func(ctx context.Context, network, address string) (net.Conn, error)
+	// newBucket makes a session's bandwidth cap of bytesPerSec: a rate.Limiter. Tests
+	// replace it to count what passes through it.
+	newBucket func(bytesPerSec int64) bucket
 
 	mu       sync.Mutex
 	sessions map[string]*sess
@@ -83,7 +89,16 @@ func New(cfg Config) *Gateway {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Gateway{cfg: cfg, log: log, metrics: newMetrics(cfg.Registerer), sessions: map[string]*sess{}}
+	g := &Gateway{cfg: cfg, log: log, metrics: newMetrics(cfg.Registerer), sessions: map[string]*sess{}}
+	g.dial = (&net.Dialer{Timeout: cfg.DialTimeout, Control: g.control}).DialContext
+	g.newBucket = func(r int64) bucket { return rate.NewLimiter(rate.Limit(r), burst(r)) }
+	return g
+}
+
+// bucket is a session's bandwidth cap: a token bucket of bytes.
+type bucket interface {
+	WaitN(ctx context.Context, n int) error
+	Burst() int
 }
 
 // sess is one session's egress: its policy, what it used, its open and recent flows.
@@ -94,8 +109,8 @@ type sess struct {
 	policy  *Policy
 	limits  Limits
 	ca      *CA
-	limiter *rate.Limiter // nil: no bandwidth cap
-	clients int           // connections to the proxy open now
+	limiter bucket // nil: no bandwidth cap
+	clients int    // connections to the proxy open now
 	flows   map[*flow]struct{}
 	used    int64 // bytes both ways
 	recent  []*flow
@@ -128,7 +143,7 @@ func (g *Gateway) Set(id, tenant string, p *Policy, l Limits, ca *CA) {
 		s.limits = l
 		s.limiter = nil
 		if l.RateBytesPerSec > 0 {
-			s.limiter = rate.NewLimiter(rate.Limit(l.RateBytesPerSec), burst(l.RateBytesPerSec))
+			s.limiter = g.newBucket(l.RateBytesPerSec)
 		}
 	}
 	var kill []*flow

@@ -2,10 +2,12 @@ package egress
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/http"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -205,4 +207,169 @@ func TestGatewayResolvesOnlyWhatMayPass(t *testing.T) {
 			}
 		})
 	}
+}
+
+// noDial makes g fail t if it dials anything: a test of addresses that must be refused
+// sends no packet to them, even when the refusal is broken.
+func noDial(t *testing.T, g *Gateway) {
+	g.dial = func(_ context.Context, _, address string) (net.Conn, error) {
+		t.Errorf("the gateway dialed %s", address)
+		return nil, errors.New("this test dials nothing")
+	}
+}
+
+// TestGatewayHostAgents: a public session's requests to Azure's WireServer, by address and
+// by names that resolve to it, over CONNECT, plain HTTP and SOCKS5, are refused with its
+// name before anything is dialed; under an allowlist that names them, and with an operator's
+// allowance that covers them (168.0.0.0/8, all of link-local), too. Nothing is dialed: the
+// gateway's dialer fails the test if it is called.
+func TestGatewayHostAgents(t *testing.T) {
+	e := newEnv(t, nil)
+	e.h.DNS.Set("wire.example", netip.MustParseAddr("168.63.129.16"))
+	e.h.DNS.Set("wire6.example", netip.MustParseAddr("64:ff9b::a83f:8110"))
+	const (
+		wire = "Azure's WireServer (host agent)"
+		imds = "the cloud metadata address"
+	)
+	gateways := []struct {
+		name string
+		env  *env
+	}{
+		{"no allowance", e.withGateway(func(*Config) {})},
+		{"private allow", e.withGateway(func(c *Config) {
+			c.Ranges.PrivateAllow = []netip.Prefix{netip.MustParsePrefix("168.0.0.0/8"), netip.MustParsePrefix("169.254.0.0/16")}
+		})},
+	}
+	modes := []struct {
+		name string
+		net  api.Network
+	}{
+		{"public", api.Network{Egress: "public"}},
+		{"allowlist naming them", api.Network{Egress: "allowlist", Allow: []string{
+			"168.63.129.16", "169.254.0.0/16", "64:ff9b::/96", "wire.example", "wire6.example", "meta.example"}}},
+	}
+	targets := []struct {
+		target string // as CONNECT names it
+		dest   string // as the reason names it
+		why    string
+	}{
+		{"168.63.129.16:80", "168.63.129.16:80", wire},
+		{"168.63.129.16:32526", "168.63.129.16:32526", wire},
+		{"[::ffff:168.63.129.16]:80", "168.63.129.16:80", wire},
+		{"[64:ff9b::a83f:8110]:80", "[64:ff9b::a83f:8110]:80", wire},
+		{"wire.example:80", "wire.example:80 (168.63.129.16)", wire},
+		{"wire6.example:80", "wire6.example:80 (64:ff9b::a83f:8110)", wire},
+		{"169.254.169.254:80", "169.254.169.254:80", imds},
+		{"meta.example:80", "meta.example:80 (169.254.169.254)", imds},
+	}
+	for _, ge := range gateways {
+		noDial(t, ge.env.g)
+		for _, m := range modes {
+			for _, tt := range targets {
+				t.Run(ge.name+"/"+m.name+"/"+tt.target, func(t *testing.T) {
+					sentence := tt.dest + " is refused: the address is " + tt.why
+					sb := ge.env.session(t, m.net, Limits{})
+					code, body, _, _ := sb.connect(tt.target)
+					wantRefusal(t, code, body, http.StatusForbidden, sentence)
+					r := sb.last()
+					wantRecord(t, r, "refused", "", sentence)
+					if r.Address != "" || r.Protocol != "connect" {
+						t.Errorf("record %+v: want nothing dialed", r)
+					}
+				})
+			}
+		}
+	}
+	// The same decision whatever the client speaks: plain HTTP and SOCKS5.
+	for _, ge := range gateways {
+		for _, u := range []struct{ url, sentence string }{
+			{"http://168.63.129.16/machine?comp=goalstate", "168.63.129.16:80 is refused: the address is " + wire},
+			{"http://wire.example:32526/vmAgentLog", "wire.example:32526 is refused: the address is " + wire},
+		} {
+			t.Run(ge.name+"/url/"+u.url, func(t *testing.T) {
+				sb := ge.env.session(t, api.Network{Egress: "public"}, Limits{})
+				code, body := get(t, sb.client(nil), u.url)
+				wantRefusal(t, code, body, http.StatusForbidden, u.sentence)
+				if r := sb.last(); r.Decision != "refused" || r.Address != "" || r.Protocol != "http" || !strings.Contains(r.Reason, wire) {
+					t.Errorf("record %+v", r)
+				}
+			})
+		}
+		for _, host := range []string{"168.63.129.16", "wire.example"} {
+			t.Run(ge.name+"/socks5/"+host, func(t *testing.T) {
+				sb := ge.env.session(t, api.Network{Egress: "public"}, Limits{})
+				_, reply := sb.socksRaw([]byte{socksNoAuth}, socksReq(1, host, 80))
+				if len(reply) < 2 || reply[1] != 2 {
+					t.Errorf("reply %v; want code 2 (not allowed by ruleset)", reply)
+				}
+				if r := sb.last(); r.Decision != "refused" || r.Address != "" || r.Protocol != "socks5" || !strings.Contains(r.Reason, wire) {
+					t.Errorf("record %+v", r)
+				}
+			})
+		}
+	}
+}
+
+// TestGatewayServerListeners: with loopback allowed by the operator and by the session, the
+// server's own listeners stay out of reach (a wildcard one through every local address),
+// another loopback port does not; --egress-allow-server opens the one address and port it
+// names.
+func TestGatewayServerListeners(t *testing.T) {
+	e := newEnv(t, nil)
+	api1 := listenHost(t, "127.0.0.1:0") // the server's API, as far as the gateway knows
+	wild := listenHost(t, "0.0.0.0:0")   // a listener on every address
+	mirror := listenHost(t, "127.0.0.1:0")
+	const name = "this cellbox server's API"
+	listeners := func() []Listener {
+		return []Listener{
+			{netip.MustParseAddrPort(api1), name},
+			{netip.AddrPortFrom(netip.IPv4Unspecified(), uint16(port(wild))), "this cellbox server's python tool server"},
+		}
+	}
+	e.h.DNS.Set("cellbox.example", netip.MustParseAddr("127.0.0.1"))
+	host := e.h.HostAddr().String()
+	allow := []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32"), netip.PrefixFrom(e.h.HostAddr(), 32)}
+	n := api.Network{Egress: "allowlist", Allow: []string{"127.0.0.1", host, "cellbox.example"}}
+	apiPort, wildPort := strconv.Itoa(port(api1)), strconv.Itoa(port(wild))
+
+	t.Run("refused", func(t *testing.T) {
+		le := e.withGateway(func(c *Config) { c.Ranges.PrivateAllow, c.Ranges.Listeners = allow, listeners })
+		sb := le.session(t, n, Limits{})
+		for _, tt := range []struct{ url, sentence string }{
+			{"http://" + api1 + "/v1/sessions", api1 + " is refused: the address is " + name},
+			{"http://cellbox.example:" + apiPort + "/v1/sessions", "cellbox.example:" + apiPort + " is refused: the address is " + name},
+			{"http://127.0.0.1:" + wildPort + "/sse", "127.0.0.1:" + wildPort + " is refused: the address is this cellbox server's python tool server"},
+			{"http://" + net.JoinHostPort(host, wildPort) + "/sse", net.JoinHostPort(host, wildPort) + " is refused: the address is this cellbox server's python tool server"},
+		} {
+			code, body := get(t, sb.client(nil), tt.url)
+			wantRefusal(t, code, body, http.StatusForbidden, tt.sentence)
+			if r := sb.last(); r.Decision != "refused" || r.Address != "" || !strings.Contains(r.Reason, "this cellbox server's") {
+				t.Errorf("%s: record %+v", tt.url, r)
+			}
+		}
+		code, body, _, _ := sb.connect(api1)
+		wantRefusal(t, code, body, http.StatusForbidden, api1+" is refused: the address is "+name)
+		// Another loopback port, the mirror the operator allowed loopback for, is reached.
+		code, body = get(t, sb.client(nil), "http://"+mirror+"/simple/")
+		if code != 200 || echoOf(t, body).Path != "/simple/" {
+			t.Fatalf("the mirror: %d %q", code, body)
+		}
+		wantRecord(t, sb.done(), "allowed", "127.0.0.1", "")
+	})
+
+	t.Run("allow server", func(t *testing.T) {
+		le := e.withGateway(func(c *Config) {
+			c.Ranges.PrivateAllow, c.Ranges.Listeners = allow, listeners
+			c.Ranges.AllowServer = []netip.AddrPort{netip.MustParseAddrPort(api1)}
+		})
+		sb := le.session(t, n, Limits{})
+		code, body := get(t, sb.client(nil), "http://"+api1+"/v1/sessions")
+		if code != 200 || echoOf(t, body).Path != "/v1/sessions" {
+			t.Fatalf("the API named by --egress-allow-server: %d %q", code, body)
+		}
+		wantRecord(t, sb.done(), "allowed", "127.0.0.1", "")
+		// Only the address and port it names.
+		code, body = get(t, sb.client(nil), "http://127.0.0.1:"+wildPort+"/sse")
+		wantRefusal(t, code, body, http.StatusForbidden, "127.0.0.1:"+wildPort+" is refused: the address is this cellbox server's python tool server")
+	})
 }

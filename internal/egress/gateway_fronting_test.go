@@ -93,13 +93,13 @@ func TestGatewayFronting(t *testing.T) {
 	})
 
 	snis := []struct {
-		name, target, sni, reason string
+		name, target, sni, rule, reason string
 	}{
-		{"SNI of another name", "echo.example:443", "other.example",
+		{"SNI of another name", "echo.example:443", "other.example", "echo.example",
 			"the TLS server name other.example is not the tunnel's host echo.example " + fronting},
-		{"SNI of another name, other case", "echo.example:443", "Echo.Example.Evil",
+		{"SNI of another name, other case", "echo.example:443", "Echo.Example.Evil", "echo.example",
 			"the TLS server name echo.example.evil is not the tunnel's host echo.example " + fronting},
-		{"SNI of a name not allowed, to an allowed address", e.h.Addr(0).String() + ":443", "other.example",
+		{"SNI of a name not allowed, to an allowed address", e.h.Addr(0).String() + ":443", "other.example", e.h.Addr(0).String(),
 			"the TLS server name other.example is not allowed by this session's policy"},
 	}
 	for _, tt := range snis {
@@ -114,7 +114,7 @@ func TestGatewayFronting(t *testing.T) {
 				t.Fatalf("the handshake with SNI %s went through", tt.sni)
 			}
 			r := sb.done()
-			wantRecord(t, r, "allowed", r.Rule, tt.reason)
+			wantRecord(t, r, "allowed", tt.rule, tt.reason)
 			if r.BytesOut != 0 {
 				t.Errorf("record %+v: %d bytes went upstream", r, r.BytesOut)
 			}

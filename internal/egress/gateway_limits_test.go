@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -97,8 +98,24 @@ func TestGatewayLimits(t *testing.T) {
 		}
 	})
 
+	// The bandwidth cap: a token bucket at the session's rate, which every byte both ways
+	// waits for, in takes no larger than its burst. Counted, not timed: the bucket is the
+	// real one, wrapped.
 	t.Run("RateBytesPerSec", func(t *testing.T) {
-		sb := e.session(t, allow, Limits{RateBytesPerSec: 4 << 20})
+		const bps = 4 << 20
+		var made []int64
+		counted := &countingBucket{}
+		re := e.withGateway(func(*Config) {})
+		real := re.g.newBucket
+		re.g.newBucket = func(r int64) bucket {
+			made = append(made, r)
+			counted.bucket = real(r)
+			return counted
+		}
+		sb := re.session(t, allow, Limits{RateBytesPerSec: bps})
+		if len(made) != 1 || made[0] != bps {
+			t.Fatalf("buckets made: %v; want one of %d bytes/s", made, bps)
+		}
 		resp, err := sb.client(nil).Get("http://blob.example/all")
 		if err != nil {
 			t.Fatal(err)
@@ -117,8 +134,13 @@ func TestGatewayLimits(t *testing.T) {
 		if r.BytesIn < blobSize || r.BytesOut == 0 {
 			t.Errorf("record %+v; want at least %d bytes in", r, blobSize)
 		}
-		if log, _ := e.g.Log(sb.id); log.BytesUsed != r.BytesIn+r.BytesOut {
+		if log, _ := re.g.Log(sb.id); log.BytesUsed != r.BytesIn+r.BytesOut {
 			t.Errorf("log: used %d; want %d", log.BytesUsed, r.BytesIn+r.BytesOut)
+		}
+		total, most, takes := counted.counts()
+		if total != r.BytesIn+r.BytesOut || most > burst(bps) {
+			t.Errorf("the bucket gave %d bytes in %d takes of at most %d; want %d (every byte of the record) in takes of at most %d",
+				total, takes, most, r.BytesIn+r.BytesOut, burst(bps))
 		}
 	})
 
@@ -142,7 +164,7 @@ func TestGatewayLimits(t *testing.T) {
 		}
 		resp.Body.Close()
 		r := sb.done()
-		wantRecord(t, r, "allowed", "slow.example", r.Reason)
+		wantRecord(t, r, "allowed", "slow.example", "the client left before the answer ended")
 		c.CloseIdleConnections()
 		if !testbin.Eventually(10*time.Second, func() bool { return runtime.NumGoroutine() <= before }) {
 			buf := make([]byte, 1<<20)
@@ -162,6 +184,30 @@ func TestGatewayLimits(t *testing.T) {
 			t.Errorf("record %+v; want the request out and nothing in", r)
 		}
 	})
+}
+
+// countingBucket passes waits on to bucket, counting the bytes, the takes and the largest.
+type countingBucket struct {
+	bucket
+	mu    sync.Mutex
+	total int64
+	most  int
+	takes int
+}
+
+func (c *countingBucket) WaitN(ctx context.Context, n int) error {
+	c.mu.Lock()
+	c.total += int64(n)
+	c.most = max(c.most, n)
+	c.takes++
+	c.mu.Unlock()
+	return c.bucket.WaitN(ctx, n)
+}
+
+func (c *countingBucket) counts() (int64, int, int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.total, c.most, c.takes
 }
 
 // TestGatewayPolicyChange: a narrower policy closes the open tunnels it refuses and keeps

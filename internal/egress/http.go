@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -146,6 +147,9 @@ func (g *Gateway) plain(ctx context.Context, s *sess, cl *client, req *http.Requ
 	}
 	resp.Close = req.Close
 	if err := respond(cl, up, resp); err != nil {
+		if errors.Is(err, errClientGone) {
+			f.setReason("the client left before the answer ended")
+		}
 		return false
 	}
 	return !req.Close
@@ -200,12 +204,17 @@ func (c *capReader) Read(p []byte) (int, error) {
 // isTrace: a method whose answer carries the request's headers back.
 func isTrace(m string) bool { return strings.EqualFold(m, "TRACE") || strings.EqualFold(m, "TRACK") }
 
+// errClientGone: the client's connection broke while its answer was being written.
+var errClientGone = errors.New("the client left")
+
 // respond writes resp to the client. The upstream is closed as soon as the client goes (its
 // side of the connection ends, or a write to it fails): else a response that never ends, or
 // drips, would be read (resp.Write drains the body when a write fails) for a client that
-// left, holding the flow, its share of MaxConns and its bytes of the quota.
+// left, holding the flow, its share of MaxConns and its bytes of the quota. It returns
+// errClientGone when that is why the answer ended.
 func respond(cl *client, up net.Conn, resp *http.Response) error {
 	stop, watched := make(chan struct{}), make(chan struct{})
+	var gone atomic.Bool
 	go func() {
 		defer close(watched)
 		// The request was sent whole: what the client sends now is its next request
@@ -216,6 +225,7 @@ func respond(cl *client, up net.Conn, resp *http.Response) error {
 		case <-stop:
 		default:
 			if err != nil && !errors.Is(err, io.EOF) {
+				gone.Store(true)
 				up.Close()
 			}
 		}
@@ -223,6 +233,7 @@ func respond(cl *client, up net.Conn, resp *http.Response) error {
 	err := resp.Write(writerFunc(func(p []byte) (int, error) {
 		n, err := cl.Write(p)
 		if err != nil {
+			gone.Store(true)
 			up.Close()
 		}
 		return n, err
@@ -231,6 +242,9 @@ func respond(cl *client, up net.Conn, resp *http.Response) error {
 	cl.SetReadDeadline(time.Unix(1, 0)) // ends the Peek
 	<-watched
 	cl.SetReadDeadline(time.Time{})
+	if err != nil && gone.Load() {
+		return errClientGone
+	}
 	return err
 }
 

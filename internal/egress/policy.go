@@ -535,7 +535,7 @@ func (p *Policy) DecideAddr(r Ranges, name string, byName Decision, a netip.Addr
 	if name != "" {
 		dest = fmt.Sprintf("%s (%s)", hostPort(normName(name), port), a.WithZone("").Unmap())
 	}
-	if why := r.Blocked(a); why != "" {
+	if why := r.Blocked(a, port); why != "" {
 		return Decision{Refused: true, Reason: fmt.Sprintf("%s is refused: the address is %s", dest, why)}
 	}
 	for _, d := range p.Deny {

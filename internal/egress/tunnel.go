@@ -10,7 +10,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -21,9 +20,12 @@ import (
 // A tunnel (CONNECT, SOCKS5) carries what the client sends to the destination it named.
 // The gateway looks at the client's first bytes: a TLS ClientHello must name the tunnel's
 // host (or, for an address, a name the policy allows), and plain HTTP requests must carry
-// it in Host, each of them: no fronting of another domain behind an allowed one. For a
-// domain that carries a secret, TLS is terminated with the session's authority, and the
-// requests inside get the secret's headers. Anything else is relayed as it is.
+// it in Host, each of them: no fronting of another domain behind an allowed one. An
+// upgrade (a websocket) ends that reading only once the upstream has answered it 101
+// Switching Protocols; any other answer leaves the connection HTTP, read request by
+// request. For a domain that carries a secret, TLS is terminated with the session's
+// authority, and the requests inside get the secret's headers. Anything else is relayed as
+// it is.
 
 const (
 	tlsHandshake = 0x16
@@ -60,9 +62,10 @@ func (g *Gateway) tunnel(ctx context.Context, f *flow, cl *client, up net.Conn) 
 			return
 		}
 	}
-	down := make(chan error, 1)
+	d := &down{f: f}
+	downErr := make(chan error, 1)
 	go func() {
-		_, err := relay(cl.Conn, up)
+		err := d.run(cl.Conn, up)
 		if err == nil {
 			closeWrite(cl.Conn)
 		} else {
@@ -70,23 +73,24 @@ func (g *Gateway) tunnel(ctx context.Context, f *flow, cl *client, up net.Conn) 
 			// which may be waiting on a silent client, ends too.
 			f.kill("the connection broke or was idle too long")
 		}
-		down <- err
+		downErr <- err
 	}()
-	err := g.fromClient(f, cl.br, cl.lim, up, secret, false)
+	err := g.fromClient(f, cl.br, cl.lim, up, secret, false, d)
 	if err != nil {
 		f.kill(err.Error())
 	} else {
 		closeWrite(up)
 	}
-	if derr := <-down; derr != nil {
+	if derr := <-downErr; derr != nil {
 		f.kill("the connection broke")
 	}
 }
 
 // fromClient carries the client's bytes (read through br) to up, looking at the first
-// ones: see the comment above. lim caps a request header while it is read (nil: none).
-// A nil error is the client's end; an error says why the flow is cut.
-func (g *Gateway) fromClient(f *flow, br *bufio.Reader, lim *limitConn, up net.Conn, secret http.Header, intercepted bool) error {
+// ones: see the comment above. lim caps a request header while it is read (nil: none); d
+// carries the upstream's answers. A nil error is the client's end; an error says why the
+// flow is cut.
+func (g *Gateway) fromClient(f *flow, br *bufio.Reader, lim *limitConn, up net.Conn, secret http.Header, intercepted bool, d *down) error {
 	b, err := br.Peek(1)
 	if err != nil {
 		return nil
@@ -101,7 +105,8 @@ func (g *Gateway) fromClient(f *flow, br *bufio.Reader, lim *limitConn, up net.C
 			return errors.New(why)
 		}
 	case looksHTTP(br):
-		return g.requests(f, br, lim, up, secret)
+		d.speaksHTTP()
+		return g.requests(f, br, lim, up, secret, d)
 	}
 	_, err = relay(up, br)
 	if errors.Is(err, errQuota) {
@@ -134,8 +139,10 @@ func (g *Gateway) checkSNI(f *flow, sni string) string {
 }
 
 // requests carries plain HTTP requests from br to up, each with the tunnel's host in Host
-// and the secret's headers set. The answers flow back beside it, as they are.
-func (g *Gateway) requests(f *flow, br *bufio.Reader, lim *limitConn, up net.Conn, secret http.Header) error {
+// and the secret's headers set. The answers flow back beside it, as they are, through d.
+// After a request to upgrade, it waits for the answer's status: 101, and the client's bytes
+// are relayed unread from then on; anything else, and the next request is read and checked.
+func (g *Gateway) requests(f *flow, br *bufio.Reader, lim *limitConn, up net.Conn, secret http.Header, d *down) error {
 	for {
 		if lim != nil {
 			lim.N = maxHeaderBytes
@@ -163,8 +170,12 @@ func (g *Gateway) requests(f *flow, br *bufio.Reader, lim *limitConn, up net.Con
 		}
 		out := outgoing(req, secret)
 		out.Close = req.Close
-		upgrade := req.Header.Get("Upgrade")
+		upgrade := upgradeOf(req.Header)
+		answer, read := d.send(req.Method, upgrade != "")
 		if upgrade != "" {
+			if !read {
+				return errors.New("an upgrade is refused where the proxy cannot read the server's answer (it spoke first, or not HTTP)")
+			}
 			out.Header.Set("Connection", "Upgrade")
 			out.Header.Set("Upgrade", upgrade)
 		}
@@ -174,14 +185,39 @@ func (g *Gateway) requests(f *flow, br *bufio.Reader, lim *limitConn, up net.Con
 			}
 			return errors.New("the connection broke")
 		}
-		if upgrade != "" {
-			_, err := relay(up, br)
-			if errors.Is(err, errQuota) {
-				return err
+		if upgrade == "" {
+			continue
+		}
+		code, ok := <-answer
+		if !ok {
+			return errors.New("the server did not answer the upgrade with a response the proxy could read")
+		}
+		if code != http.StatusSwitchingProtocols {
+			continue // not switched: the next request is HTTP, and checked
+		}
+		_, err = relay(up, br)
+		if errors.Is(err, errQuota) {
+			return err
+		}
+		return nil
+	}
+}
+
+// upgradeOf is the Upgrade header of a request, without h2c: HTTP/2 inside the tunnel would
+// carry each request's host where the proxy does not read it, and a client that offers h2c
+// goes on in HTTP/1.1 when the server does not take it.
+func upgradeOf(h http.Header) string {
+	var keep []string
+	for _, v := range h.Values("Upgrade") {
+		for _, p := range strings.Split(v, ",") {
+			p = strings.TrimSpace(p)
+			name, _, _ := strings.Cut(p, "/")
+			if p != "" && !strings.EqualFold(name, "h2c") {
+				keep = append(keep, p)
 			}
-			return nil
 		}
 	}
+	return strings.Join(keep, ", ")
 }
 
 // intercept terminates TLS on both sides, with a certificate of the session's authority
@@ -221,24 +257,25 @@ func (g *Gateway) intercept(ctx context.Context, f *flow, cl *client, up net.Con
 	f.rec.Intercepted = true
 	f.secret = secret
 	f.mu.Unlock()
-	down := make(chan error, 1)
+	d := &down{f: f, status: true}
+	downErr := make(chan error, 1)
 	go func() {
-		_, err := relay(&statusOf{w: tcl, f: f}, tup)
+		err := d.run(tcl, tup)
 		if err == nil {
 			closeWrite(tcl)
 		} else {
 			f.kill("the connection broke or was idle too long")
 		}
-		down <- err
+		downErr <- err
 	}()
 	lt := &limitConn{Conn: tcl, N: -1} // caps the requests' headers, in plain text
-	err = g.fromClient(f, bufio.NewReaderSize(lt, 32<<10), lt, tup, secret, true)
+	err = g.fromClient(f, bufio.NewReaderSize(lt, 32<<10), lt, tup, secret, true, d)
 	if err != nil {
 		f.kill(err.Error())
 	} else {
 		closeWrite(tup)
 	}
-	if derr := <-down; derr != nil {
+	if derr := <-downErr; derr != nil {
 		f.kill("the connection broke")
 	}
 }
@@ -354,25 +391,180 @@ func relay(dst io.Writer, src io.Reader) (int64, error) {
 	return io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, *b)
 }
 
-// statusOf passes what it writes on to w, and notes in f the status of the first HTTP
-// response in it (an intercepted connection's answers are HTTP/1.1: ALPN offered no other).
-type statusOf struct {
-	w    io.Writer
-	f    *flow
-	head []byte // the first bytes, until the status is read
-	done bool
+// down carries what the upstream sends to the client, as it comes. Once the client's first
+// bytes showed HTTP, and the upstream had sent nothing before them, it also reads the
+// responses in what it carries, in order, each paired with its request: requests learns
+// the status of the answer to an upgrade before it lets the client's bytes through unread.
+type down struct {
+	f      *flow
+	status bool // note the first response's status in f (an intercepted connection)
+
+	mu      sync.Mutex
+	http    bool    // the answers are read
+	decided bool    // the upstream has spoken: whether they are read is settled
+	sent    []*sent // requests sent whose final answer has not been read, oldest first
 }
 
-func (s *statusOf) Write(p []byte) (int, error) {
-	if !s.done {
-		s.head = append(s.head, p[:min(len(p), 12-len(s.head))]...)
-		if len(s.head) == 12 {
-			s.done = true
-			// "HTTP/1.1 200"
-			if code, err := strconv.Atoi(string(s.head[9:12])); err == nil && strings.HasPrefix(string(s.head), "HTTP/1.") {
-				s.f.setStatus(code)
-			}
+// sent is a request gone upstream.
+type sent struct {
+	method string
+	status chan int // an upgrade's: its answer's status; closed without one if none is read
+}
+
+// speaksHTTP says the client's first bytes are an HTTP request: the answers are read,
+// unless the upstream spoke first.
+func (d *down) speaksHTTP() {
+	d.mu.Lock()
+	if !d.decided {
+		d.http = true
+	}
+	d.mu.Unlock()
+}
+
+// send notes a request about to go upstream, and for an upgrade returns where its answer's
+// status comes; false when the answers are not read.
+func (d *down) send(method string, upgrade bool) (<-chan int, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.http {
+		return nil, false
+	}
+	s := &sent{method: method}
+	if upgrade {
+		s.status = make(chan int, 1)
+	}
+	d.sent = append(d.sent, s)
+	return s.status, true
+}
+
+// oldest is the oldest request whose final answer has not been read; nil: none (an answer
+// nobody asked for, as a server's 408 before it closes).
+func (d *down) oldest() *sent {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.sent) == 0 {
+		return nil
+	}
+	return d.sent[0]
+}
+
+// answered takes s, answered with code, off the requests sent.
+func (d *down) answered(s *sent, code int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.sent) == 0 || d.sent[0] != s {
+		return
+	}
+	d.sent = d.sent[1:]
+	if s.status != nil {
+		s.status <- code
+	}
+}
+
+// stop ends the reading of answers: an upgrade waiting for its answer gets none.
+func (d *down) stop() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.http, d.decided = false, true
+	for _, s := range d.sent {
+		if s.status != nil {
+			close(s.status)
 		}
 	}
-	return s.w.Write(p)
+	d.sent = nil
+}
+
+// run carries up to w until up ends (nil) or a read or a write fails.
+func (d *down) run(w io.Writer, up io.Reader) error {
+	// Settled before the client can see a byte: a client that answers the upstream's
+	// first bytes with a request is not read as one that spoke first.
+	tr := &teeReader{r: up, w: w, first: func() {
+		d.mu.Lock()
+		d.decided = true
+		d.mu.Unlock()
+	}}
+	lim := &capReader{r: tr, n: -1}
+	br := bufio.NewReaderSize(lim, 32<<10)
+	if _, err := br.Peek(1); err == nil {
+		d.mu.Lock()
+		read := d.http
+		d.mu.Unlock()
+		if read {
+			d.read(br, lim)
+		}
+	}
+	d.stop()
+	// The rest is carried unread: after a switch of protocols, after what could not be
+	// read as HTTP, or all of a stream that is not HTTP. What br holds was carried already.
+	br.Discard(br.Buffered())
+	if tr.err == nil {
+		relay(io.Discard, tr)
+	}
+	return tr.err
+}
+
+// read reads the answers in br, each to its end, until a switch of protocols or what it
+// cannot read (a header past 64 KiB among it: lim caps what a header may take).
+func (d *down) read(br *bufio.Reader, lim *capReader) {
+	first := d.status
+	for {
+		s := d.oldest()
+		req := &http.Request{Method: http.MethodGet}
+		if s != nil {
+			req.Method = s.method
+		}
+		lim.n = maxHeaderBytes
+		resp, err := http.ReadResponse(br, req)
+		lim.n = -1
+		if err != nil {
+			return
+		}
+		if first {
+			d.f.setStatus(resp.StatusCode)
+			first = false
+		}
+		switch {
+		case resp.StatusCode == http.StatusSwitchingProtocols:
+			d.answered(s, resp.StatusCode)
+			return // what follows is another protocol
+		case resp.StatusCode < 200:
+			continue // informational (100, 103): the final answer follows, without a body
+		}
+		d.answered(s, resp.StatusCode)
+		_, err = relay(io.Discard, resp.Body) // carried to the client as it is read
+		resp.Body.Close()
+		if err != nil {
+			return
+		}
+	}
+}
+
+// teeReader writes to w what it reads from r, and keeps the first error of either that is
+// not r's end. first, if set, runs before the first write.
+type teeReader struct {
+	r     io.Reader
+	w     io.Writer
+	err   error
+	first func()
+}
+
+func (t *teeReader) Read(p []byte) (int, error) {
+	if t.err != nil {
+		return 0, t.err
+	}
+	n, err := t.r.Read(p)
+	if n > 0 {
+		if t.first != nil {
+			t.first()
+			t.first = nil
+		}
+		if _, werr := t.w.Write(p[:n]); werr != nil {
+			t.err = werr
+			return n, werr
+		}
+	}
+	if err != nil && err != io.EOF {
+		t.err = err
+	}
+	return n, err
 }

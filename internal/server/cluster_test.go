@@ -2,8 +2,14 @@ package server
 
 import (
 	"net"
+	"net/netip"
+	"net/url"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/cellbox/cellbox/internal/cluster"
+	"github.com/cellbox/cellbox/internal/listen"
 )
 
 // Where the other nodes reach this one: --cluster-url when given (a base URL, nothing
@@ -40,5 +46,33 @@ func TestClusterURL(t *testing.T) {
 		if err != nil || u.String() != tt.want {
 			t.Errorf("clusterURL(%q, %v) = %v, %v; want %s", tt.flag, tt.addr, u, err, tt.want)
 		}
+	}
+}
+
+// The cluster's nodes are listeners the egress gateway refuses: each node's URL, by address,
+// its port or the scheme's.
+func TestNodeSockets(t *testing.T) {
+	member := func(name, u string) cluster.Member {
+		m := cluster.Member{Name: name}
+		if u != "" {
+			m.URL, _ = url.Parse(u)
+		}
+		return m
+	}
+	members := []cluster.Member{
+		member("a", "http://10.0.0.7:8080"),
+		member("b", "https://[fd00::7]"),
+		member("c", "http://[::ffff:10.0.0.9]"),
+		member("d", "http://node-d.cellbox.svc:8080"), // a name: left out
+		member("e", ""),
+	}
+	got := nodeSockets(func() []cluster.Member { return members })()
+	want := []listen.Socket{
+		{Addr: netip.MustParseAddrPort("10.0.0.7:8080"), Name: "cellbox node a's API"},
+		{Addr: netip.MustParseAddrPort("[fd00::7]:443"), Name: "cellbox node b's API"},
+		{Addr: netip.MustParseAddrPort("10.0.0.9:80"), Name: "cellbox node c's API"},
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("nodeSockets = %+v\nwant %+v", got, want)
 	}
 }

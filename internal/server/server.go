@@ -14,10 +14,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -36,6 +38,7 @@ import (
 	"github.com/cellbox/cellbox/internal/httpapi"
 	"github.com/cellbox/cellbox/internal/image"
 	"github.com/cellbox/cellbox/internal/jupyter"
+	"github.com/cellbox/cellbox/internal/listen"
 	"github.com/cellbox/cellbox/internal/llm"
 	"github.com/cellbox/cellbox/internal/mcpserver"
 	"github.com/cellbox/cellbox/internal/move"
@@ -66,6 +69,7 @@ type Server struct {
 	cluster   *cluster.Cluster // nil unless --cluster
 	drain     *move.Drainer    // with cluster
 	jupyter   *jupyter.Handler // nil with --no-jupyter
+	unpeer    func()           // takes the cluster's nodes off the egress gateway's list of listeners
 	unlock    func()           // of the state dir
 }
 
@@ -280,7 +284,7 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (_ *Server, err
 	if opts.NoListen {
 		return s, nil
 	}
-	ln, err := net.Listen("tcp", cfg.Addr)
+	ln, err := listen.TCP("this cellbox server's API", cfg.Addr)
 	if err != nil {
 		m.Shutdown(ctx)
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Addr, err)
@@ -354,6 +358,7 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (_ *Server, err
 			m.Shutdown(ctx)
 			return nil, err
 		}
+		s.unpeer = listen.Peers(nodeSockets(s.cluster.Members))
 	}
 	var routes httpapi.Cluster
 	var moves *move.Verifier
@@ -395,7 +400,7 @@ func Start(ctx context.Context, cfg config.Config, opts Options) (_ *Server, err
 		PublicURL:      cfg.PublicURL,
 	})
 	if cfg.PythonToolAddr != "" {
-		pl, err := net.Listen("tcp", cfg.PythonToolAddr)
+		pl, err := listen.TCP("this cellbox server's python tool server", cfg.PythonToolAddr)
 		if err != nil {
 			ln.Close()
 			m.Shutdown(ctx)
@@ -472,6 +477,35 @@ func joinCluster(ctx context.Context, cfg config.Config, addr net.Addr, m *sessi
 	close(ready)
 	log.Info("cluster node registered", "node", cfg.ClusterNode, "namespace", ns, "url", u.String(), "session_id_prefix", c.Tag())
 	return c, nil
+}
+
+// nodeSockets lists the API of each node of the cluster (this one too, at the URL the others
+// use) as a listener sessions must not reach: the cluster's routes and moves are there. A
+// node whose URL names a host rather than an address is left out: the gateway would have to
+// resolve it on every decision (docs/security.md, "Not defended yet").
+func nodeSockets(members func() []cluster.Member) func() []listen.Socket {
+	return func() []listen.Socket {
+		var out []listen.Socket
+		for _, m := range members() {
+			if m.URL == nil {
+				continue
+			}
+			a, err := netip.ParseAddr(strings.Trim(m.URL.Hostname(), "[]"))
+			if err != nil {
+				continue
+			}
+			port := m.URL.Port()
+			if port == "" {
+				port = map[string]string{"http": "80", "https": "443"}[m.URL.Scheme]
+			}
+			p, err := strconv.ParseUint(port, 10, 16)
+			if err != nil {
+				continue
+			}
+			out = append(out, listen.Socket{Addr: netip.AddrPortFrom(a.Unmap(), uint16(p)), Name: "cellbox node " + m.Name + "'s API"})
+		}
+		return out
+	}
 }
 
 // clusterURL is where the other nodes reach this one: --cluster-url, else the address
@@ -569,6 +603,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.drain.Close()
 		errs = append(errs, s.cluster.Leave(ctx))
 		defer s.cluster.Close()
+		defer s.unpeer()
 	}
 	// Stop taking requests, but let running ones end: the manager interrupts their cells.
 	s.MCP.Close()

@@ -19,6 +19,7 @@ import (
 	"github.com/cellbox/cellbox/internal/egress"
 	"github.com/cellbox/cellbox/internal/errdefs"
 	"github.com/cellbox/cellbox/internal/guestproto"
+	"github.com/cellbox/cellbox/internal/listen"
 )
 
 // Network access: each session has a policy (api.Network) that the egress gateway
@@ -99,7 +100,16 @@ func newNetwork(cfg config.Config, confined bool, log *slog.Logger, reg promethe
 		}
 		allow = append(allow, p.Masked())
 	}
-	gcfg := egress.Config{Ranges: egress.Ranges{PrivateAllow: allow, Own: ownAddrs()}, Log: log, Registerer: reg}
+	var allowServer []netip.AddrPort
+	for _, s := range config.SplitList(cfg.EgressAllowServer) {
+		ap, err := netip.ParseAddrPort(s)
+		if err != nil || ap.Port() == 0 || ap.Addr().IsUnspecified() || ap.Addr().Zone() != "" {
+			return nil, bad("egress-allow-server", fmt.Errorf("%q: name the address and port sessions would dial, e.g. 127.0.0.1:8080 or [::1]:8080", s))
+		}
+		allowServer = append(allowServer, netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()))
+	}
+	gcfg := egress.Config{Ranges: egress.Ranges{PrivateAllow: allow, Own: ownAddrs(), Listeners: listeners, AllowServer: allowServer},
+		Log: log, Registerer: reg}
 	if cfg.EgressRoots != "" {
 		pem, err := os.ReadFile(cfg.EgressRoots)
 		if err != nil {
@@ -141,6 +151,17 @@ func parsePolicyFlag(s string) (api.Network, error) {
 		return api.Network{Egress: mode, Allow: config.SplitList(list)}, nil
 	}
 	return api.Network{}, fmt.Errorf("%q: want none, public or allowlist:ENTRY,ENTRY", s)
+}
+
+// listeners are the server's listeners (package listen): the gateway never dials them, but
+// for those --egress-allow-server names.
+func listeners() []egress.Listener {
+	ss := listen.Sockets()
+	out := make([]egress.Listener, len(ss))
+	for i, s := range ss {
+		out[i] = egress.Listener{Addr: s.Addr, Name: s.Name}
+	}
+	return out
 }
 
 // ownAddrs lists the machine's addresses, looked up again at most every few seconds: the

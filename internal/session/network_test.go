@@ -25,6 +25,9 @@ func TestNetworkFlags(t *testing.T) {
 		{"default wider than max", func(c *config.Config) { c.Egress, c.EgressMax = "public", "none" }, "--egress"},
 		{"bad deny entry", func(c *config.Config) { c.EgressDeny = "10.0.0.0/33" }, "--egress-max or --egress-deny"},
 		{"bad private allow", func(c *config.Config) { c.EgressPrivateAllow = "intranet" }, "--egress-private-allow"},
+		{"allow server without a port", func(c *config.Config) { c.EgressAllowServer = "127.0.0.1" }, "--egress-allow-server"},
+		{"allow server on a wildcard", func(c *config.Config) { c.EgressAllowServer = "0.0.0.0:8080" }, "name the address and port sessions would dial"},
+		{"allow server by name", func(c *config.Config) { c.EgressAllowServer = "localhost:8080" }, "--egress-allow-server"},
 		{"missing tenants file", func(c *config.Config) { c.EgressTenants = "/nonexistent/tenants.json" }, "--egress-tenants"},
 		{"a tenant's max below the server's default", func(c *config.Config) {
 			p := filepath.Join(t.TempDir(), "tenants.json")

@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"net/url"
 	"strings"
@@ -316,7 +318,7 @@ func TestEgressPublic(t *testing.T) {
 		{"metadata_name", "http://metadata.egress.test/", "metadata"},
 		{"metadata_v6", "http://[fd00:ec2::254]/", "metadata"},
 		{"rebinding", "http://rebind.egress.test/", "private"},
-		{"server_api", "http://" + u.Host + "/v1/sessions", "own address"},
+		{"server_api", "http://" + u.Host + "/v1/sessions", "the address is this cellbox server's API"},
 		{"server_own_address", "http://" + e.h.HostAddr().String() + "/", "own"},
 		{"mapped_v6", "http://[::ffff:127.0.0.1]/", "own address"},
 		{"decimal", "http://2130706433/", "cellbox egress"},
@@ -384,4 +386,64 @@ func TestEgressAfterRestart(t *testing.T) {
 	if r := e.sh(t, id, "curl -sS https://"+apiName+"/ && curl -sS https://"+otherName+"/ 2>&1"); !strings.HasPrefix(r.Stdout, "authorized") || !strings.Contains(r.Stdout, "403") {
 		t.Errorf("after the restart: %+v", r)
 	}
+}
+
+// TestEgressServerListeners: a session allowed 127.0.0.1, on a server whose operator allowed
+// loopback (--egress-private-allow 127.0.0.1/32, for a mirror), reaches the mirror's port but
+// not the server's own API, refused with a reason naming it; a server started with
+// --egress-allow-server naming its API's address and port lets it through.
+func TestEgressServerListeners(t *testing.T) {
+	testbin.NeedProgram(t, "curl", "curl")
+	mirror := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, "the mirror's index")
+	}))
+	t.Cleanup(mirror.Close)
+	start := func(t *testing.T, allowServer bool) (*env, string) {
+		cfg := testserver.Config(testserver.Host(t), t.TempDir())
+		cfg.EgressPrivateAllow = "127.0.0.1/32"
+		cfg.PoolSize, cfg.PoolMax = 1, 0
+		if allowServer {
+			// The API's address is named before it listens: a free port, taken at once.
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.Addr = ln.Addr().String()
+			ln.Close()
+			cfg.EgressAllowServer = cfg.Addr
+		}
+		s := testserver.Start(t, cfg, server.Options{})
+		u, _ := url.Parse(s.URL)
+		return &env{c: client.New(s.URL), url: s.URL}, u.Host
+	}
+	curl := func(e *env, t *testing.T, id, u string) string {
+		r := e.sh(t, id, "curl -sS --noproxy '' -x \"$HTTP_PROXY\" -w '\n%{http_code}' "+u+" 2>&1")
+		return r.Stdout
+	}
+	n := &api.Network{Egress: api.EgressAllowlist, Allow: []string{"127.0.0.1"}}
+
+	t.Run("attack/the_server_api", func(t *testing.T) {
+		e, apiAddr := start(t, false)
+		id := e.session(t, n)
+		out := curl(e, t, id, "http://"+apiAddr+"/v1/sessions")
+		if want := "cellbox egress: " + apiAddr + " is refused: the address is this cellbox server's API"; !strings.Contains(out, want) || !strings.HasSuffix(out, "403") {
+			t.Errorf("the server's API through the proxy: %q; want 403 with %q", out, want)
+		}
+		if out := curl(e, t, id, mirror.URL+"/simple/"); out != "the mirror's index\n200" {
+			t.Errorf("the mirror on another loopback port: %q", out)
+		}
+		log, err := e.c.EgressLog(ctxT(t, 10*time.Second), id)
+		if err != nil || len(log.Connections) < 2 || log.Connections[1].Decision != "refused" || log.Connections[1].Address != "" {
+			t.Errorf("the egress log: %+v, %v", log, err)
+		}
+	})
+
+	t.Run("allow_server", func(t *testing.T) {
+		e, apiAddr := start(t, true)
+		id := e.session(t, n)
+		out := curl(e, t, id, "http://"+apiAddr+"/v1/sessions")
+		if !strings.HasSuffix(out, "200") || !strings.Contains(out, id) {
+			t.Errorf("the server's API, named by --egress-allow-server: %q; want 200 listing %s", out, id)
+		}
+	})
 }
