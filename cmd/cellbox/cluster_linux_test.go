@@ -1157,10 +1157,15 @@ func forgeMoves(t *testing.T, tc *testCluster, like string) []*forgedMove {
 		for _, f := range []struct{ name, body string }{
 			{"record.json", string(rec)},
 			{"checkpoint/cellbox.json", meta},
+			{"checkpoint/images/", ""},
 			{"checkpoint/images/inventory.img", "x"},
 			{"workspace/planted.txt", "x"},
 		} {
-			tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: f.name, Mode: 0o600, Size: int64(len(f.body))})
+			h := &tar.Header{Typeflag: tar.TypeReg, Name: f.name, Mode: 0o600, Size: int64(len(f.body))}
+			if strings.HasSuffix(f.name, "/") {
+				h.Typeflag, h.Mode = tar.TypeDir, 0o700
+			}
+			tw.WriteHeader(h)
 			tw.Write([]byte(f.body))
 		}
 		tw.Close()

@@ -265,6 +265,10 @@ func readTrees(tr *tar.Reader, checkpoint, workspace string, maxCheckpoint, maxW
 		default:
 			return fmt.Errorf("the stream holds %q of a kind a move does not send: %w", h.Name, errdefs.ErrInvalidArgument)
 		}
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrExist) || errors.Is(err, syscall.ENOTDIR) {
+			// A name in a folder the stream did not send, or sent twice: the sender's doing.
+			return fmt.Errorf("the stream cannot be written as sent (%s: %v): %w", h.Name, errors.Unwrap(err), errdefs.ErrInvalidArgument)
+		}
 		if err != nil {
 			return fmt.Errorf("write %s: %w", h.Name, err)
 		}
