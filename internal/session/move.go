@@ -303,8 +303,8 @@ func (m *Manager) checkMoved(in Incoming) (record, boxSpec, error) {
 		return bad(fmt.Errorf("idle_timeout_s %v is outside this server's 0 to %v: %w", r.IdleTimeoutS, m.cfg.MaxIdleTimeout.Seconds(), errdefs.ErrInvalidArgument))
 	case r.IdleAction != "" && r.IdleAction != api.IdleActionEnd && r.IdleAction != api.IdleActionPause:
 		return bad(fmt.Errorf("idle_action %.32q: %w", r.IdleAction, errdefs.ErrInvalidArgument))
-	case r.ExpiresAt != nil && r.ExpiresAt.Sub(time.Now()) > m.cfg.MaxLifetime:
-		return bad(m.tooLong(r.ExpiresAt.Sub(time.Now()).Seconds()))
+	case r.ExpiresAt != nil && time.Until(*r.ExpiresAt) > m.cfg.MaxLifetime:
+		return bad(m.tooLong(time.Until(*r.ExpiresAt).Seconds()))
 	case r.CheckpointBytes < 0 || r.ExecutionCount < 0:
 		return bad(fmt.Errorf("negative sizes or counts: %w", errdefs.ErrInvalidArgument))
 	case len(r.Artifacts) > 0 && m.uploads == nil:
