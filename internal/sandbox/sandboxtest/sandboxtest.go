@@ -971,6 +971,13 @@ func testForkBomb(t *testing.T, b sandbox.Backend) {
 	if got := x.run(t, "print(kept + 1, end='')"); got != "42" {
 		t.Errorf("after the fork bomb the kernel printed %q; want its variables kept", got)
 	}
+	// A restart still can (its children go with the old kernel, and their memory).
+	if err := x.c.Restart(ctxT(t, 60*time.Second)); err != nil {
+		t.Fatalf("restart after the fork bomb: %v", err)
+	}
+	if got := x.run(t, "print(6 * 7, end='')"); got != "42" {
+		t.Errorf("after the restart the kernel printed %q", got)
+	}
 }
 
 // cpuShareCode is busy for 1.5 s of wall time and prints the share of a core it got.
