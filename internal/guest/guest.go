@@ -35,6 +35,11 @@ import (
 	"github.com/cellbox/cellbox/internal/guestproto"
 )
 
+// CgroupMount is where a gVisor sandbox has the sentry's own cgroup2 hierarchy (runsc
+// --in-sandbox-cgroup=v2, with a cgroup mount in the spec and no cgroup namespace), in which
+// runsc makes the sandbox's cgroup and starts the guest.
+const CgroupMount = "/sys/fs/cgroup"
+
 // Options configure Serve.
 type Options struct {
 	// Workspace is the folder served as /mnt/data; "" means /mnt/data itself. The local
@@ -46,6 +51,11 @@ type Options struct {
 	// MemoryMB, when not 0, is user code's memory limit, kept by the guest itself (see
 	// memWatch): for a sandbox whose kernel has no OOM killer that acts inside it (gVisor).
 	MemoryMB int
+	// Pids, when not 0, is user code's limit of processes and threads, kept by the guest in
+	// its cgroup below CgroupMount (see userPids): for a sandbox whose kernel counts its
+	// own tasks there (gVisor). With MemoryMB, new ones are also refused while memory is
+	// short.
+	Pids int
 	// MplCache is an optional folder holding a prebuilt matplotlib font cache; the kernel's
 	// private MPLCONFIGDIR is seeded from it.
 	MplCache string
@@ -88,6 +98,7 @@ func Main(args []string) int {
 	workspace := fs.String("workspace", api.WorkspaceDir, "the workspace folder, seen by users as "+api.WorkspaceDir)
 	cgroup := fs.String("cgroup", "", "folder with the sandbox's own cgroup files, e.g. /sys/fs/cgroup (empty: no OOM accounting)")
 	memoryMB := fs.Int("memory-mb", 0, "keep user code's memory under this many MiB: past it, kill the process that holds the most (for gVisor, whose host OOM kill would end the whole sandbox; 0: the sandbox's kernel does)")
+	pids := fs.Int("pids", 0, "keep user code's processes and threads under this many, in the guest's cgroup of the cgroup2 hierarchy at "+CgroupMount+", which the guest leaves (for gVisor, whose sentry counts its tasks there; 0: the sandbox's cgroup does)")
 	mplCache := fs.String("mpl-cache", "", "optional read-only folder with a prebuilt matplotlib font cache")
 	userUID := fs.Int("user-uid", 0, "run user code (kernel, commands) as this uid; 0: as the guest's own")
 	userGID := fs.Int("user-gid", 0, "with --user-uid: the gid of user code")
@@ -148,7 +159,7 @@ func Main(args []string) int {
 	log := slog.New(slog.NewTextHandler(&cappedWriter{w: os.Stderr, left: maxLog}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	protect(log)
 	ctx := context.Background()
-	opts := Options{Workspace: *workspace, Cgroup: *cgroup, MemoryMB: *memoryMB, MplCache: *mplCache,
+	opts := Options{Workspace: *workspace, Cgroup: *cgroup, MemoryMB: *memoryMB, Pids: *pids, MplCache: *mplCache,
 		UserUID: *userUID, UserGID: *userGID, OrphanExit: *orphanExit, Template: *template, Egress: *egress, Init: true, Logger: log}
 	var err error
 	if *listen != "" {

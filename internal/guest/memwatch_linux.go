@@ -23,11 +23,16 @@ import (
 // the limit, and past the limit SIGKILLs the process that holds the most, weighted by
 // oom_score_adj as Linux's OOM killer does (the kernel and commands go first, oomFirst).
 // The host's limit stays above this one (sandbox.GVisorHostMemoryMB) as a backstop.
+//
+// With pids set, it also refuses new processes while less than an eighth of the limit is
+// free (until a quarter is again): there a fork takes memory at once (see userPids), and a
+// fork bomb is to end at a fork that fails, as under runc, not in the kernel's OOM kill.
 type memWatch struct {
 	limit uint64 // bytes
 	self  int
 	log   *slog.Logger
 	kills atomic.Int64
+	pids  *userPids // nil: none
 }
 
 // The watch's intervals: a fill of the memory runs at a few GB/s, so above half the limit
@@ -85,6 +90,7 @@ func (w *memWatch) run(ctx context.Context) {
 		if n > w.limit/2 {
 			next = busyEvery
 		}
+		w.admit(n)
 		switch {
 		case n <= w.limit:
 			victim = 0 // its pid may name another process one day
@@ -99,6 +105,18 @@ func (w *memWatch) run(ctx context.Context) {
 			}
 		}
 		t.Reset(next)
+	}
+}
+
+// admit holds user code's count of processes while less than an eighth of the limit is
+// free, and releases it once a quarter is again, for n bytes in use.
+func (w *memWatch) admit(n uint64) {
+	switch {
+	case w.pids == nil:
+	case n > w.limit-w.limit/8:
+		w.pids.hold()
+	case n < w.limit-w.limit/4:
+		w.pids.release()
 	}
 }
 

@@ -29,6 +29,8 @@ type procTable struct {
 	// With reapAll: the latest statuses no waiter took, for adopt (at most maxUnclaimed).
 	unclaimed map[int]unix.WaitStatus
 	order     []int
+	// pids, when set, is the cgroup every child is cloned into (see userPids).
+	pids *userPids
 }
 
 const maxUnclaimed = 64
@@ -167,6 +169,13 @@ func (p *procTable) forget(pid int) {
 	}
 }
 
+// startIn makes every child start in u's cgroup.
+func (p *procTable) startIn(u *userPids) {
+	p.mu.Lock()
+	p.pids = u
+	p.mu.Unlock()
+}
+
 // start runs a program in its own process group and returns its pid and a channel that
 // receives its exit status once.
 func (p *procTable) start(path string, argv []string, attr *syscall.ProcAttr) (int, <-chan unix.WaitStatus, error) {
@@ -178,6 +187,9 @@ func (p *procTable) start(path string, argv []string, attr *syscall.ProcAttr) (i
 	attr.Sys.Pdeathsig = syscall.SIGKILL
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.pids != nil {
+		attr.Sys.UseCgroupFD, attr.Sys.CgroupFD = true, p.pids.fd
+	}
 	pid, err := syscall.ForkExec(path, argv, attr)
 	if err != nil {
 		return 0, nil, err

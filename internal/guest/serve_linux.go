@@ -125,7 +125,18 @@ func newServer(opts Options) (*server, error) {
 	_, procErr := os.Stat("/proc/self/fd")
 	s := &server{opts: opts, log: log, root: r, tmp: tmp, user: user, oom: newOOMCounter(opts.Cgroup),
 		procFD: procErr == nil, cmds: map[int]bool{}, runs: newRuns()}
+	var pids *userPids
+	if opts.Pids > 0 {
+		// Fails closed: without it user code would have no process limit.
+		if pids, err = newUserPids(CgroupMount, "/proc/self/cgroup", opts.Pids, log); err != nil {
+			r.close()
+			os.RemoveAll(tmp)
+			return nil, err
+		}
+		procs().startIn(pids)
+	}
 	if w := newMemWatch(opts.MemoryMB, log); w != nil {
+		w.pids = pids
 		ctx, cancel := context.WithCancel(context.Background())
 		s.oom.watch, s.watch = w, cancel
 		go w.run(ctx)

@@ -370,6 +370,12 @@ func TestKernelHolds(t *testing.T) {
 	for {
 		_, b, err := slow.Read(ctx)
 		if err != nil {
+			// The server's close for not reading, with its reason: not the test's deadline,
+			// nor a connection that merely dropped.
+			var ce websocket.CloseError
+			if ctx.Err() != nil || !errors.As(err, &ce) || ce.Code != websocket.StatusPolicyViolation || !strings.Contains(ce.Reason, "does not read") {
+				t.Fatalf("the websocket that read nothing ended with %v (the test's deadline: %v); want the server's close for not reading", err, ctx.Err())
+			}
 			break
 		}
 		var m msg

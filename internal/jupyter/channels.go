@@ -33,11 +33,12 @@ const (
 	// behind is disconnected.
 	maxOut      = 4096
 	maxOutBytes = 64 << 20
-	// writeTimeout is how long one message may take to write.
-	writeTimeout = 30 * time.Second
 	// maxMalformed closes a websocket after that many messages in a row that are none.
 	maxMalformed = 100
 )
+
+// writeTimeout is how long one message may take to write (a variable for the tests).
+var writeTimeout = 30 * time.Second
 
 // kernel is the gateway's side of one session's kernel while it has websockets: the
 // websockets (each gets every iopub message, as from a Jupyter kernel), and the queue of

@@ -57,7 +57,12 @@ type GuestCommand struct {
 	Cgroup string // the sandbox's own cgroup folder, inside; "": none (gVisor)
 	// MemoryMB, not 0 under gVisor only: the guest keeps user code under this limit itself
 	// (the host's OOM kill would end the whole sandbox; see GVisorHostMemoryMB).
-	MemoryMB   int
+	MemoryMB int
+	// Pids, not 0 under gVisor only: the guest keeps user code's processes and threads
+	// under this limit itself, in the sandbox's cgroup of the sentry's own cgroup2
+	// hierarchy, mounted at /sys/fs/cgroup; the host's pids cgroup counts the sentry's
+	// threads instead.
+	Pids       int
 	MPLCache   string // matplotlib's font cache, inside; "": none
 	UID, GID   int    // user code's
 	OrphanExit time.Duration
@@ -93,6 +98,9 @@ func (g GuestCommand) Args() []string {
 	}
 	if g.MemoryMB > 0 {
 		args = append(args, "--memory-mb", strconv.Itoa(g.MemoryMB))
+	}
+	if g.Pids > 0 {
+		args = append(args, "--pids", strconv.Itoa(g.Pids))
 	}
 	args = append(args, "--user-uid", strconv.Itoa(g.UID), "--user-gid", strconv.Itoa(g.GID), "--listen", GuestRunDir+"/"+GuestSocket)
 	if g.TokenEnv != "" {

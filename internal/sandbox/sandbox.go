@@ -206,8 +206,9 @@ func GVisorHostMemoryMB(mb int) int {
 // platform, a stub process per address space with a stub thread for every sentry thread
 // that ran it: some 30 host tasks per process of the sandbox (measured: 75 for a shell
 // alone, 2,400 after a fork bomb under a limit of 64), so pids itself would not let even a
-// shell boot. The sandbox's own limit is RLIMIT_NPROC inside; the host's is a backstop,
-// and hitting it kills the sentry and so the whole sandbox.
+// shell boot. The sandbox's own limit is inside: the guest's, in the sentry's cgroup2
+// hierarchy (GuestCommand.Pids), or RLIMIT_NPROC under the docker backend; the host's is a
+// backstop, and hitting it kills the sentry and so the whole sandbox.
 func GVisorHostTasks(pids int) int64 {
 	const perProcess, base = 64, 256
 	return int64(pids)*perProcess + base

@@ -115,6 +115,20 @@ func runscCurrent(runtime string) (bool, string) {
 	return runscVersionCurrent(first), first
 }
 
+// runscCgroupV2 checks that runtime takes --in-sandbox-cgroup=v2 (argv), without which the
+// guest cannot keep the sandbox's process limit: a gVisor of mid-2026 or later.
+func runscCgroupV2(runtime string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, runtime, "--in-sandbox-cgroup=v2", "--version").CombinedOutput()
+	if err != nil {
+		first, _, _ := strings.Cut(string(out), "\n")
+		return fmt.Errorf("%s does not take --in-sandbox-cgroup=v2 (%s), where the sandbox's process limit is kept: install the pinned gVisor (make deps, or scripts/runsc.sh): %w",
+			runtime, strings.TrimSpace(first), errdefs.ErrUnavailable)
+	}
+	return nil
+}
+
 func runscVersionCurrent(version string) bool {
 	m := runscDate.FindString(version)
 	return m != "" && m >= "20250101"

@@ -28,11 +28,12 @@
 // cgroup then, as one does for Docker in Docker.
 //
 // gVisor (runsc; apt-get install runsc on Debian): user code runs on gVisor's sentry, a
-// kernel in user space, instead of on the host's. The backend tells runsc --network=none
-// and --oci-seccomp (argv); the spec has no cgroup or mqueue mount (so the guest has no OOM
-// count), limits processes inside with RLIMIT_NPROC and gives the host's pids cgroup room
-// for the sentry's threads (rlimits, sandbox.GVisorHostTasks). Capabilities says what else
-// differs.
+// kernel in user space, instead of on the host's. The backend tells runsc --network=none,
+// --oci-seccomp and --in-sandbox-cgroup=v2 (argv); the spec has no mqueue mount, and its
+// cgroup mount is the sentry's own cgroup2 hierarchy (so the guest has no OOM count from
+// it), where the guest keeps user code's process limit (sandbox.GuestCommand.Pids); the
+// host's pids cgroup gets room for the sentry's threads (sandbox.GVisorHostTasks).
+// Capabilities says what else differs.
 //
 // Not for: what runs inside (package guest) or the workspace folders (package workspace).
 package runc
@@ -253,6 +254,9 @@ func New(cfg Config) (*Backend, error) {
 		b.log.Info("gVisor platform", "platform", b.platform, "why", why)
 		if b.current, version = runscCurrent(runtimePath); !b.current {
 			b.log.Warn("this runsc is older than cellbox supports (Debian's is of 2022): install the pinned one with make deps (scripts/runsc.sh)", "runtime", runtimePath, "version", version)
+		}
+		if err := runscCgroupV2(runtimePath); err != nil {
+			return nil, err
 		}
 	}
 	if !b.gvisor {
@@ -560,7 +564,12 @@ func (b *Backend) argv(args ...string) []string {
 			// The guest's socket is made inside the sandbox on a bind of a host folder, for
 			// the server to connect to from the host.
 			"--host-uds=create",
-			"--platform="+b.platform)
+			"--platform="+b.platform,
+			// The sentry's own cgroups as one cgroup2 hierarchy, where the guest keeps user
+			// code's process limit (spec.go). Under v1's, one hierarchy per controller, a
+			// fork is charged to whichever of the task's cgroups comes first in a Go map:
+			// pids.max stops one fork in seven.
+			"--in-sandbox-cgroup=v2")
 	}
 	return append(global, args...)
 }

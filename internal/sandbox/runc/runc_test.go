@@ -268,9 +268,13 @@ func TestContainer(t *testing.T) {
 					// gVisor's own /dev/fuse and /dev/net/tun (mount and CAP_NET_ADMIN are
 					// out of reach) and /dev/char; no mqueue.
 					{"(cd /dev && echo *)", "char fd full fuse net null ptmx pts random shm stderr stdin stdout tty urandom zero"},
-					// The process limit is RLIMIT_NPROC (see rlimits); no cgroup files inside.
-					{"bash -c 'ulimit -u'", "49"},
-					{"test -e /sys/fs/cgroup/pids.max || test -e /sys/fs/cgroup/pids || echo none", "none"},
+					// The process limit is the guest's, in the sentry's cgroup2 hierarchy,
+					// where the sandbox's cgroup is its own (no cgroup namespace), with files
+					// only root may write; no RLIMIT_NPROC.
+					{"bash -c 'ulimit -u'", "unlimited"},
+					{"grep -c ' /sys/fs/cgroup rw,.* cgroup2 ' /proc/self/mountinfo", "1"},
+					{"cat /proc/self/cgroup", "0::/" + sh.sb.id},
+					{"stat -c '%U %a' /sys/fs/cgroup/" + sh.sb.id + "/pids.max /sys/fs/cgroup/cgroup.procs", "root 644\nroot 644"},
 					// Debian 12's runsc (2022) refused statx with AT_NO_AUTOMOUNT, which
 					// coreutils' ls and stat set.
 					{"ls / >/dev/null && stat -c %F /mnt/data", "directory"},

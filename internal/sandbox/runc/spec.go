@@ -96,8 +96,10 @@ func buildSpec(in specInput) *specs.Spec {
 	guest := sandbox.GuestCommand{Binary: guestPath, Cgroup: cgroupMount, UID: int(in.uid), GID: int(in.gid), OrphanExit: s.OrphanExit, Egress: guestproto.EgressListen,
 		Log: sandbox.GuestRunDir + "/" + sandbox.GuestLog}
 	if in.gvisor {
-		guest.Cgroup = "" // gVisor's cgroupfs is the sentry's own, without the host's limits
-		guest.MemoryMB = s.Limits.MemoryMB
+		// gVisor's cgroupfs is the sentry's own, without the host's limits and OOM count:
+		// the guest keeps memory and processes under their limits itself.
+		guest.Cgroup = ""
+		guest.MemoryMB, guest.Pids = s.Limits.MemoryMB, s.Limits.Pids
 	}
 	if in.template != "" {
 		guest.Template = templateDir + "/" + template.Socket
@@ -119,9 +121,7 @@ func buildSpec(in specInput) *specs.Spec {
 		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", shmSize}},
 	}
 	if !in.gvisor {
-		// runsc skips an mqueue mount (there is no /dev/mqueue inside), and its cgroupfs is
-		// the sentry's own, not the host's cgroup with the sandbox's limits and OOM count:
-		// the guest goes without.
+		// runsc skips an mqueue mount (there is no /dev/mqueue inside).
 		mounts = append(mounts,
 			specs.Mount{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}})
 	}
@@ -134,10 +134,14 @@ func buildSpec(in specInput) *specs.Spec {
 		mounts = append(mounts,
 			specs.Mount{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}})
 	}
-	if !in.gvisor {
-		mounts = append(mounts,
-			specs.Mount{Destination: cgroupMount, Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}})
+	cgroup := specs.Mount{Destination: cgroupMount, Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}}
+	if in.gvisor {
+		// The sentry's own cgroup2 hierarchy (argv's --in-sandbox-cgroup=v2), where runsc
+		// makes the sandbox's cgroup: the guest limits it, leaves it and starts user code in
+		// it (guest.CgroupMount). Writable for the guest; its files are root's.
+		cgroup.Options = cgroup.Options[:4]
 	}
+	mounts = append(mounts, cgroup)
 	for _, p := range in.binds {
 		mounts = append(mounts, roBind(p, p))
 	}
@@ -167,6 +171,11 @@ func buildSpec(in specInput) *specs.Spec {
 		{Type: specs.PIDNamespace}, {Type: specs.NetworkNamespace}, {Type: specs.IPCNamespace},
 		{Type: specs.UTSNamespace}, {Type: specs.MountNamespace}, {Type: specs.CgroupNamespace},
 	}
+	if in.gvisor {
+		// In a cgroup namespace of its own the sandbox's cgroup would be the namespace's
+		// root, whose limits runsc's nsdelegate keeps from being written inside.
+		namespaces = slices.DeleteFunc(namespaces, func(n specs.LinuxNamespace) bool { return n.Type == specs.CgroupNamespace })
+	}
 	var idMap []specs.LinuxIDMapping
 	if in.userns {
 		namespaces = append(namespaces, specs.LinuxNamespace{Type: specs.UserNamespace})
@@ -182,7 +191,7 @@ func buildSpec(in specInput) *specs.Spec {
 			Capabilities: &specs.LinuxCapabilities{
 				Bounding: caps, Effective: caps, Permitted: caps, Inheritable: noCaps, Ambient: noCaps,
 			},
-			Rlimits:         rlimits(s.Limits, in.gvisor),
+			Rlimits:         slices.Clone(rlimits),
 			NoNewPrivileges: true,
 		},
 		Root:     &specs.Root{Path: in.rootfs, Readonly: true},
@@ -203,23 +212,9 @@ func buildSpec(in specInput) *specs.Spec {
 }
 
 // rlimits are the guest's resource limits, which user code inherits.
-//
-// Under gVisor the process limit is RLIMIT_NPROC, enforced by the sentry for the sandbox
-// alone: it counts the tasks (threads too) each uid created, root's included, so the guest
-// and user code each have the limit. A task that changed to the uid is not counted: the
-// kernel and each command's first process, started by the guest; one less keeps the kernel
-// and what it starts within the limit. (Not under runc: there uid 1000 is the host's,
-// shared by every sandbox, and the pids cgroup counts.)
-func rlimits(l sandbox.Limits, gvisor bool) []specs.POSIXRlimit {
-	r := []specs.POSIXRlimit{
-		{Type: "RLIMIT_NOFILE", Soft: 1024, Hard: 4096},
-		{Type: "RLIMIT_CORE", Soft: 0, Hard: 0},
-	}
-	if gvisor && l.Pids > 0 {
-		n := uint64(max(l.Pids-1, 1))
-		r = append(r, specs.POSIXRlimit{Type: "RLIMIT_NPROC", Soft: n, Hard: n})
-	}
-	return r
+var rlimits = []specs.POSIXRlimit{
+	{Type: "RLIMIT_NOFILE", Soft: 1024, Hard: 4096},
+	{Type: "RLIMIT_CORE", Soft: 0, Hard: 0},
 }
 
 func roBind(src, dst string) specs.Mount {

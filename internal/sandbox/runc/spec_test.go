@@ -312,10 +312,19 @@ func TestSpecGVisor(t *testing.T) {
 	if slices.Contains(s.Process.Args, "--cgroup") {
 		t.Errorf("args %q pass the guest a cgroup folder gVisor does not have", s.Process.Args)
 	}
-	for _, dst := range []string{"/sys/fs/cgroup", "/dev/mqueue"} {
-		if m := mountAt(s, dst); m != nil {
-			t.Errorf("mount at %s under gVisor: %+v", dst, m)
-		}
+	if m := mountAt(s, "/dev/mqueue"); m != nil {
+		t.Errorf("mount at /dev/mqueue under gVisor: %+v", m)
+	}
+	// The sentry's own cgroups, where the guest keeps the process limit: writable (for the
+	// guest), in the root cgroup namespace (whose root's limits nsdelegate would keep).
+	if m := mountAt(s, "/sys/fs/cgroup"); m == nil || m.Type != "cgroup" || slices.Contains(m.Options, "ro") {
+		t.Errorf("cgroup mount under gVisor: %+v", m)
+	}
+	if slices.ContainsFunc(s.Linux.Namespaces, func(n specs.LinuxNamespace) bool { return n.Type == specs.CgroupNamespace }) {
+		t.Errorf("namespaces %+v: a cgroup namespace under gVisor", s.Linux.Namespaces)
+	}
+	if i := slices.Index(s.Process.Args, "--pids"); i < 0 || s.Process.Args[i+1] != strconv.Itoa(in.spec.Limits.Pids) {
+		t.Errorf("args %q do not give the guest the process limit", s.Process.Args)
 	}
 	// The memory limit is the guest's; the host's is above it, a backstop.
 	if i := slices.Index(s.Process.Args, "--memory-mb"); i < 0 || s.Process.Args[i+1] != strconv.Itoa(in.spec.Limits.MemoryMB) {
@@ -327,15 +336,6 @@ func TestSpecGVisor(t *testing.T) {
 	if r := s.Linux.Resources.Pids; r == nil || *r.Limit != 128*64+256 {
 		t.Errorf("host pids limit %+v, want the sentry's room for 128 processes", r)
 	}
-	var nproc *specs.POSIXRlimit
-	for i, r := range s.Process.Rlimits {
-		if r.Type == "RLIMIT_NPROC" {
-			nproc = &s.Process.Rlimits[i]
-		}
-	}
-	if nproc == nil || nproc.Soft != 127 || nproc.Hard != 127 {
-		t.Errorf("RLIMIT_NPROC %+v, want 127 (the kernel itself is not counted)", nproc)
-	}
 	var clone3 bool
 	for _, sc := range s.Linux.Seccomp.Syscalls {
 		clone3 = clone3 || (slices.Equal(sc.Names, []string{"clone3"}) && sc.Action == specs.ActAllow)
@@ -346,15 +346,11 @@ func TestSpecGVisor(t *testing.T) {
 
 	// The rest is runc's spec.
 	runc := buildSpec(testInput())
-	for _, r := range runc.Process.Rlimits {
-		if r.Type == "RLIMIT_NPROC" {
-			t.Errorf("RLIMIT_NPROC %+v under runc, where uid 1000 is the host's", r)
-		}
-	}
-	if len(s.Mounts) != len(runc.Mounts)-2 || !slices.Equal(s.Linux.Namespaces, runc.Linux.Namespaces) ||
+	if len(s.Mounts) != len(runc.Mounts)-1 || len(s.Linux.Namespaces) != len(runc.Linux.Namespaces)-1 ||
 		!slices.Equal(s.Process.Capabilities.Bounding, runc.Process.Capabilities.Bounding) || !s.Process.NoNewPrivileges ||
-		!slices.Equal(s.Linux.MaskedPaths, runc.Linux.MaskedPaths) || slices.Contains(runc.Process.Args, "--memory-mb") {
-		t.Error("the gVisor spec differs from runc's in more than cgroup, mqueue, memory, pids, NPROC and clone3")
+		!slices.Equal(s.Linux.MaskedPaths, runc.Linux.MaskedPaths) || !slices.Equal(s.Process.Rlimits, runc.Process.Rlimits) ||
+		slices.Contains(runc.Process.Args, "--memory-mb") || slices.Contains(runc.Process.Args, "--pids") {
+		t.Error("the gVisor spec differs from runc's in more than mqueue, cgroups, the guest's memory and pids, and clone3")
 	}
 }
 
@@ -526,7 +522,7 @@ func TestArgv(t *testing.T) {
 	}
 	b.gvisor, b.platform = true, PlatformSystrap
 	// Global flags go before the subcommand.
-	want := []string{"--root", "/state/runtime", "--network=none", "--oci-seccomp", "--host-uds=create", "--platform=systrap", "kill", "x", "KILL"}
+	want := []string{"--root", "/state/runtime", "--network=none", "--oci-seccomp", "--host-uds=create", "--platform=systrap", "--in-sandbox-cgroup=v2", "kill", "x", "KILL"}
 	if got := b.argv("kill", "x", "KILL"); !slices.Equal(got, want) {
 		t.Errorf("runsc argv %q, want %q", got, want)
 	}
