@@ -332,16 +332,21 @@ func TestMovedSessions(t *testing.T) {
 	for _, n := range []*Cluster{a, b} {
 		testbin.WaitFor(t, 30*time.Second, n.Name()+" routes the session to c", route(n, id, "c", ""))
 	}
-	// A Lease that is not a node's (its tag is not its name's) claims nothing.
-	cp.Apply(t, fmt.Sprintf(`apiVersion: coordination.k8s.io/v1
+	// evil writes the Lease cellbox-evil, serving, of the tag and claims given, as whoever
+	// may write Leases can.
+	evil := func(tag, claims string, renewed time.Time) {
+		cp.Apply(t, fmt.Sprintf(`apiVersion: coordination.k8s.io/v1
 kind: Lease
 metadata:
   name: cellbox-evil
   namespace: default
   labels: {app.kubernetes.io/name: cellbox}
-  annotations: {cellbox.dev/url: "http://127.0.0.1:9", cellbox.dev/node-tag: %q, cellbox.dev/state: serving, cellbox.dev/moved-in: '{"%s": 99}'}
+  annotations: {cellbox.dev/url: "http://127.0.0.1:9", cellbox.dev/node-tag: %q, cellbox.dev/state: serving, cellbox.dev/moved-in: '%s'}
 spec: {holderIdentity: x, leaseDurationSeconds: 30, renewTime: %q}
-`, config.NodeTag("a"), id, microTime(time.Now())))
+`, tag, claims, microTime(renewed)))
+	}
+	// A Lease that is not a node's (its tag is not its name's) claims nothing.
+	evil(config.NodeTag("a"), fmt.Sprintf(`{"%s": "99.%s"}`, id, claimMAC("the cluster's secret", "evil", id, 99)), time.Now())
 	// Heard: its claims were read (hear reads them before it notes the renewal).
 	testbin.WaitFor(t, 30*time.Second, "a hears the Lease of no node", func() error {
 		a.heardMu.Lock()
@@ -360,15 +365,7 @@ spec: {holderIdentity: x, leaseDurationSeconds: 30, renewTime: %q}
 	forged := fmt.Sprintf(`{"%s": "99", "%s": "99.%s", "%s": "99.%s"}`, id,
 		config.NodeTag("a")+strings.Repeat("2", 24), claimMAC("the cluster's secret", "c", config.NodeTag("a")+strings.Repeat("2", 24), 99),
 		config.NodeTag("a")+strings.Repeat("3", 24), claimMAC("a guess", "evil", config.NodeTag("a")+strings.Repeat("3", 24), 99))
-	cp.Apply(t, fmt.Sprintf(`apiVersion: coordination.k8s.io/v1
-kind: Lease
-metadata:
-  name: cellbox-evil
-  namespace: default
-  labels: {app.kubernetes.io/name: cellbox}
-  annotations: {cellbox.dev/url: "http://127.0.0.1:9", cellbox.dev/node-tag: %q, cellbox.dev/state: serving, cellbox.dev/moved-in: '%s'}
-spec: {holderIdentity: x, leaseDurationSeconds: 30, renewTime: %q}
-`, config.NodeTag("evil"), forged, microTime(time.Now().Add(time.Second))))
+	evil(config.NodeTag("evil"), forged, time.Now().Add(time.Second))
 	testbin.WaitFor(t, 30*time.Second, "a sees the Lease of a node named evil", route(a, config.NodeTag("evil")+strings.Repeat("0", 24), "evil", ""))
 	if err := route(a, id, "c", "")(); err != nil {
 		t.Errorf("after a Lease of another node claimed it without a proof: %v", err)

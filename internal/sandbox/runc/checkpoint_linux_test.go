@@ -32,10 +32,17 @@ func checkpointBackend(t *testing.T, runtime string) *Backend {
 
 func checkpointBackendKernels(t *testing.T, runtime string, kernels *Kernels) *Backend {
 	t.Helper()
-	needRuntime(t, runtime)
+	return checkpointBackendOf(t, Config{Runtime: runtime, GuestBinary: testbin.Cellbox(t), Kernels: kernels})
+}
+
+// checkpointBackendOf is a backend of cfg (in a state dir of the test's, on systrap, logging
+// to the test) that checkpoints.
+func checkpointBackendOf(t *testing.T, cfg Config) *Backend {
+	t.Helper()
+	needRuntime(t, cfg.Runtime)
 	// systrap: no 5 s probe of kvm per backend (the platform does not matter here).
-	b, err := New(Config{Runtime: runtime, StateDir: t.TempDir(), GuestBinary: testbin.Cellbox(t), Kernels: kernels,
-		GVisorPlatform: PlatformSystrap, Logger: testLog(t)})
+	cfg.StateDir, cfg.GVisorPlatform, cfg.Logger = t.TempDir(), PlatformSystrap, testLog(t)
+	b, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -498,15 +505,7 @@ func testRestoreAfterUpgrade(t *testing.T, runtime string) {
 	}
 	before, upgraded := put(data), put(append(data, make([]byte, 4096)...))
 	backend := func(guest, guests string) *Backend {
-		b, err := New(Config{Runtime: runtime, StateDir: t.TempDir(), GuestBinary: guest, Guests: guests, GVisorPlatform: PlatformSystrap, Logger: testLog(t)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { b.Close() })
-		if kind, missing := b.checkpointKind(); kind == "" {
-			testbin.Missing(t, "needs a runtime that checkpoints: %s", missing)
-		}
-		return b
+		return checkpointBackendOf(t, Config{Runtime: runtime, GuestBinary: guest, Guests: guests})
 	}
 	testbin.NeedIPython(t)
 	b := backend(before, guests)
