@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,6 +34,26 @@ var (
 // dozen packages that need the binary don't each link it (60 MB, minutes on a busy machine).
 const BinaryEnv = "CELLBOX_TEST_BINARY"
 
+// ModuleRoot is the folder of the module's go.mod, above the test's working folder (its
+// package's): tests are built with -trimpath (make test), so their source files' paths
+// name no folder.
+func ModuleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		up := filepath.Dir(dir)
+		if up == dir {
+			return "", errors.New("no go.mod above the test's folder")
+		}
+		dir = up
+	}
+}
+
 // Cellbox returns the path of a static cellbox binary (CGO_ENABLED=0) with its guest
 // attached: $CELLBOX_TEST_BINARY when set, else one built once per test process.
 func Cellbox(t testing.TB) string {
@@ -49,8 +68,11 @@ func Cellbox(t testing.TB) string {
 			}
 			return
 		}
-		_, file, _, _ := runtime.Caller(0)
-		root := filepath.Join(filepath.Dir(file), "..", "..")
+		root, rerr := ModuleRoot()
+		if rerr != nil {
+			err = rerr
+			return
+		}
 		sweep()
 		dir, derr := os.MkdirTemp("", fmt.Sprintf("%s%d-", dirPrefix, os.Getpid()))
 		if derr != nil {

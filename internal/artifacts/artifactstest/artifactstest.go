@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"testing"
 	"time"
 
@@ -37,8 +36,11 @@ const (
 // account's URL (http://ADDR/devstoreaccount1).
 func StartAzurite(t testing.TB, containers ...string) string {
 	t.Helper()
-	_, self, _, _ := runtime.Caller(0)
-	bin := filepath.Join(filepath.Dir(self), "..", "testdata", "azurite", "node_modules", ".bin", "azurite-blob")
+	root, err := testbin.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(root, "internal", "artifacts", "testdata", "azurite", "node_modules", ".bin", "azurite-blob")
 	if _, err := os.Stat(bin); err != nil {
 		testbin.Missing(t, "no Azurite: npm ci --prefix internal/artifacts/testdata/azurite (make test does)")
 	}
