@@ -2,6 +2,7 @@ package egress
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"io"
 	"net"
@@ -156,5 +157,25 @@ func TestGatewayIdleTunnel(t *testing.T) {
 	r := sb.done()
 	if !strings.Contains(r.Reason, "idle") {
 		t.Errorf("record %+v: want it ended as idle", r)
+	}
+}
+
+// An answer's header reaches the client in one write: a flow killed mid-header leaves the
+// client no header at all (an error it reports), never a status line alone, which curl
+// takes for a whole answer.
+func TestResponseHeaderInOneWrite(t *testing.T) {
+	var writes [][]byte
+	w := &headerFirst{w: writerFunc(func(p []byte) (int, error) {
+		writes = append(writes, append([]byte(nil), p...))
+		return len(p), nil
+	})}
+	resp := &http.Response{StatusCode: 200, ProtoMajor: 1, ProtoMinor: 1, ContentLength: -1, TransferEncoding: []string{"chunked"},
+		Header: http.Header{"Content-Type": {"text/plain"}, "X-Many": {"a", "b", "c"}}, Body: io.NopCloser(strings.NewReader("."))}
+	if err := resp.Write(w); err != nil {
+		t.Fatal(err)
+	}
+	if len(writes) < 2 || !bytes.HasPrefix(writes[0], []byte("HTTP/1.1 200 OK\r\n")) || !bytes.HasSuffix(writes[0], []byte("\r\n\r\n")) ||
+		!bytes.Contains(writes[0], []byte("X-Many: c\r\n")) {
+		t.Errorf("writes %q; want the whole header first, in one", writes)
 	}
 }

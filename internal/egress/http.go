@@ -2,6 +2,7 @@ package egress
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -230,14 +231,14 @@ func respond(cl *client, up net.Conn, resp *http.Response) error {
 			}
 		}
 	}()
-	err := resp.Write(writerFunc(func(p []byte) (int, error) {
+	err := resp.Write(&headerFirst{w: writerFunc(func(p []byte) (int, error) {
 		n, err := cl.Write(p)
 		if err != nil {
 			gone.Store(true)
 			up.Close()
 		}
 		return n, err
-	}))
+	})})
 	close(stop)
 	cl.SetReadDeadline(time.Unix(1, 0)) // ends the Peek
 	<-watched
@@ -246,6 +247,34 @@ func respond(cl *client, up net.Conn, resp *http.Response) error {
 		return errClientGone
 	}
 	return err
+}
+
+// headerFirst holds what is written to it until the end of a response's header, and
+// writes that in one write; then it writes through. resp.Write writes the status line and
+// each header line apart: a flow killed between them (a policy change) left the client a
+// status line alone, which curl takes for a whole, empty answer (exit 0), where a header
+// that never came, or a body cut short, is an error it reports.
+type headerFirst struct {
+	w    io.Writer
+	buf  []byte
+	done bool
+}
+
+func (h *headerFirst) Write(p []byte) (int, error) {
+	if h.done {
+		return h.w.Write(p)
+	}
+	h.buf = append(h.buf, p...)
+	end := bytes.Index(h.buf, []byte("\r\n\r\n"))
+	if end < 0 {
+		return len(p), nil
+	}
+	h.done = true
+	if _, err := h.w.Write(h.buf); err != nil {
+		return 0, err
+	}
+	h.buf = nil
+	return len(p), nil
 }
 
 type writerFunc func([]byte) (int, error)
